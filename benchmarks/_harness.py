@@ -1,0 +1,87 @@
+"""Timing and peak-memory measurement shared by the benchmarks.
+
+Peers run side by side in one process. Peak memory is the rise of the process's peak
+resident set size (``VmHWM``) over its size before the call; Linux lets a process reset
+that peak by writing ``5`` to ``/proc/self/clear_refs``, so successive measurements in
+one process do not see each other's peaks. Where that is not possible the column says
+``n/a`` rather than print a wrong figure.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def _status_kb(field: str) -> int | None:
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak() -> bool:
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def measure(fn: Callable[[], object], *, repeats: int = 5,
+            warmup: int = 1) -> tuple[float, float | None]:
+    """Median wall time (s) of ``fn`` and its peak extra resident memory (MiB)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), peak_memory_mib(fn)
+
+
+def peak_memory_mib(fn: Callable[[], object]) -> float | None:
+    """Peak resident memory added by one call of ``fn``, in MiB (``None`` if unknown)."""
+    gc.collect()
+    base = _status_kb("VmRSS")
+    if base is None or not _reset_peak():
+        fn()
+        return None
+    fn()
+    peak = _status_kb("VmHWM")
+    return None if peak is None else max(0, peak - base) / 1024
+
+
+def fmt_seconds(t: float | None) -> str:
+    if t is None:
+        return "—"
+    return f"{t * 1e3:9.1f} ms" if t < 10 else f"{t:9.1f} s "
+
+
+def fmt_mib(m: float | None) -> str:
+    return "      n/a" if m is None else f"{m:8.0f}M"
+
+
+def set_threads(n: int = 2) -> None:
+    torch.set_num_threads(n)
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    """Plain fixed-width table."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(h).rjust(w) for h, w in zip(header, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(str(c).rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)

@@ -1,0 +1,115 @@
+"""Losses vs pytorch-metric-learning: forward+backward time and peak memory.
+
+Run:  python benchmarks/bench_losses.py [--sizes 256 1024 4096] [--dim 128]
+
+Side by side in one process, CPU, 2 threads: ``skcontrast.losses.nt_xent`` vs PML
+``NTXentLoss`` and ``skcontrast.losses.supcon`` vs PML ``SupConLoss`` (10 classes).
+The two implementations are first checked to give the same loss value. PML's NTXent
+builds a (2B) x (2B)(2B-2) table; where that would not fit in this machine's memory the
+run is skipped and the memory it would need is printed instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _harness import fmt_mib, fmt_seconds, measure, set_threads, table
+
+from skcontrast import losses
+
+TEMPERATURE = 0.1
+REPEATS = 7
+
+
+def available_memory_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 * 2**30
+
+
+def pml_ntxent_bytes(b: int) -> int:
+    """PML NTXent holds ~4 float tensors of shape (2B, 2B(2B-2)) at its peak."""
+    return 4 * 4 * (2 * b) * (2 * b) * (2 * b - 2)
+
+
+def fwd_bwd(loss_fn, *tensors):
+    def run():
+        leaves = [t.detach().requires_grad_(True) for t in tensors[:2]]
+        loss_fn(*leaves, *tensors[2:]).backward()
+    return run
+
+
+def bench_ntxent(b: int, d: int, pml) -> list[str]:
+    g = torch.Generator().manual_seed(b)
+    u, v = torch.randn(b, d, generator=g), torch.randn(b, d, generator=g)
+    labels = torch.arange(b).repeat(2)
+    ours = fwd_bwd(lambda a, c: losses.nt_xent(a, c, temperature=TEMPERATURE), u, v)
+    t_ours, m_ours = measure(ours, repeats=REPEATS)
+    row = [f"nt_xent B={b}", fmt_seconds(t_ours), fmt_mib(m_ours)]
+    need = pml_ntxent_bytes(b)
+    if pml is None:
+        return [*row, "not installed", "", "", ""]
+    if need > 0.6 * available_memory_bytes():
+        return [*row, f"skipped: needs ~{need / 2**30:.0f} GiB", "", "", ""]
+    peer = pml.losses.NTXentLoss(temperature=TEMPERATURE)
+
+    def pml_loss(a, c):
+        return peer(torch.cat([a, c]), labels)
+
+    agree = abs(float(pml_loss(u, v)) - float(losses.nt_xent(u, v, temperature=TEMPERATURE)))
+    t_pml, m_pml = measure(fwd_bwd(pml_loss, u, v), repeats=REPEATS)
+    return [*row, fmt_seconds(t_pml), fmt_mib(m_pml), f"{t_pml / t_ours:7.1f}x",
+            f"{agree:.1e}"]
+
+
+def bench_supcon(b: int, d: int, pml, n_classes: int = 10) -> list[str]:
+    g = torch.Generator().manual_seed(b + 1)
+    z = torch.randn(b, d, generator=g)
+    y = torch.randint(0, n_classes, (b,), generator=g)
+    ours = fwd_bwd(lambda a: losses.supcon(a, y, temperature=TEMPERATURE), z)
+    t_ours, m_ours = measure(ours, repeats=REPEATS)
+    row = [f"supcon B={b}", fmt_seconds(t_ours), fmt_mib(m_ours)]
+    if pml is None:
+        return [*row, "not installed", "", "", ""]
+    peer = pml.losses.SupConLoss(temperature=TEMPERATURE)
+    agree = abs(float(peer(z, y)) - float(losses.supcon(z, y, temperature=TEMPERATURE)))
+    t_pml, m_pml = measure(fwd_bwd(lambda a: peer(a, y), z), repeats=REPEATS)
+    return [*row, fmt_seconds(t_pml), fmt_mib(m_pml), f"{t_pml / t_ours:7.1f}x",
+            f"{agree:.1e}"]
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[256, 1024, 4096])
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    set_threads(args.threads)
+    try:
+        import pytorch_metric_learning as pml
+        import pytorch_metric_learning.losses  # noqa: F401
+    except ImportError:
+        pml = None
+        print("pytorch-metric-learning is not installed (pip install -e '.[bench]'); "
+              "showing skcontrast alone.")
+    rows = [bench_ntxent(b, args.dim, pml) for b in args.sizes]
+    rows += [bench_supcon(b, args.dim, pml) for b in args.sizes]
+    header = ["case", "skcontrast", "peak mem", "PML", "PML peak", "PML/ours", "|Δloss|"]
+    text = (f"forward+backward, d={args.dim}, CPU, {torch.get_num_threads()} threads, "
+            f"torch {torch.__version__}\n" + table(rows, header))
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,10 @@
+"""skcontrast: contrastive representation learning as a scikit-learn citizen.
+
+Which samples share a mini-batch is a first-class, pluggable choice: batch selectors
+(:mod:`skcontrast.selectors`) follow scikit-learn's cross-validator protocol and drive
+the training of the estimators.
+"""
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]

@@ -1,0 +1,121 @@
+"""Input checks shared by every public entry point.
+
+Each check raises ``ValueError`` (or ``TypeError``) with a message that names the
+argument, shows the value received and says what was expected, so that users never
+have to read a traceback into library internals to learn what went wrong.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+import torch
+
+ArrayLike = np.ndarray | torch.Tensor
+
+
+def describe(value: Any) -> str:
+    """Short description of ``value`` for error messages (shape for arrays)."""
+    if isinstance(value, torch.Tensor | np.ndarray):
+        return f"{type(value).__name__} of shape {tuple(value.shape)} and dtype {value.dtype}"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def as_float_tensor(x: Any, name: str) -> torch.Tensor:
+    """Return ``x`` as a floating-point torch tensor without copying where possible.
+
+    Torch tensors pass through unchanged when already floating point (gradients and
+    device are kept). NumPy arrays and nested sequences are converted: float64 stays
+    float64, other dtypes become torch's default floating dtype.
+    """
+    if isinstance(x, torch.Tensor):
+        return x if x.is_floating_point() else x.to(torch.get_default_dtype())
+    try:
+        array = np.asarray(x)
+    except Exception as exc:  # pragma: no cover - exotic objects
+        raise TypeError(f"{name} must be an array or tensor; got {describe(x)}") from exc
+    if array.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must hold numbers; got {describe(x)}")
+    if array.dtype == np.float64:
+        return torch.from_numpy(np.ascontiguousarray(array))
+    return torch.as_tensor(array, dtype=torch.get_default_dtype())
+
+
+def as_numpy(x: Any, name: str, *, dtype: Any = None) -> np.ndarray:
+    """Return ``x`` (tensor, array or sequence) as a NumPy array, detached and on the CPU."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().numpy()
+    try:
+        array = np.asarray(x, dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be array-like; got {describe(x)}") from exc
+    return array
+
+
+def check_positive(value: Any, name: str, *, allow_tensor: bool = False) -> None:
+    """Require a finite real number strictly greater than zero.
+
+    With ``allow_tensor=True`` a torch tensor is accepted without inspecting its value
+    (a learnable temperature lives on the training device; reading it back would
+    synchronise the device on every step).
+    """
+    if allow_tensor and isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{name} must be a scalar; got {describe(value)}")
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a positive number; got {describe(value)}")
+    if not np.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive, finite number; got {value!r}")
+
+
+def check_nonnegative(value: Any, name: str) -> None:
+    """Require a finite real number greater than or equal to zero."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a non-negative number; got {describe(value)}")
+    if not np.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a non-negative, finite number; got {value!r}")
+
+
+def check_int(value: Any, name: str, *, minimum: int | None = None,
+              maximum: int | None = None) -> int:
+    """Require an integer (NumPy integers accepted) inside ``[minimum, maximum]``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer; got {describe(value)}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}; got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}; got {value}")
+    return value
+
+
+def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    """Require ``value`` to be one of the strings in ``choices``."""
+    if value not in choices:
+        options = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be one of {options}; got {describe(value)}")
+    return value
+
+
+def check_finite_array(x: np.ndarray, name: str) -> None:
+    """Raise if a NumPy array holds NaN or infinity, saying how many entries do."""
+    if x.dtype.kind == "f" and not np.isfinite(x).all():
+        bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
+        raise ValueError(
+            f"{name} contains {bad} NaN or infinite value(s); clean or impute them first"
+        )
+
+
+def encode_labels(y: Any, name: str = "y") -> tuple[np.ndarray, np.ndarray]:
+    """Map labels of any hashable type to ``0..k-1``; returns ``(classes, codes)``."""
+    array = as_numpy(y, name)
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be 1-D; got {describe(array)}")
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        raise ValueError(f"{name} contains NaN or infinite labels")
+    classes, codes = np.unique(array, return_inverse=True)
+    return classes, codes.astype(np.int64)

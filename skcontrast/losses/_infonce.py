@@ -1,0 +1,254 @@
+"""The InfoNCE family: one-sided, symmetric (CLIP), NT-Xent (SimCLR), DCL and DHEL.
+
+All five share the positive/entropy split of seed 001 (Eq. 3-5): for an anchor with
+positive similarity ``s_pos`` and candidate similarities ``s_k``
+
+    positive = -s_pos / temperature
+    entropy  = log sum_k exp(s_k / temperature)
+
+and ``loss = lambda_pos * positive + lambda_ent * entropy``. With the default
+``lambda_pos = lambda_ent = 1`` this is exactly the standard loss. (Seed 001 writes the
+terms with the cosine *distance* ``1 - s``; the two forms differ by the constant
+``(lambda_pos - lambda_ent) / temperature``, which changes no gradient.)
+The entropy is a log-sum-exp, so no raw exponential can overflow at small temperatures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .._validation import check_choice
+from ._core import (
+    LossTerms,
+    check_loss_options,
+    check_views,
+    combine_last,
+    finish,
+    reduce_terms,
+    similarity,
+)
+from ._gram import gram_logsumexp
+
+DIRECTION_MODES = ("sum", "mean")
+
+
+def _one_sided_terms(u: torch.Tensor, v: torch.Tensor,
+                     temperature: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-anchor terms of L(U, V): anchor u_i, positive v_i, candidates v_1..v_B."""
+    logits = similarity(u, v, temperature)
+    positive = -torch.diagonal(logits, dim1=-2, dim2=-1)
+    return positive, torch.logsumexp(logits, dim=-1)
+
+
+def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
+             lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
+             return_terms: bool = False) -> torch.Tensor | LossTerms:
+    r"""One-sided InfoNCE loss :math:`\mathcal{L}(U, V)` (seed 000, Eq. 3).
+
+    For anchor :math:`u_i` the positive is :math:`v_i` and the negatives are the other
+    rows of ``v``:
+
+    .. math::
+
+        \ell_i = -\log \frac{e^{u_i^\top v_i/\tau}}{\sum_{j=1}^{B} e^{u_i^\top v_j/\tau}}
+
+    Parameters
+    ----------
+    u, v : array-like of shape (..., B, d)
+        Embeddings of the two views; row ``i`` of ``v`` is the positive of row ``i`` of
+        ``u``. Leading dimensions index independent batches. NumPy arrays and torch
+        tensors are accepted (any device, float32 or float64).
+    temperature : float or scalar tensor, default=0.1
+        :math:`\tau > 0`; a tensor may be learnable.
+    lambda_pos, lambda_ent : float, default=1.0
+        Balance weights of the positive and entropy terms (seed 001, Eq. 5).
+    normalize : bool, default=True
+        L2-normalise the rows of ``u`` and ``v`` first (inner products become cosines).
+    reduction : {'mean', 'sum', 'none'}, default='mean'
+        Over the ``B`` anchors of each batch; ``'none'`` returns shape ``(..., B)``.
+    return_terms : bool, default=False
+        Return a :class:`LossTerms` ``(loss, positive, entropy)`` instead of the loss.
+
+    Returns
+    -------
+    torch.Tensor or LossTerms
+        Shape ``(...)`` (``(..., B)`` with ``reduction='none'``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skcontrast.losses import info_nce
+    >>> u = torch.eye(3)
+    >>> round(float(info_nce(u, u, temperature=1.0)), 4)
+    0.5514
+    """
+    check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
+    u, v = check_views(u, v, normalize=normalize)
+    positive, entropy = _one_sided_terms(u, v, temperature)
+    terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
+                         reduction=reduction)
+    return finish(terms, return_terms)
+
+
+def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
+                       lambda_ent: float = 1.0, normalize: bool = True,
+                       reduction: str = "mean", directions: str = "sum",
+                       return_terms: bool = False) -> torch.Tensor | LossTerms:
+    r"""Symmetric contrastive loss :math:`\mathcal{L}^{con} = \mathcal{L}(U,V) + \mathcal{L}(V,U)`.
+
+    Seed 000, Eq. 1-2 and Eq. 4 (seed 002, Eq. 2): the loss of CLIP, each direction an
+    :func:`info_nce`. At temperature 1 and a simplex ETF with :math:`u_i = v_i`, its
+    value for ``N`` pairs is :math:`2\log(1 + (N-1)e^{-N/(N-1)})` (2.3465 for N=8).
+
+    Parameters
+    ----------
+    u, v : array-like of shape (..., B, d)
+        The paired embeddings (see :func:`info_nce`).
+    temperature, lambda_pos, lambda_ent, normalize, return_terms
+        As in :func:`info_nce`.
+    reduction : {'mean', 'sum', 'none'}, default='mean'
+        Over the ``B`` anchors *within* each direction. ``'none'`` returns per-anchor
+        losses of shape ``(..., 2, B)``: index 0 holds the anchors ``u_i`` of
+        :math:`\mathcal{L}(U,V)`, index 1 the anchors ``v_i`` of :math:`\mathcal{L}(V,U)`.
+    directions : {'sum', 'mean'}, default='sum'
+        How the two directions are combined. ``'sum'`` is :math:`\mathcal{L}^{con}` of
+        the papers (seed 000/002); ``'mean'`` is the convention of CLIP / open_clip,
+        ``(L_i2t + L_t2i) / 2``, exactly half of it.
+
+    Returns
+    -------
+    torch.Tensor or LossTerms
+        Shape ``(...)``, or ``(..., 2, B)`` with ``reduction='none'``.
+    """
+    check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
+    check_choice(directions, "directions", DIRECTION_MODES)
+    u, v = check_views(u, v, normalize=normalize)
+    pos_uv, ent_uv = _one_sided_terms(u, v, temperature)
+    pos_vu, ent_vu = _one_sided_terms(v, u, temperature)
+    terms = reduce_terms(torch.stack([pos_uv, pos_vu], dim=-2),
+                         torch.stack([ent_uv, ent_vu], dim=-2), lambda_pos=lambda_pos,
+                         lambda_ent=lambda_ent, reduction=reduction)
+    if reduction != "none":
+        terms = combine_last(terms, directions)
+    return finish(terms, return_terms)
+
+
+def _two_view(u: torch.Tensor, v: torch.Tensor,
+              temperature: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``2B`` anchors ``[u; v]`` and their positive terms ``-u_i.v_i / t`` (twice)."""
+    positive = -(u * v).sum(-1) / temperature
+    return torch.cat([u, v], dim=-2), torch.cat([positive, positive], dim=-1)
+
+
+def _partner_mask(b: int, device: torch.device) -> torch.Tensor:
+    """``(2B, 2B)`` mask of each anchor's positive: row ``a`` marks ``(a + B) mod 2B``."""
+    rows = torch.arange(2 * b, device=device)
+    partner = torch.zeros(2 * b, 2 * b, dtype=torch.bool, device=device)
+    partner[rows, (rows + b) % (2 * b)] = True
+    return partner
+
+
+def nt_xent(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
+            lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
+            return_terms: bool = False) -> torch.Tensor | LossTerms:
+    r"""NT-Xent, the 2B-way loss of SimCLR (Chen et al., 2020; seed 004 "SimCLR").
+
+    The ``2B`` rows of ``[u; v]`` are all anchors; an anchor's positive is its partner
+    in the other view and its negatives are the ``2B - 2`` remaining rows of *both*
+    views (within-view negatives included):
+
+    .. math::
+
+        \ell_a = -\log \frac{e^{z_a^\top z_{p(a)}/\tau}}{\sum_{b \ne a} e^{z_a^\top z_b/\tau}}
+
+    Memory is O(B^2): one ``(2B, 2B)`` similarity matrix, where pytorch-metric-learning's
+    ``NTXentLoss`` builds an O(B^3) pair table.
+
+    Parameters
+    ----------
+    u, v : array-like of shape (..., B, d)
+        The paired embeddings (see :func:`info_nce`).
+    temperature, lambda_pos, lambda_ent, normalize, return_terms
+        As in :func:`info_nce`.
+    reduction : {'mean', 'sum', 'none'}, default='mean'
+        Over the ``2B`` anchors; ``'none'`` returns shape ``(..., 2B)`` (the ``u``
+        anchors first).
+
+    Returns
+    -------
+    torch.Tensor or LossTerms
+    """
+    check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
+    u, v = check_views(u, v, normalize=normalize)
+    z, positive = _two_view(u, v, temperature)
+    terms = reduce_terms(positive, gram_logsumexp(z, temperature), lambda_pos=lambda_pos,
+                         lambda_ent=lambda_ent, reduction=reduction)
+    return finish(terms, return_terms)
+
+
+def dcl(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
+        lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
+        return_terms: bool = False) -> torch.Tensor | LossTerms:
+    r"""Decoupled contrastive loss (Yeh et al., 2022; seed 004 "DCL").
+
+    :func:`nt_xent` with the positive removed from the denominator, which removes the
+    coupling between the positive and negative gradients:
+
+    .. math::
+
+        \ell_a = -z_a^\top z_{p(a)}/\tau
+                 + \log \sum_{b \ne a,\, b \ne p(a)} e^{z_a^\top z_b/\tau}
+
+    Parameters and returns are those of :func:`nt_xent`.
+    """
+    check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
+    u, v = check_views(u, v, normalize=normalize)
+    z, positive = _two_view(u, v, temperature)
+    entropy = gram_logsumexp(z, temperature, exclude=_partner_mask(u.shape[-2], u.device))
+    terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
+                         reduction=reduction)
+    return finish(terms, return_terms)
+
+
+def dhel(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
+         lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
+         include_positive_view: bool = True,
+         return_terms: bool = False) -> torch.Tensor | LossTerms:
+    r"""Decoupled hyperspherical energy loss (Koromilas et al., 2024; seed 004).
+
+    The uniformity (entropy) part contrasts an anchor only with the *other anchors of
+    its own view*, so it no longer involves the positive at all — alignment and
+    uniformity are fully decoupled:
+
+    .. math::
+
+        \ell_i = -u_i^\top v_i/\tau + \log \sum_{j \ne i} e^{u_i^\top u_j/\tau}
+                 \;\big[+ \log \sum_{j \ne i} e^{v_i^\top v_j/\tau}\big]
+
+    Parameters
+    ----------
+    u, v : array-like of shape (..., B, d)
+        The paired embeddings; ``u`` are the anchors.
+    temperature, lambda_pos, lambda_ent, normalize, return_terms
+        As in :func:`info_nce`.
+    reduction : {'mean', 'sum', 'none'}, default='mean'
+        Over the ``B`` anchors; ``'none'`` returns shape ``(..., B)``.
+    include_positive_view : bool, default=True
+        Add the bracketed energy of the positives' view, as the authors' reference
+        code does by default (``include_augs=True``).
+
+    Returns
+    -------
+    torch.Tensor or LossTerms
+    """
+    check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
+    u, v = check_views(u, v, normalize=normalize)
+    positive = -(u * v).sum(-1) / temperature
+    entropy = gram_logsumexp(u, temperature)
+    if include_positive_view:
+        entropy = entropy + gram_logsumexp(v, temperature)
+    terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
+                         reduction=reduction)
+    return finish(terms, return_terms)

@@ -1,0 +1,30 @@
+"""The repository's promises: the README's commands are the ones CI runs."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_commands():
+    text = (ROOT / "README.md").read_text()
+    return re.findall(r"```bash\n(.*?)\n```", text, flags=re.S)
+
+
+def test_readme_opens_with_two_commands():
+    commands = readme_commands()
+    assert len(commands) >= 2
+    setup, tests = commands[0], commands[1]
+    assert "pip install -q torch==2.13.0" in setup and "skcontrast" in setup
+    assert tests.rstrip().endswith("python -m pytest")
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    test_command = readme_commands()[1].strip()
+    ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert test_command in ci_lines
+
+
+def test_torch_is_installed_before_the_package_everywhere():
+    for command in readme_commands()[:2]:
+        assert command.index("torch==2.13.0") < command.index("pip install -q -e")
