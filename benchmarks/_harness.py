@@ -3,8 +3,10 @@
 Peers run side by side in one process. Peak memory is the rise of the process's peak
 resident set size (``VmHWM``) over its size before the call; Linux lets a process reset
 that peak by writing ``5`` to ``/proc/self/clear_refs``, so successive measurements in
-one process do not see each other's peaks. Where that is not possible the column says
-``n/a`` rather than print a wrong figure.
+one process do not see each other's peaks, and glibc's ``malloc_trim`` first returns
+freed heap memory to the system, so that memory a previous call left in the allocator's
+cache does not hide new allocations. Where that is not possible the column says ``n/a``
+rather than print a wrong figure.
 """
 
 from __future__ import annotations
@@ -31,6 +33,15 @@ def _status_kb(field: str) -> int | None:
     return None
 
 
+def _trim_heap() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _reset_peak() -> bool:
     try:
         _CLEAR_REFS.write_text("5")
@@ -55,6 +66,7 @@ def measure(fn: Callable[[], object], *, repeats: int = 5,
 def peak_memory_mib(fn: Callable[[], object]) -> float | None:
     """Peak resident memory added by one call of ``fn``, in MiB (``None`` if unknown)."""
     gc.collect()
+    _trim_heap()
     base = _status_kb("VmRSS")
     if base is None or not _reset_peak():
         fn()

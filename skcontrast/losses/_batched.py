@@ -171,15 +171,16 @@ def pair_affinity(u: Any, v: Any, batch_size: int, *, temperature: Any = 1.0,
     check_int(batch_size, "batch_size", minimum=2)
     check_loss_options(temperature, 1.0, 1.0)
     u, v = check_views(u, v, normalize=normalize)
-    shift = math.log(batch_size - 1)
-    uv = similarity(u, v, temperature)
-    vu = uv.transpose(-1, -2)
-    diag_u = torch.diagonal(uv, dim1=-2, dim2=-1)
-    p = F.softplus(uv - diag_u[..., :, None] + shift)
-    p = p + F.softplus(vu - diag_u[..., :, None] + shift)
-    w = p + p.transpose(-1, -2)
-    n = w.shape[-1]
-    return w.masked_fill(torch.eye(n, dtype=torch.bool, device=w.device), 0.0)
+    logits = similarity(u, v, temperature)
+    positive = torch.diagonal(logits, dim1=-2, dim2=-1).clone()
+    shifted = logits + math.log(batch_size - 1)
+    # With x = u v^T / t and s = log(B-1), p_ij = sp(x_ij - x_ii + s) + sp(x_ji - x_ii + s).
+    # Grouping the four terms of w_ij = p_ij + p_ji by x_ij and x_ji gives w = f + f^T with
+    # f_ij = sp(x_ij - x_ii + s) + sp(x_ij - x_jj + s): one transposed pass instead of two.
+    f = F.softplus(shifted - positive[..., :, None])
+    f = f + F.softplus(shifted - positive[..., None, :])
+    w = f + f.transpose(-1, -2)
+    return w.masked_fill(torch.eye(w.shape[-1], dtype=torch.bool, device=w.device), 0.0)
 
 
 def pairwise_lower_bound(u: Any, v: Any, batch_size: int | None = None, *,

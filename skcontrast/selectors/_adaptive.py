@@ -1,0 +1,308 @@
+"""Adaptive selectors that look at the current embeddings: OSGD, BcS and ScB."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._validation import check_choice, check_int, check_positive, describe
+from ..losses import batch_losses
+from ..losses._incremental import GrowingBatches
+from ._base import (
+    BatchSelector,
+    check_batch_size,
+    check_embeddings,
+    n_partition_batches,
+    partition,
+    views,
+)
+
+DEFAULT_TEMPERATURE = 0.1
+DEFAULT_LOSS = "symmetric_info_nce"
+
+
+def _temperature(selector: Any) -> float:
+    t = DEFAULT_TEMPERATURE if selector.temperature is None else selector.temperature
+    check_positive(t, "temperature")
+    return float(t)
+
+
+def _check_fraction(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ValueError(f"{name} must be a number in [0, 1]; got {describe(value)}")
+    return float(value)
+
+
+class OSGDSelector(BatchSelector):
+    """Ordered SGD: from each group of ``k`` candidate batches keep the ``q`` of largest loss.
+
+    Seed 002, Sec. 5.1-5.2 and Appendix C.3 (after Kawaguchi & Lu, 2020).
+
+    - ``candidates='partition'`` (default, Alg. 7 "OSGD without replacement"): each epoch
+      randomly partitions the samples into batches; from every run of ``k`` consecutive
+      batches the ``q`` with the largest loss are yielded. An epoch thus yields about
+      ``q/k`` of the partition (the last, shorter group keeps ``ceil(q * size / k)``).
+    - ``candidates='random'`` (Alg. 6): each group is ``k`` batches drawn independently at
+      random (all ``C(n, B)`` batches when ``k`` reaches that number); an epoch has
+      ``n_groups`` groups (default: enough that ``q * n_groups * B >= n``).
+
+    All candidates are scored in one vectorised :func:`~skcontrast.losses.batch_losses`
+    call on the current embeddings. Each yielded batch is one training step; Alg. 7's
+    averaging of the ``q`` selected gradients into a single step is the special case
+    of the simulation with ``q = 1``.
+
+    Parameters
+    ----------
+    batch_size : int, default=32
+    k : int, default=1500
+        Candidate batches per group (seed 002 Appendix D.3 uses 1500).
+    q : int, default=150
+        Batches kept per group (150 in Appendix D.3); ``q <= k``.
+    candidates : {'partition', 'random'}, default='partition'
+    n_groups : int or None, default=None
+        Groups per epoch with ``candidates='random'``.
+    loss : str or callable or None, default=None
+        Any loss of :mod:`skcontrast.losses`; ``None`` means the loss being trained when
+        used inside an estimator, else ``'symmetric_info_nce'``. Label losses need ``y``
+        for single-view embeddings.
+    temperature : float or None, default=None
+        ``None``: the estimator's temperature, else 0.1.
+    loss_params : dict or None, default=None
+        Further keyword arguments for the loss.
+    drop_last : bool, default=False
+    random_state : int, numpy Generator or None, default=None
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skcontrast.selectors import OSGDSelector
+    >>> X = np.random.default_rng(0).normal(size=(40, 2, 8))
+    >>> sel = OSGDSelector(batch_size=4, k=5, q=2, random_state=0)
+    >>> [len(b) for b in sel.split(X)]
+    [4, 4, 4, 4]
+    """
+
+    def __init__(self, batch_size: int = 32, *, k: int = 1500, q: int = 150,
+                 candidates: str = "partition", n_groups: int | None = None,
+                 loss: Any = None, temperature: float | None = None,
+                 loss_params: dict | None = None, drop_last: bool = False,
+                 random_state: Any = None) -> None:
+        self.batch_size = batch_size
+        self.k = k
+        self.q = q
+        self.candidates = candidates
+        self.n_groups = n_groups
+        self.loss = loss
+        self.temperature = temperature
+        self.loss_params = loss_params
+        self.drop_last = drop_last
+        self.random_state = random_state
+
+    _adaptive = True
+
+    def _check(self, n: int) -> tuple[int, int, int]:
+        b = check_batch_size(self.batch_size, n)
+        k = check_int(self.k, "k", minimum=1)
+        q = check_int(self.q, "q", minimum=1, maximum=k)
+        check_choice(self.candidates, "candidates", ("partition", "random"))
+        return b, k, q
+
+    def score(self, X: Any, batches: Any, y: Any = None) -> np.ndarray:
+        """Loss of each batch on embeddings ``X`` under this selector's loss settings."""
+        X = check_embeddings(X)
+        u, v = views(X)
+        loss = DEFAULT_LOSS if self.loss is None else self.loss
+        kwargs = {"temperature": _temperature(self), **(self.loss_params or {})}
+        with torch.no_grad():
+            if X.ndim == 2 and y is not None:
+                out = batch_losses(torch.from_numpy(u), batches=batches, y=y, loss=loss,
+                                   **kwargs)
+            else:
+                out = batch_losses(torch.from_numpy(u), torch.from_numpy(v), batches,
+                                   loss=loss, **kwargs)
+        return out.cpu().numpy()
+
+    def _select(self, X, y, groups, rng):
+        n = len(X)
+        b, k, q = self._check(n)
+        if self.candidates == "partition":
+            pool = partition(rng.permutation(n), b, self.drop_last)
+            groups_of_batches = [pool[i:i + k] for i in range(0, len(pool), k)]
+        else:
+            groups_of_batches = [self._random_group(n, b, k, rng) for _ in range(self._groups(n))]
+        flat = [batch for group in groups_of_batches for batch in group]
+        scores = self.score(X, flat, y)
+        chosen, start = [], 0
+        for group in groups_of_batches:
+            group_scores = scores[start:start + len(group)]
+            keep = self._kept(len(group), k, q)
+            for j in np.argsort(-group_scores, kind="stable")[:keep]:
+                chosen.append(group[j])
+            start += len(group)
+        return chosen
+
+    @staticmethod
+    def _kept(group_size: int, k: int, q: int) -> int:
+        return q if group_size == k else max(1, math.ceil(q * group_size / k))
+
+    def _groups(self, n: int) -> int:
+        if self.n_groups is not None:
+            return check_int(self.n_groups, "n_groups", minimum=1)
+        return max(1, math.ceil(n / (self.q * check_batch_size(self.batch_size, n))))
+
+    @staticmethod
+    def _random_group(n: int, b: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
+        if k >= math.comb(n, b):
+            return [np.array(c, dtype=np.int64) for c in itertools.combinations(range(n), b)]
+        return [np.sort(rng.choice(n, size=b, replace=False)).astype(np.int64)
+                for _ in range(k)]
+
+    def _n_batches(self, n, y):
+        b, k, q = self._check(n)
+        if self.candidates == "random":
+            group = min(k, math.comb(n, b))
+            return self._groups(n) * min(q, group)
+        total = n_partition_batches(n, b, self.drop_last)
+        full, rest = divmod(total, k)
+        return full * q + (self._kept(rest, k, q) if rest else 0)
+
+
+class _GreedySelector(BatchSelector):
+    """Shared machinery of BcS and ScB: bins, capacities, +Rand pre-filling."""
+
+    _adaptive = True
+
+    def __init__(self, batch_size: int = 32, *, random_fraction: float = 0.0,
+                 temperature: float | None = None, random_state: Any = None) -> None:
+        self.batch_size = batch_size
+        self.random_fraction = random_fraction
+        self.temperature = temperature
+        self.random_state = random_state
+
+    def _setup(self, X: np.ndarray) -> tuple[GrowingBatches, np.ndarray, int]:
+        n = len(X)
+        b = check_batch_size(self.batch_size, n)
+        fraction = _check_fraction(self.random_fraction, "random_fraction")
+        u, v = views(X)
+        n_bins = n_partition_batches(n, b, False)
+        capacity = np.full(n_bins, b)
+        capacity[-1] = n - b * (n_bins - 1)
+        state = GrowingBatches(u, v, n_bins, b, _temperature(self))
+        random_rounds = max(1, round(fraction * b))
+        return state, capacity, random_rounds
+
+    def _n_batches(self, n, y):
+        return n_partition_batches(n, check_batch_size(self.batch_size, n), False)
+
+
+class BcSSelector(_GreedySelector):
+    """Batch-chooses-Sample greedy partition (seed 000, Sec. 4 and Algorithm 1).
+
+    ``ceil(n/B)`` bins are filled in ``B`` rounds; in each round every bin in turn takes
+    the remaining sample that maximises its loss :math:`\\mathcal{L}^{con}(B_j \\cup \\{i\\})`
+    (the first member of each bin is random). The loss of a bin with each candidate is
+    updated incrementally from per-member log-sum-exps (see
+    ``skcontrast.losses._incremental``), so one choice costs O(|B_j| * n_remaining) and
+    the epoch O(n^2 B), as in the paper, with matrix products for the similarities.
+
+    Parameters
+    ----------
+    batch_size : int, default=32
+    random_fraction : float in [0, 1], default=0.0
+        The "+Rand" variant: every bin is first filled with this share of random samples
+        (``round(random_fraction * B)`` rounds), the rest greedily. 1.0 gives a random
+        partition.
+    temperature : float or None, default=None
+        ``None``: the estimator's temperature when trained inside one, else 0.1.
+    random_state : int, numpy Generator or None, default=None
+
+    Notes
+    -----
+    Every epoch is a partition: all batches have ``batch_size`` samples except the last,
+    which holds the remainder ``n mod batch_size``.
+    """
+
+    def _select(self, X, y, groups, rng):
+        state, capacity, random_rounds = self._setup(X)
+        remaining = torch.ones(len(X), dtype=torch.bool)
+        for r in range(self.batch_size):
+            candidates = torch.nonzero(remaining).squeeze(1)
+            cand_u, cand_v = state.u[candidates], state.v[candidates]
+            taken = torch.zeros(len(candidates), dtype=torch.bool)
+            for j in range(len(capacity)):
+                if state.sizes[j] >= capacity[j]:
+                    continue
+                members = state.members[j, :state.sizes[j]]
+                if r < random_rounds:
+                    free = torch.nonzero(~taken).squeeze(1)
+                    pick = int(free[rng.integers(len(free))])
+                    cross_uv, cross_vu = state.cross_from(cand_u[pick:pick + 1],
+                                                          cand_v[pick:pick + 1], members)
+                    cross_uv, cross_vu = cross_uv[0], cross_vu[0]
+                else:
+                    cross_uv, cross_vu = state.cross_from(cand_u, cand_v, members)
+                    gains = state.grown_losses(j, cross_uv, cross_vu, candidates)
+                    pick = int(torch.argmax(gains.masked_fill(taken, -torch.inf)))
+                    cross_uv, cross_vu = cross_uv[pick], cross_vu[pick]
+                i = int(candidates[pick])
+                state.add(j, i, cross_uv, cross_vu)
+                taken[pick] = True
+                remaining[i] = False
+        return state.batches()
+
+
+class ScBSelector(_GreedySelector):
+    """Sample-chooses-Batch greedy partition (seed 000, Sec. 4 and Algorithm 2).
+
+    Samples are visited in random order; each joins the bin, among those that have not
+    yet received a sample in the current round, whose loss
+    :math:`\\mathcal{L}^{con}(B_j \\cup \\{i\\})` it makes largest. Rounds keep the bins
+    equal in size. The first member of each bin is random. Similarities of each block of
+    256 visited samples to all samples come from one matrix product, and the loss of
+    every bin with the new sample is updated incrementally, so the epoch costs
+    O(n^2 d) flops in BLAS plus O(n^2) element operations (the paper's O(n^2)).
+
+    Parameters
+    ----------
+    batch_size : int, default=32
+    random_fraction : float in [0, 1], default=0.0
+        The "+Rand" variant (see :class:`BcSSelector`).
+    temperature : float or None, default=None
+    random_state : int, numpy Generator or None, default=None
+    """
+
+    _block = 256
+
+    def _select(self, X, y, groups, rng):
+        state, capacity, random_rounds = self._setup(X)
+        n, n_bins = len(X), len(capacity)
+        capacity = torch.as_tensor(capacity)
+        order = torch.as_tensor(rng.permutation(n))
+        open_in_round = torch.ones(n_bins, dtype=torch.bool)
+        every = torch.arange(n)
+        for start in range(0, n, self._block):
+            block = order[start:start + self._block]
+            cross_uv_all, cross_vu_all = state.cross(block, every)
+            for t, i in enumerate(block.tolist()):
+                has_room = state.sizes < capacity
+                if not bool((open_in_round & has_room).any()):
+                    open_in_round[:] = True
+                available = torch.nonzero(open_in_round & has_room).squeeze(1)
+                members = state.members[available]
+                cross_uv = cross_uv_all[t][members]
+                cross_vu = cross_vu_all[t][members]
+                sizes = state.sizes[available]
+                if int(sizes.min()) < random_rounds:
+                    unfilled = torch.nonzero(sizes < random_rounds).squeeze(1)
+                    row = int(unfilled[rng.integers(len(unfilled))])
+                else:
+                    gains = state.grown_losses(available, cross_uv, cross_vu, i)
+                    row = int(torch.argmax(gains))
+                j = int(available[row])
+                state.add(j, i, cross_uv[row], cross_vu[row])
+                open_in_round[j] = False
+        return state.batches()

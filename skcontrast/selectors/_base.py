@@ -1,0 +1,172 @@
+"""The batch-selector protocol, modelled on scikit-learn's cross-validators."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator
+
+from .._validation import as_numpy, check_finite_array, check_int, describe
+
+
+def check_embeddings(X: Any, *, name: str = "X") -> np.ndarray:
+    """Validate what a selector looks at: ``(n, 2, d)`` pairs or ``(n, d)`` single views.
+
+    Returns a float NumPy array (torch tensors are detached and brought to the CPU).
+    """
+    array = as_numpy(X, name)
+    if array.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must hold numbers; got {describe(array)}")
+    if array.ndim == 3 and array.shape[1] != 2:
+        raise ValueError(
+            f"{name} of shape (n, 2, d) must hold two views on axis 1; got {describe(array)}")
+    if array.ndim not in (2, 3):
+        raise ValueError(
+            f"{name} must be paired embeddings of shape (n, 2, d) or single-view embeddings "
+            f"of shape (n, d); got {describe(array)}")
+    if array.shape[0] < 1:
+        raise ValueError(f"{name} holds no samples; got {describe(array)}")
+    array = array if array.dtype.kind == "f" else array.astype(np.float64)
+    check_finite_array(array, name)
+    return array
+
+
+def views(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The two views ``(u, v)`` of checked embeddings; a single view is its own positive."""
+    if X.ndim == 3:
+        return X[:, 0], X[:, 1]
+    return X, X
+
+
+def check_batch_size(batch_size: Any, n: int, name: str = "batch_size") -> int:
+    """``2 <= batch_size <= n``, with messages that say why."""
+    b = check_int(batch_size, name)
+    if b < 2:
+        raise ValueError(f"{name}={b} is too small: a batch needs at least 2 samples to contrast")
+    if b > n:
+        raise ValueError(f"{name}={b} exceeds the number of samples n={n}")
+    return b
+
+
+def partition(order: np.ndarray, batch_size: int, drop_last: bool) -> list[np.ndarray]:
+    """Cut an ordering of the samples into consecutive batches of ``batch_size``.
+
+    With ``drop_last=False`` (the default everywhere) the last batch holds the remainder
+    ``n mod batch_size``; with ``drop_last=True`` the remainder is left out of this epoch.
+    """
+    n = len(order)
+    stop = n - n % batch_size if drop_last else n
+    return [order[i:i + batch_size].astype(np.int64) for i in range(0, stop, batch_size)]
+
+
+def n_partition_batches(n: int, batch_size: int, drop_last: bool) -> int:
+    return n // batch_size if drop_last else -(-n // batch_size)
+
+
+class BatchSelector(BaseEstimator):
+    """Base class of batch selectors: the mini-batches of one epoch per ``split`` call.
+
+    The protocol copies scikit-learn's cross-validators: ``split(X, y=None, groups=None)``
+    yields 1-D ``int64`` index arrays and ``get_n_splits`` says how many. Unlike a
+    cross-validator a selector has a notion of *time*: successive ``split`` calls return
+    successive epochs (a shuffling selector reshuffles). The whole sequence is
+    reproducible from ``random_state``: epoch ``e`` draws from
+    ``numpy.random.default_rng([seed, e])``, so it does not depend on how the previous
+    epochs were consumed. :func:`sklearn.base.clone` gives a selector that starts again
+    at epoch 0; :meth:`set_epoch` jumps to an epoch (to resume training).
+
+    Subclasses implement ``_select(X, y, groups, rng)``; adaptive selectors set
+    ``_adaptive = True`` and receive checked embeddings.
+    """
+
+    _adaptive = False
+
+    def split(self, X: Any, y: Any = None, groups: Any = None) -> Iterator[np.ndarray]:
+        """Yield the index batches of the next epoch.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, 2, d) or (n, d)
+            Paired embeddings (``u_i = X[i, 0]``, ``v_i = X[i, 1]``) or single-view
+            embeddings. Non-adaptive selectors only use ``len(X)``.
+        y : array-like of shape (n,), optional
+            Labels, for selectors that use them.
+        groups : ignored
+            Present for compatibility with scikit-learn splitters.
+
+        Yields
+        ------
+        numpy.ndarray of int64
+            The indices of one mini-batch.
+        """
+        return iter(self.epoch_batches(X, y, groups))
+
+    def epoch_batches(self, X: Any, y: Any = None, groups: Any = None) -> list[np.ndarray]:
+        """The next epoch's batches as a list (what :meth:`split` iterates over)."""
+        X = check_embeddings(X)
+        rng = self._epoch_rng(self._claim_epoch())
+        return self._select(X, y, groups, rng)
+
+    def get_n_splits(self, X: Any = None, y: Any = None, groups: Any = None) -> int:
+        """Number of batches one epoch yields for ``X`` (``X`` or its length is required)."""
+        if X is None:
+            raise ValueError(f"{type(self).__name__}.get_n_splits needs X (or n) to count "
+                             "the batches of an epoch")
+        n = X if isinstance(X, numbers.Integral) else len(X)
+        return self._n_batches(int(n), y)
+
+    def set_epoch(self, epoch: int) -> BatchSelector:
+        """Make the next :meth:`split` return epoch ``epoch`` (0-based)."""
+        self._epoch = check_int(epoch, "epoch", minimum=0)
+        return self
+
+    @property
+    def current_epoch(self) -> int:
+        """The epoch the next :meth:`split` call will return (0-based)."""
+        return getattr(self, "_epoch", 0)
+
+    # -- subclass hooks ---------------------------------------------------------------
+
+    def _select(self, X: np.ndarray, y: Any, groups: Any,
+                rng: np.random.Generator) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def _n_batches(self, n: int, y: Any) -> int:
+        raise NotImplementedError
+
+    # -- epochs and randomness --------------------------------------------------------
+
+    def _claim_epoch(self) -> int:
+        epoch = self.current_epoch
+        self._epoch = epoch + 1
+        return epoch
+
+    def _seed(self) -> int:
+        seed = getattr(self, "_seed_value", None)
+        if seed is None:
+            seed = resolve_seed(getattr(self, "random_state", None))
+            self._seed_value = seed
+        return seed
+
+    def _epoch_rng(self, epoch: int) -> np.random.Generator:
+        return np.random.default_rng([self._seed(), epoch])
+
+
+def resolve_seed(random_state: Any) -> int:
+    """An integer seed from ``None`` (fresh entropy), an int, or a NumPy RNG (drawn once)."""
+    if random_state is None:
+        return int(np.random.SeedSequence().entropy % 2**63)
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        if random_state < 0:
+            raise ValueError(f"random_state must be non-negative; got {random_state}")
+        return int(random_state)
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(2**63))
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(2**31))
+    raise ValueError(
+        f"random_state must be None, an int, or a numpy Generator/RandomState; "
+        f"got {describe(random_state)}")

@@ -1,0 +1,201 @@
+"""Non-adaptive selectors: fixed, shuffled, random, full and exhaustive batches."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+
+from .._validation import check_int
+from ._base import BatchSelector, check_batch_size, n_partition_batches, partition
+
+
+class FixedBatchSelector(BatchSelector):
+    """One random partition, reused unchanged every epoch (seed 000, FIXED-BATCH).
+
+    The samples are permuted once (from ``random_state``) and cut into consecutive
+    batches; every epoch yields the same batches in the same order. This models data
+    split across nodes that never exchange samples; seed 000 Prop. 3 shows such a fixed
+    partition generally does *not* reach the full-batch optimum.
+
+    Parameters
+    ----------
+    batch_size : int, default=32
+        Samples per batch (``2 <= batch_size <= n``).
+    drop_last : bool, default=False
+        ``False``: the last batch holds the remainder ``n mod batch_size`` (no sample is
+        ever dropped). ``True``: the remainder is left out.
+    random_state : int, numpy Generator or None, default=None
+        Seed of the partition.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skcontrast.selectors import FixedBatchSelector
+    >>> sel = FixedBatchSelector(batch_size=3, random_state=0)
+    >>> first = [b.tolist() for b in sel.split(np.zeros((7, 2, 4)))]
+    >>> first == [b.tolist() for b in sel.split(np.zeros((7, 2, 4)))]
+    True
+    >>> [len(b) for b in first]
+    [3, 3, 1]
+    """
+
+    def __init__(self, batch_size: int = 32, *, drop_last: bool = False,
+                 random_state: Any = None) -> None:
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.random_state = random_state
+
+    def _select(self, X, y, groups, rng):
+        n = len(X)
+        b = check_batch_size(self.batch_size, n)
+        order = self._epoch_rng(0).permutation(n)
+        return partition(order, b, self.drop_last)
+
+    def _n_batches(self, n, y):
+        return n_partition_batches(n, check_batch_size(self.batch_size, n), self.drop_last)
+
+
+class ShuffledBatchSelector(BatchSelector):
+    """A new random partition every epoch (seed 000, SHUFFLED-BATCH): SGD without replacement.
+
+    The usual way to train, and the default selector of the estimators (seed 002 Alg. 5).
+
+    Parameters
+    ----------
+    batch_size : int, default=32
+        Samples per batch (``2 <= batch_size <= n``).
+    drop_last : bool, default=False
+        See :class:`FixedBatchSelector`.
+    random_state : int, numpy Generator or None, default=None
+        Seed of the sequence of epochs.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skcontrast.selectors import ShuffledBatchSelector
+    >>> sel = ShuffledBatchSelector(batch_size=4, random_state=0)
+    >>> epoch = list(sel.split(np.zeros((10, 3))))
+    >>> sorted(np.concatenate(epoch).tolist()) == list(range(10))
+    True
+    """
+
+    def __init__(self, batch_size: int = 32, *, drop_last: bool = False,
+                 random_state: Any = None) -> None:
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.random_state = random_state
+
+    def _select(self, X, y, groups, rng):
+        n = len(X)
+        b = check_batch_size(self.batch_size, n)
+        return partition(rng.permutation(n), b, self.drop_last)
+
+    def _n_batches(self, n, y):
+        return n_partition_batches(n, check_batch_size(self.batch_size, n), self.drop_last)
+
+
+class RandomBatchSelector(BatchSelector):
+    """Batches drawn independently and uniformly from all size-B subsets (seed 002 Alg. 4).
+
+    SGD *with* replacement: each batch holds ``batch_size`` distinct samples, but batches
+    are independent, so within an epoch a sample can appear several times or not at all.
+    Not a partition.
+
+    Parameters
+    ----------
+    batch_size : int, default=32
+        Samples per batch.
+    n_batches : int or None, default=None
+        Batches per epoch; ``None`` gives ``ceil(n / batch_size)``, the number of steps
+        of a partition epoch.
+    random_state : int, numpy Generator or None, default=None
+    """
+
+    def __init__(self, batch_size: int = 32, *, n_batches: int | None = None,
+                 random_state: Any = None) -> None:
+        self.batch_size = batch_size
+        self.n_batches = n_batches
+        self.random_state = random_state
+
+    def _select(self, X, y, groups, rng):
+        n = len(X)
+        b = check_batch_size(self.batch_size, n)
+        return [np.sort(rng.choice(n, size=b, replace=False)).astype(np.int64)
+                for _ in range(self._n_batches(n, y))]
+
+    def _n_batches(self, n, y):
+        if self.n_batches is not None:
+            return check_int(self.n_batches, "n_batches", minimum=1)
+        return n_partition_batches(n, check_batch_size(self.batch_size, n), False)
+
+
+class FullBatchSelector(BatchSelector):
+    """One batch holding all ``n`` samples (full-batch gradient descent).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skcontrast.selectors import FullBatchSelector
+    >>> [b.tolist() for b in FullBatchSelector().split(np.zeros((4, 2)))]
+    [[0, 1, 2, 3]]
+    """
+
+    def __init__(self) -> None:
+        pass
+
+    def _select(self, X, y, groups, rng):
+        check_batch_size(len(X), len(X), name="n (the full batch)")
+        return [np.arange(len(X), dtype=np.int64)]
+
+    def _n_batches(self, n, y):
+        return 1
+
+
+class ExhaustiveBatchSelector(BatchSelector):
+    """All ``C(n, B)`` batches of size ``B`` every epoch (seed 000 Theorem 1).
+
+    Training on every size-B subset has the same minimiser as the full batch (the
+    simplex ETF for ``n <= d + 1``); this selector is for small, theoretical set-ups.
+
+    Parameters
+    ----------
+    batch_size : int, default=2
+        ``B``.
+    max_batches : int, default=100_000
+        Refuse (``ValueError``) when ``C(n, B)`` exceeds this bound, rather than
+        exhaust memory.
+    shuffle : bool, default=True
+        Visit the batches in a new random order each epoch (lexicographic otherwise).
+    random_state : int, numpy Generator or None, default=None
+    """
+
+    def __init__(self, batch_size: int = 2, *, max_batches: int = 100_000,
+                 shuffle: bool = True, random_state: Any = None) -> None:
+        self.batch_size = batch_size
+        self.max_batches = max_batches
+        self.shuffle = shuffle
+        self.random_state = random_state
+
+    def _select(self, X, y, groups, rng):
+        n = len(X)
+        count = self._n_batches(n, y)
+        batches = np.fromiter(itertools.chain.from_iterable(
+            itertools.combinations(range(n), self.batch_size)), dtype=np.int64,
+            count=count * self.batch_size).reshape(count, self.batch_size)
+        if self.shuffle:
+            batches = batches[rng.permutation(count)]
+        return list(batches)
+
+    def _n_batches(self, n, y):
+        b = check_batch_size(self.batch_size, n)
+        bound = check_int(self.max_batches, "max_batches", minimum=1)
+        count = math.comb(n, b)
+        if count > bound:
+            raise ValueError(
+                f"ExhaustiveBatchSelector would yield C({n}, {b}) = {count:,} batches per "
+                f"epoch, more than max_batches={bound:,}; raise max_batches or use a "
+                f"sampling selector")
+        return count

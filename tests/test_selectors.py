@@ -1,0 +1,453 @@
+"""Batch selectors: partition invariants, the papers' algorithms, sklearn protocol, bad input."""
+
+import itertools
+import math
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from conftest import requires_cuda
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy.optimize import linear_sum_assignment
+from sklearn.base import clone
+
+from skcontrast.exceptions import DegenerateEmbeddingWarning
+from skcontrast.losses import batch_losses, symmetric_info_nce
+from skcontrast.losses._incremental import GrowingBatches
+from skcontrast.selectors import (
+    BatchSelector,
+    BcSSelector,
+    BindingSelector,
+    ExhaustiveBatchSelector,
+    FixedBatchSelector,
+    FullBatchSelector,
+    OSGDSelector,
+    RandomBatchSelector,
+    ScBSelector,
+    ShuffledBatchSelector,
+    SpectralBatchSelector,
+    balanced_assignment,
+    batch_interaction_graph,
+    check_corollary_2_1,
+)
+
+
+def embeddings(n, d=6, seed=0, paired=True):
+    x = np.random.default_rng(seed).normal(size=(n, 2, d) if paired else (n, d))
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def partition_selectors(b, seed):
+    return [
+        FixedBatchSelector(b, random_state=seed),
+        ShuffledBatchSelector(b, random_state=seed),
+        BcSSelector(b, random_state=seed),
+        BcSSelector(b, random_fraction=0.5, random_state=seed),
+        ScBSelector(b, random_state=seed),
+        SpectralBatchSelector(b, chunk_size=4 * b, backend="scipy", random_state=seed),
+        SpectralBatchSelector(b, chunk_size=3 * b, eigen_solver="ritz", backend="numpy",
+                              random_state=seed),
+    ]
+
+
+def assert_partition(batches, n, b):
+    flat = np.concatenate(batches)
+    assert all(batch.dtype == np.int64 and batch.ndim == 1 for batch in batches)
+    assert sorted(flat.tolist()) == list(range(n)), "every sample exactly once"
+    sizes = sorted(len(batch) for batch in batches)
+    assert sizes.count(b) >= len(batches) - 1
+    assert sizes[0] == (n % b or b), "only one short batch, holding the remainder"
+
+
+# --------------------------------------------------------------------------------------
+# Partition invariants (hypothesis)
+# --------------------------------------------------------------------------------------
+
+@given(n=st.integers(2, 48), data=st.data(), seed=st.integers(0, 10_000))
+def test_partition_selectors_cover_every_sample_once(n, data, seed):
+    b = data.draw(st.integers(2, n))
+    X = embeddings(n, seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateEmbeddingWarning)
+        for selector in partition_selectors(b, seed):
+            for _ in range(2):
+                batches = list(selector.split(X))
+                assert_partition(batches, n, b)
+                assert len(batches) == selector.get_n_splits(X)
+
+
+@given(n=st.integers(2, 40), data=st.data(), seed=st.integers(0, 10_000))
+def test_drop_last_drops_only_the_remainder(n, data, seed):
+    b = data.draw(st.integers(2, n))
+    for selector in (FixedBatchSelector(b, drop_last=True, random_state=seed),
+                     ShuffledBatchSelector(b, drop_last=True, random_state=seed)):
+        batches = list(selector.split(np.zeros((n, 3))))
+        flat = np.concatenate(batches)
+        assert len(batches) == n // b == selector.get_n_splits(n)
+        assert all(len(batch) == b for batch in batches)
+        assert len(set(flat.tolist())) == len(flat) == n - n % b
+
+
+@pytest.mark.parametrize("make", [lambda s: ShuffledBatchSelector(4, random_state=s),
+                                  lambda s: FixedBatchSelector(4, random_state=s),
+                                  lambda s: BcSSelector(4, random_state=s),
+                                  lambda s: ScBSelector(4, random_state=s),
+                                  lambda s: SpectralBatchSelector(4, chunk_size=8,
+                                                                  random_state=s),
+                                  lambda s: OSGDSelector(4, k=3, q=2, random_state=s),
+                                  lambda s: RandomBatchSelector(4, random_state=s)])
+def test_sequence_of_epochs_is_reproducible_and_clone_restarts(make):
+    X = embeddings(22, seed=3)
+    first, second = make(7), make(7)
+    run_a = [[b.tolist() for b in first.split(X)] for _ in range(3)]
+    run_b = [[b.tolist() for b in second.split(X)] for _ in range(3)]
+    assert run_a == run_b
+    restarted = clone(first)
+    assert restarted.current_epoch == 0
+    assert [b.tolist() for b in restarted.split(X)] == run_a[0]
+    jumped = make(7).set_epoch(2)
+    assert [b.tolist() for b in jumped.split(X)] == run_a[2]
+
+
+def test_shuffled_epochs_differ_and_fixed_epochs_repeat():
+    X = np.zeros((40, 3))
+    shuffled = ShuffledBatchSelector(5, random_state=0)
+    a, b = (list(map(list, shuffled.split(X))) for _ in range(2))
+    assert a != b
+    fixed = FixedBatchSelector(5, random_state=0)
+    assert list(map(list, fixed.split(X))) == list(map(list, fixed.split(X)))
+
+
+def test_random_state_none_still_gives_valid_distinct_epochs():
+    sel = ShuffledBatchSelector(4)
+    a, b = (list(map(list, sel.split(np.zeros((30, 2))))) for _ in range(2))
+    assert a != b
+
+
+def test_random_batches_are_independent_size_b_subsets():
+    sel = RandomBatchSelector(5, random_state=1)
+    batches = list(sel.split(np.zeros((23, 2))))
+    assert len(batches) == math.ceil(23 / 5) == sel.get_n_splits(23)
+    assert all(len(set(b.tolist())) == 5 and b.min() >= 0 and b.max() < 23 for b in batches)
+    assert len(list(RandomBatchSelector(5, n_batches=11).split(np.zeros((23, 2))))) == 11
+
+
+def test_full_and_exhaustive_batches():
+    assert [b.tolist() for b in FullBatchSelector().split(np.zeros((5, 2)))] == [[0, 1, 2, 3, 4]]
+    sel = ExhaustiveBatchSelector(3, random_state=0)
+    batches = {tuple(b.tolist()) for b in sel.split(np.zeros((6, 2)))}
+    assert batches == set(itertools.combinations(range(6), 3))
+    assert sel.get_n_splits(6) == 20
+
+
+def test_selectors_accept_torch_tensors():
+    X = torch.from_numpy(embeddings(12, seed=1))
+    for selector in (ShuffledBatchSelector(4, random_state=0), ScBSelector(4, random_state=0),
+                     SpectralBatchSelector(4, random_state=0)):
+        assert_partition(list(selector.split(X)), 12, 4)
+
+
+# --------------------------------------------------------------------------------------
+# Spectral clustering
+# --------------------------------------------------------------------------------------
+
+def planted_groups(n_groups, b, d=16, seed=0, spread=0.05):
+    """Groups of b near-duplicate pairs: hard negatives of each other."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(n_groups, d))
+    x = np.repeat(centres, b, axis=0)[:, None, :] + spread * rng.normal(size=(n_groups * b, 2, d))
+    order = rng.permutation(n_groups * b)
+    truth = np.repeat(np.arange(n_groups), b)[order]
+    return x[order], truth
+
+
+@pytest.mark.parametrize("solver", ["dense", "ritz"])
+@pytest.mark.parametrize("backend", ["scipy", "numpy"])
+def test_spectral_recovers_planted_hard_negative_groups(backend, solver):
+    X, truth = planted_groups(n_groups=8, b=6)
+    sel = SpectralBatchSelector(6, temperature=0.1, backend=backend, eigen_solver=solver,
+                                random_state=0)
+    batches = list(sel.split(X))
+    assert all(len(set(truth[b].tolist())) == 1 for b in batches), "each batch one group"
+    assert_partition(batches, 48, 6)
+
+
+def test_spectral_batches_have_higher_loss_than_shuffled():
+    X = embeddings(640, d=16, seed=4)
+    spectral = list(SpectralBatchSelector(16, temperature=0.1, random_state=0).split(X))
+    shuffled = list(ShuffledBatchSelector(16, random_state=0).split(X))
+
+    def mean_loss(batches):
+        return batch_losses(X[:, 0], X[:, 1], batches, temperature=0.1).mean().item()
+
+    assert mean_loss(spectral) > mean_loss(shuffled)
+
+
+def test_spectral_chunks_never_form_an_n_by_n_matrix(monkeypatch):
+    from skcontrast.selectors import _spectral
+
+    sizes = []
+    original = _spectral._laplacian
+
+    def spy(u, v, *args):
+        sizes.append(len(u))
+        return original(u, v, *args)
+
+    monkeypatch.setattr(_spectral, "_laplacian", spy)
+    X = embeddings(200, seed=2)
+    batches = list(SpectralBatchSelector(8, chunk_size=60, random_state=0).split(X))
+    assert max(sizes) == 56  # chunk_size rounded down to a multiple of the batch size
+    assert_partition(batches, 200, 8)
+
+
+def test_spectral_falls_back_on_collapsed_embeddings_with_a_warning():
+    X = np.ones((40, 2, 5))
+    with pytest.warns(DegenerateEmbeddingWarning, match="no structure"):
+        batches = list(SpectralBatchSelector(8, random_state=0).split(X))
+    assert_partition(batches, 40, 8)
+
+
+def test_spectral_falls_back_on_a_disconnected_graph():
+    # two far-apart groups at a tiny temperature: cross affinities underflow to zero
+    X, _ = planted_groups(n_groups=2, b=8, spread=0.0)
+    X = X / np.linalg.norm(X, axis=-1, keepdims=True)
+    with pytest.warns(DegenerateEmbeddingWarning):
+        batches = list(SpectralBatchSelector(4, temperature=0.001, random_state=0).split(X))
+    assert_partition(batches, 16, 4)
+
+
+def test_spectral_auto_backend_falls_back_silently_and_cupy_is_refused():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        batches = list(SpectralBatchSelector(4, backend="auto", random_state=0)
+                       .split(embeddings(16)))
+    assert_partition(batches, 16, 4)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="backend='cupy' needs CuPy and a CUDA GPU"):
+            list(SpectralBatchSelector(4, backend="cupy").split(embeddings(16)))
+
+
+@requires_cuda
+@pytest.mark.gpu
+def test_spectral_cupy_backend_on_gpu():
+    pytest.importorskip("cupy", reason="the 'gpu' extra (cupy-cuda12x) is not installed")
+    X, truth = planted_groups(n_groups=8, b=6)
+    batches = list(SpectralBatchSelector(6, temperature=0.1, backend="cupy",
+                                         random_state=0).split(X))
+    assert all(len(set(truth[b].tolist())) == 1 for b in batches)
+    assert_partition(batches, 48, 6)
+
+
+@given(data=st.data(), seed=st.integers(0, 10_000))
+def test_balanced_assignment_is_exact_and_optimal(data, seed):
+    m = data.draw(st.integers(1, 30))
+    k = data.draw(st.integers(1, min(m, 6)))
+    rng = np.random.default_rng(seed)
+    cuts = np.sort(rng.choice(np.arange(1, m), size=k - 1, replace=False)) if k > 1 else []
+    capacity = np.diff(np.concatenate([[0], cuts, [m]])).astype(int)
+    cost = rng.random((m, k)) if seed % 2 else rng.integers(0, 3, (m, k)).astype(float)
+    labels = balanced_assignment(cost, capacity)
+    assert np.bincount(labels, minlength=k).tolist() == capacity.tolist()
+    columns = np.repeat(np.arange(k), capacity)
+    rows, cols = linear_sum_assignment(cost[:, columns])
+    assert cost[np.arange(m), labels].sum() == pytest.approx(cost[rows, columns[cols]].sum())
+
+
+# --------------------------------------------------------------------------------------
+# OSGD, BcS, ScB
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("k,q", [(4, 2), (3, 1), (10, 3)])
+def test_osgd_keeps_the_largest_losses_of_each_group(k, q):
+    X = embeddings(64, seed=5)
+    sel = OSGDSelector(4, k=k, q=q, temperature=0.2, random_state=3)
+    chosen = [b.tolist() for b in sel.split(X)]
+    # OSGD's candidate partition is the shuffled partition of the same epoch and seed
+    pool = list(ShuffledBatchSelector(4, random_state=3).split(X))
+    losses = batch_losses(X[:, 0], X[:, 1], pool, temperature=0.2).numpy()
+    assert len(chosen) == sel.get_n_splits(X)
+    for start in range(0, len(pool), k):
+        group = [p.tolist() for p in pool[start:start + k]]
+        picked = [i for i, b in enumerate(group) if b in chosen]
+        rest = [i for i in range(len(group)) if i not in picked]
+        assert picked
+        if rest:
+            assert losses[start + np.array(picked)].min() >= losses[start + np.array(rest)].max()
+
+
+def test_osgd_random_candidates_with_all_batches_picks_the_worst():
+    X = embeddings(6, seed=1)
+    sel = OSGDSelector(2, k=100, q=1, candidates="random", n_groups=1, temperature=1.0)
+    (best,) = list(sel.split(X))
+    everything = np.array(list(itertools.combinations(range(6), 2)))
+    losses = batch_losses(X[:, 0], X[:, 1], everything, temperature=1.0)
+    assert best.tolist() == everything[int(losses.argmax())].tolist()
+
+
+def test_osgd_with_labels_on_single_view_embeddings():
+    X = embeddings(24, seed=2, paired=False)
+    y = np.repeat(np.arange(6), 4)
+    sel = OSGDSelector(6, k=2, q=1, loss="supcon", random_state=0)
+    assert all(len(b) == 6 for b in sel.split(X, y))
+
+
+@pytest.mark.parametrize("selector_cls", [BcSSelector, ScBSelector])
+def test_greedy_selectors_make_harder_batches_than_shuffling(selector_cls):
+    X = embeddings(200, d=8, seed=6)
+    greedy = list(selector_cls(10, temperature=0.2, random_state=0).split(X))
+    shuffled = list(ShuffledBatchSelector(10, random_state=0).split(X))
+
+    def mean_loss(batches):
+        return batch_losses(X[:, 0], X[:, 1], batches, temperature=0.2).mean().item()
+
+    assert mean_loss(greedy) > mean_loss(shuffled)
+
+
+def test_growing_batches_equals_symmetric_info_nce_of_the_grown_batch():
+    rng = np.random.default_rng(0)
+    u, v = rng.normal(size=(15, 4)), rng.normal(size=(15, 4))
+    state = GrowingBatches(u, v, n_batches=3, capacity=5, temperature=0.3)
+    members = [[], [], []]
+    everyone = torch.arange(15)
+    for step, i in enumerate(rng.permutation(15)):
+        j = step % 3
+        cross_uv, cross_vu = state.cross(everyone, torch.tensor(members[j], dtype=torch.long))
+        predicted = state.grown_losses(j, cross_uv, cross_vu, everyone)
+        grown = members[j] + [int(i)]
+        expected = symmetric_info_nce(u[grown], v[grown], temperature=0.3).item() \
+            if len(grown) > 1 else 0.0
+        assert predicted[i].item() == pytest.approx(expected, rel=1e-10, abs=1e-12)
+        state.add(j, int(i), cross_uv[i], cross_vu[i])
+        members[j] = grown
+    current = [symmetric_info_nce(u[m], v[m], temperature=0.3).item() for m in members]
+    np.testing.assert_allclose(state.losses().numpy(), current, rtol=1e-10)
+
+
+# --------------------------------------------------------------------------------------
+# Batch-binding and the Batch Interaction Graph
+# --------------------------------------------------------------------------------------
+
+def test_binding_puts_exactly_one_binding_example_per_class_in_every_batch():
+    y = np.repeat(["a", "b", "c", "d"], [6, 5, 3, 2])
+    sel = BindingSelector(FixedBatchSelector(4, random_state=0), random_state=1)
+    for _ in range(2):
+        batches = list(sel.split(np.zeros((16, 3)), y))
+        binding = sel.binding_indices_
+        assert sorted(y[binding].tolist()) == ["a", "b", "c", "d"]
+        for batch in batches:
+            assert len(set(batch.tolist())) == len(batch)
+            assert np.isin(binding, batch).all()
+        assert sorted(set(np.concatenate(batches).tolist())) == list(range(16))
+
+
+def test_corollary_2_1_accepts_binding_batches_of_a_fixed_partition():
+    y = np.repeat([0, 1, 2, 3], 5)
+    fixed = list(FixedBatchSelector(4, random_state=0).split(np.zeros((20, 2))))
+    assert not check_corollary_2_1(fixed, y), "a fixed partition alone fails Cor. 2.1"
+    bound = list(BindingSelector(FixedBatchSelector(4, random_state=0), random_state=0)
+                 .split(np.zeros((20, 2)), y))
+    assert check_corollary_2_1(bound, y)
+
+
+def test_corollary_2_1_rejects_the_seed003_counter_example():
+    # Two batches as in seed 003 Fig. 5: class 0 split across batches, classes 1 and 2
+    # never meet.
+    y = np.array([0, 0, 1, 1, 0, 0, 2, 2])
+    result = check_corollary_2_1([[0, 1, 2, 3], [4, 5, 6, 7]], y)
+    assert not result
+    assert result.disconnected_classes == [0]
+    assert result.unlinked_class_pairs == [(1, 2)]
+
+
+def test_batch_interaction_graph_edges():
+    g = batch_interaction_graph([[0, 1, 2], [2, 3]], n=5).toarray()
+    expected = {(0, 1), (0, 2), (1, 2), (2, 3)}
+    assert {(i, j) for i, j in zip(*np.nonzero(g), strict=True) if i < j} == expected
+    assert (g == g.T).all() and not g.diagonal().any()
+
+
+# --------------------------------------------------------------------------------------
+# scikit-learn protocol
+# --------------------------------------------------------------------------------------
+
+ALL = [FixedBatchSelector(8), ShuffledBatchSelector(8), RandomBatchSelector(8),
+       FullBatchSelector(), ExhaustiveBatchSelector(2), OSGDSelector(8), BcSSelector(8),
+       ScBSelector(8), SpectralBatchSelector(8), BindingSelector(ShuffledBatchSelector(8))]
+
+
+@pytest.mark.parametrize("selector", ALL, ids=lambda s: type(s).__name__)
+def test_sklearn_protocol(selector):
+    assert isinstance(selector, BatchSelector)
+    params = selector.get_params()
+    twin = clone(selector)
+    assert twin.get_params().keys() == params.keys()
+    assert repr(selector).startswith(type(selector).__name__ + "(")
+    restored = pickle.loads(pickle.dumps(selector))
+    assert restored.get_params().keys() == params.keys()
+
+
+def test_set_params_reaches_nested_selectors():
+    sel = BindingSelector(ShuffledBatchSelector(8))
+    sel.set_params(base_selector__batch_size=4)
+    assert sel.base_selector.batch_size == 4
+    assert ShuffledBatchSelector().set_params(batch_size=16).batch_size == 16
+
+
+def test_pickle_keeps_the_epoch():
+    sel = ShuffledBatchSelector(4, random_state=0)
+    list(sel.split(np.zeros((12, 2))))
+    restored = pickle.loads(pickle.dumps(sel))
+    assert restored.current_epoch == 1
+    assert list(map(list, restored.split(np.zeros((12, 2))))) == \
+        list(map(list, sel.split(np.zeros((12, 2)))))
+
+
+# --------------------------------------------------------------------------------------
+# Bad input
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("selector", [s for s in ALL if "batch_size" in s.get_params()],
+                         ids=lambda s: type(s).__name__)
+def test_batch_size_out_of_range(selector):
+    X = embeddings(6)
+    with pytest.raises(ValueError, match=r"batch_size=1 is too small"):
+        list(clone(selector).set_params(batch_size=1).split(X))
+    with pytest.raises(ValueError, match=r"batch_size=9 exceeds the number of samples n=6"):
+        list(clone(selector).set_params(batch_size=9).split(X))
+
+
+@pytest.mark.parametrize("selector", ALL, ids=lambda s: type(s).__name__)
+def test_wrong_ndim_and_nan(selector):
+    y = np.repeat([0, 1], 5)
+    with pytest.raises(ValueError, match=r"\(n, 2, d\) or single-view embeddings of shape"):
+        list(clone(selector).split(np.zeros((10, 2, 2, 2)), y))
+    with pytest.raises(ValueError, match=r"two views on axis 1"):
+        list(clone(selector).split(np.zeros((10, 3, 4)), y))
+    bad = embeddings(10)
+    bad[3, 1, 2] = np.nan
+    with pytest.raises(ValueError, match=r"X contains 1 NaN or infinite"):
+        list(clone(selector).split(bad, y))
+
+
+def test_other_bad_arguments():
+    with pytest.raises(ValueError, match="needs the labels y"):
+        list(BindingSelector().split(np.zeros((8, 2))))
+    with pytest.raises(ValueError, match=r"C\(30, 5\) = 142,506 batches"):
+        list(ExhaustiveBatchSelector(5, max_batches=1000).split(np.zeros((30, 2))))
+    with pytest.raises(ValueError, match="random_fraction"):
+        list(BcSSelector(4, random_fraction=1.5).split(embeddings(8)))
+    with pytest.raises(ValueError, match="q must be <= 3"):
+        list(OSGDSelector(2, k=3, q=5).split(embeddings(8)))
+    with pytest.raises(ValueError, match="chunk_size=4 must be at least batch_size=6"):
+        list(SpectralBatchSelector(6, chunk_size=4).split(embeddings(12)))
+    with pytest.raises(ValueError, match="eigen_solver"):
+        list(SpectralBatchSelector(4, eigen_solver="lanczos").split(embeddings(12)))
+    with pytest.raises(ValueError, match="backend"):
+        list(SpectralBatchSelector(4, backend="jax").split(embeddings(12)))
+    with pytest.raises(ValueError, match="random_state"):
+        list(ShuffledBatchSelector(4, random_state="seed").split(np.zeros((8, 2))))
+    with pytest.raises(ValueError, match="needs X"):
+        ShuffledBatchSelector(4).get_n_splits()
