@@ -1,0 +1,308 @@
+"""Geometry, retrieval metrics, scorers and plots."""
+
+import itertools
+import math
+
+import matplotlib
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.model_selection import GridSearchCV
+
+from skcontrast import geometry as G
+from skcontrast import metrics as M
+
+matplotlib.use("Agg")
+
+
+# --------------------------------------------------------------------------------------
+# Geometry: closed forms
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n,d", [(2, 1), (3, 2), (8, 7), (8, 16), (5, 40)])
+def test_simplex_etf_gram(n, d):
+    x = G.simplex_etf(n, d)
+    assert x.shape == (n, d)
+    gram = x @ x.T
+    np.testing.assert_allclose(np.diag(gram), 1, atol=1e-12)
+    np.testing.assert_allclose(gram[~np.eye(n, dtype=bool)], -1 / (n - 1), atol=1e-12)
+
+
+@given(seed=st.integers(0, 10_000), n=st.integers(2, 10), extra=st.integers(0, 5))
+def test_etf_gap_of_etf_is_zero_under_permutation_and_rotation(seed, n, extra):
+    d = n - 1 + extra
+    x = G.simplex_etf(n, d)
+    rng = np.random.default_rng(seed)
+    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    y = (x @ q)[rng.permutation(n)]
+    assert G.etf_gap(y) == pytest.approx(0, abs=1e-9)
+    assert G.etf_gap(y, y.copy()) == pytest.approx(0, abs=1e-9)
+
+
+@given(seed=st.integers(0, 10_000), d=st.integers(1, 8))
+def test_cross_polytope_gap_is_zero_under_relabelling(seed, d):
+    x = G.cross_polytope(2 * d, d)
+    rng = np.random.default_rng(seed)
+    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    y = (x @ q)[rng.permutation(2 * d)]
+    assert G.etf_gap(y) == pytest.approx(0, abs=1e-9)
+
+
+def test_etf_gap_is_the_frobenius_distance_of_seed002():
+    rng = np.random.default_rng(0)
+    u, v = rng.normal(size=(5, 8)), rng.normal(size=(5, 8))
+    un = u / np.linalg.norm(u, axis=1, keepdims=True)
+    vn = v / np.linalg.norm(v, axis=1, keepdims=True)
+    target = np.full((5, 5), -0.25)
+    np.fill_diagonal(target, 1)
+    assert G.etf_gap(u, v) == pytest.approx(np.linalg.norm(un @ vn.T - target), rel=1e-12)
+
+
+@given(seed=st.integers(0, 10_000), half=st.integers(1, 4))
+def test_antipodal_pairing_is_optimal(seed, half):
+    n = 2 * half
+    a = np.random.default_rng(seed).normal(size=(n, n))
+    w = a + a.T
+    partner = G.antipodal_pairing(w)
+    assert (partner[partner] == np.arange(n)).all() and (partner != np.arange(n)).all()
+
+    def matchings(items):
+        if not items:
+            yield []
+            return
+        first, rest = items[0], items[1:]
+        for i, other in enumerate(rest):
+            for m in matchings(rest[:i] + rest[i + 1:]):
+                yield [(first, other), *m]
+
+    best = min(sum(w[p] for p in m) for m in matchings(list(range(n))))
+    assert sum(w[i, partner[i]] for i in range(n)) / 2 == pytest.approx(best)
+
+
+def test_orthogonal_frame_gap():
+    y = np.array([0, 0, 1, 1, 1, 2])
+    assert G.orthogonal_frame_gap(np.eye(3)[y] * 2.0, y) == pytest.approx(0, abs=1e-12)
+    assert G.orthogonal_frame_gap(G.orthogonal_frame(3, 5)[y], y) == pytest.approx(0, abs=1e-12)
+    assert G.orthogonal_frame_gap(G.simplex_etf(3, 3)[y], y) > 0.5
+    k = 3  # by hand: G_M has 1 on the diagonal and -1/2 off it
+    gram = np.full((k, k), -0.5)
+    np.fill_diagonal(gram, 1)
+    expected = np.linalg.norm(gram / np.linalg.norm(gram) - np.eye(k) / math.sqrt(k))
+    assert G.orthogonal_frame_gap(G.simplex_etf(3, 3)[y], y) == pytest.approx(expected)
+
+
+def test_neural_collapse_is_zero_at_collapse_and_positive_otherwise():
+    y = np.repeat([0, 1, 2], 4)
+    assert G.neural_collapse(np.eye(3)[y], y) == pytest.approx(0, abs=1e-12)
+    noisy = np.eye(3)[y] + 0.3 * np.random.default_rng(0).normal(size=(12, 3))
+    assert G.neural_collapse(noisy, y) > 0.01
+
+
+def test_alignment_and_uniformity():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(20, 4))
+    assert G.alignment(x, x) == 0.0
+    xn = x / np.linalg.norm(x, axis=1, keepdims=True)
+    pairs = [math.exp(-2 * np.sum((xn[i] - xn[j]) ** 2))
+             for i, j in itertools.combinations(range(20), 2)]
+    assert G.uniformity(x) == pytest.approx(math.log(np.mean(pairs)), rel=1e-12)
+    noise = xn + 0.1 * rng.normal(size=xn.shape)
+    expected = np.mean(np.linalg.norm(xn - noise / np.linalg.norm(noise, axis=1,
+                                                                    keepdims=True), axis=1) ** 2)
+    assert G.alignment(x, noise) == pytest.approx(expected)
+
+
+def test_effective_rank():
+    cloud = np.random.default_rng(2).normal(size=(20_000, 12))
+    assert G.effective_rank(cloud) == pytest.approx(12, rel=0.02)
+    line = np.outer(np.arange(1, 30), np.ones(5))
+    assert G.effective_rank(line) == pytest.approx(1, abs=1e-9)
+
+
+def test_geometry_accepts_torch_tensors():
+    x = torch.from_numpy(G.simplex_etf(4, 6))
+    assert G.etf_gap(x) == pytest.approx(0, abs=1e-12)
+    assert isinstance(G.effective_rank(x), float)
+
+
+def test_geometry_bad_input():
+    with pytest.raises(ValueError, match=r"simplex ETF of n=5 vectors needs d >= n - 1 = 4"):
+        G.simplex_etf(5, 3)
+    with pytest.raises(ValueError, match=r"cross-polytope has n = 2d"):
+        G.cross_polytope(6, 2)
+    with pytest.raises(ValueError, match=r"no reference geometry is known for n=10 points"):
+        G.etf_gap(np.random.default_rng(0).normal(size=(10, 3)))
+    with pytest.raises(ValueError, match="same shape"):
+        G.etf_gap(np.ones((4, 3)), np.ones((5, 3)))
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        G.etf_gap(np.ones((1, 3)))
+    with pytest.raises(ValueError, match="reference"):
+        G.etf_gap(np.eye(3), reference="square")
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        G.orthogonal_frame_gap(np.ones((4, 2)), [0, 0, 0, 0])
+    with pytest.raises(ValueError, match="NaN"):
+        G.alignment(np.full((3, 2), np.nan), np.ones((3, 2)))
+
+
+# --------------------------------------------------------------------------------------
+# Retrieval metrics
+# --------------------------------------------------------------------------------------
+
+def test_recall_identical_views_is_one_and_random_is_chance():
+    x = np.random.default_rng(0).normal(size=(400, 16))
+    assert M.recall_at_k(x, x) == 1.0
+    assert M.recall_at_k(x, x, direction="u2v") == 1.0
+    perm = np.random.default_rng(1).permutation(400)
+    chance = np.mean([M.recall_at_k(x, x[np.random.default_rng(s).permutation(400)])
+                      for s in range(5)])
+    assert chance < 5 / 400
+    assert M.recall_at_k(x, x[perm], k=400) == 1.0
+
+
+def test_recall_counts_ties_against_the_query():
+    collapsed = np.ones((10, 3))
+    assert M.recall_at_k(collapsed, collapsed) == 0.0
+
+
+def test_recall_blocks_agree_with_a_direct_computation(monkeypatch):
+    rng = np.random.default_rng(3)
+    u, v = rng.normal(size=(50, 4)), rng.normal(size=(50, 4))
+    full = M.recall_at_k(u, v, k=3)
+    monkeypatch.setattr(M, "_BLOCK", 7)
+    assert M.recall_at_k(u, v, k=3) == full
+    un, vn = (a / np.linalg.norm(a, axis=1, keepdims=True) for a in (u, v))
+    s = un @ vn.T
+    hits = [(s[i] >= s[i, i]).sum() - 1 < 3 for i in range(50)]
+    hits += [(s[:, i] >= s[i, i]).sum() - 1 < 3 for i in range(50)]
+    assert full == pytest.approx(np.mean(hits))
+
+
+def test_map_at_r_and_r_map_hand_computed():
+    # query 0 (class a, R=2) ranks: item1 (a), item2 (b), item3 (a), ...
+    H = np.array([[1.0, 0.0], [0.9, 0.1], [0.8, 0.3], [0.5, 0.5], [-1.0, 0.2]])
+    y = np.array(["a", "a", "b", "a", "b"])
+    H = H / np.linalg.norm(H, axis=1, keepdims=True)
+    sims = H @ H.T
+    per_map, per_rmap = [], []
+    for i in range(5):
+        others = [j for j in np.argsort(-sims[i]) if j != i]
+        r = sum(y[j] == y[i] for j in others)
+        rel = [y[j] == y[i] for j in others][:r]
+        prec = [sum(rel[:k + 1]) / (k + 1) for k in range(r)]
+        total = sum(p for p, hit in zip(prec, rel, strict=True) if hit)
+        per_map.append(total / r)
+        per_rmap.append(total / sum(rel) if sum(rel) else 0.0)
+    assert M.map_at_r(H, y) == pytest.approx(np.mean(per_map))
+    assert M.r_map(H, y) == pytest.approx(np.mean(per_rmap))
+    # query 0 by hand: top-2 = (1: a, 2: b) -> P(1) = 1 -> AP@R = 1/2, R-mAP = 1/1
+    assert per_map[0] == pytest.approx(0.5) and per_rmap[0] == pytest.approx(1.0)
+
+
+def test_ncc_accuracy():
+    y = np.repeat([0, 1, 2], 5)
+    h = np.eye(3)[y] + 0.05 * np.random.default_rng(0).normal(size=(15, 3))
+    assert M.ncc_accuracy(h, y, h, y) == 1.0
+    assert M.leave_one_out_ncc(h, y) == 1.0
+    assert M.ncc_accuracy(h, y, h, np.roll(y, 5)) == 0.0
+
+
+def test_metric_bad_input():
+    with pytest.raises(ValueError, match="same shape"):
+        M.recall_at_k(np.ones((4, 2)), np.ones((5, 2)))
+    with pytest.raises(ValueError, match="direction"):
+        M.recall_at_k(np.ones((4, 2)), np.ones((4, 2)), direction="up")
+    with pytest.raises(ValueError, match="y has 3 labels but H has 4 rows"):
+        M.map_at_r(np.ones((4, 2)), [0, 1, 1])
+    with pytest.raises(ValueError, match="unknown scorer"):
+        M.get_scorer("accuracy")
+
+
+# --------------------------------------------------------------------------------------
+# Scorers in GridSearchCV
+# --------------------------------------------------------------------------------------
+
+class NoisyPairEmbedder(TransformerMixin, BaseEstimator):
+    """A stand-in for a trained pair embedder: view 1 is view 0 plus noise."""
+
+    def __init__(self, noise=0.1):
+        self.noise = noise
+
+    def fit(self, X, y=None):
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    def transform(self, X):
+        return X[:, : X.shape[1] // 2]
+
+    def transform_pairs(self, X):
+        half = X.shape[1] // 2
+        rng = np.random.default_rng(0)
+        return X[:, :half], X[:, :half] + self.noise * rng.normal(size=(len(X), half))
+
+
+def test_scorers_drive_grid_search_without_labels():
+    X = np.random.default_rng(4).normal(size=(120, 16))
+    search = GridSearchCV(NoisyPairEmbedder(), {"noise": [5.0, 0.01, 1.0]},
+                          scoring=M.get_scorer("recall@1"), cv=3)
+    search.fit(X)
+    assert search.best_params_ == {"noise": 0.01}
+    multi = GridSearchCV(NoisyPairEmbedder(), {"noise": [5.0, 0.01]}, cv=3, refit="r1",
+                         scoring={"r1": M.get_scorer("recall@1"),
+                                  "align": M.get_scorer("alignment"),
+                                  "map": M.get_scorer("map@r")})
+    multi.fit(X)
+    assert multi.best_params_ == {"noise": 0.01}
+    assert (multi.cv_results_["mean_test_align"] <= 0).all()
+
+
+def test_scorer_signs():
+    est = NoisyPairEmbedder(0.0).fit(np.ones((4, 4)))
+    X = np.hstack([G.simplex_etf(4, 3), G.simplex_etf(4, 3)])
+    assert M.get_scorer("etf_gap")(est, X) == pytest.approx(0, abs=1e-12)
+    assert M.get_scorer("recall@1")(est, X) == 1.0
+    assert M.get_scorer("alignment")(est, X) == 0.0
+    assert M.get_scorer("uniformity")(est, X) > 0
+    y = np.array([0, 1, 2, 3])
+    assert M.get_scorer("orthogonal_frame_gap")(est, np.hstack([np.eye(4), np.eye(4)]), y) \
+        == pytest.approx(0, abs=1e-12)
+    with pytest.raises(ValueError, match="needs labels y"):
+        M.get_scorer("ncc_accuracy")(est, X)
+
+
+# --------------------------------------------------------------------------------------
+# Plots render without a display
+# --------------------------------------------------------------------------------------
+
+def test_plots_render_to_files(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from skcontrast import plotting
+    from skcontrast.selectors import ShuffledBatchSelector, SpectralBatchSelector
+
+    ax = plotting.plot_gram(G.simplex_etf(8, 16), title="ETF")
+    ax.figure.savefig(tmp_path / "gram.png")
+    X = np.random.default_rng(0).normal(size=(64, 2, 8))
+    ax = plotting.plot_batch_losses(X, {"shuffled": ShuffledBatchSelector(8, random_state=0),
+                                        "spectral": SpectralBatchSelector(8, random_state=0)})
+    ax.figure.savefig(tmp_path / "losses.png")
+    history = [{"loss": 3 - 0.1 * i, "etf_gap": 1 / (i + 1)} for i in range(10)]
+    ax = plotting.plot_history(history, keys=("loss", "etf_gap"))
+    ax.figure.savefig(tmp_path / "history.png")
+    plt.close("all")
+    assert all((tmp_path / f).stat().st_size > 1000 for f in
+               ("gram.png", "losses.png", "history.png"))
+
+
+def test_plotting_without_matplotlib_names_the_extra(monkeypatch):
+    import importlib
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    monkeypatch.delitem(sys.modules, "skcontrast.plotting", raising=False)
+    with pytest.raises(ImportError, match=r"pip install 'skcontrast\[plot\]'"):
+        importlib.import_module("skcontrast.plotting")
+    monkeypatch.delitem(sys.modules, "skcontrast.plotting", raising=False)
