@@ -5,6 +5,8 @@ Which samples share a mini-batch is a first-class, pluggable choice: batch selec
 the training of the estimators.
 """
 
+from ._estimators import ContrastiveEmbedder, SupConEmbedder
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["ContrastiveEmbedder", "SupConEmbedder", "__version__"]

@@ -1,0 +1,200 @@
+"""What the two estimators share: parameter checks, the skorch net, inference, tags."""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, clone
+from sklearn.utils.validation import check_is_fitted
+from skorch.callbacks import PassthroughScoring, ProgressBar
+
+from .._validation import check_choice, check_int, check_positive, describe
+from ..selectors import BatchSelector, ShuffledBatchSelector
+from ..selectors._base import resolve_seed
+from ._modules import ContrastiveCriterion
+from ._net import RowDataset, SelectorNet
+
+OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+DEFAULT_BATCH_SIZE = 64
+
+
+def resolve_device(device: Any) -> str:
+    """``'auto'`` -> ``'cuda'`` when a GPU is usable, else ``'cpu'``; refuse a missing GPU."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if isinstance(device, str) and device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device!r} was requested but no CUDA GPU is usable here; "
+                             "use device='auto' to fall back to the CPU")
+        return device
+    if device == "cpu":
+        return device
+    raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]'; got {describe(device)}")
+
+
+class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Common machinery of :class:`ContrastiveEmbedder` and :class:`SupConEmbedder`."""
+
+    _labelled = False
+    _default_loss = "symmetric_info_nce"
+
+    # -- parameter checks -------------------------------------------------------------
+
+    def _check_params(self) -> None:
+        check_int(self.n_components, "n_components", minimum=1)
+        check_int(self.max_epochs, "max_epochs", minimum=1)
+        check_positive(self.temperature, "temperature")
+        check_positive(self.lr, "lr")
+        if not isinstance(self.hidden_layer_sizes, tuple | list) or not all(
+                isinstance(h, numbers.Integral) and h >= 1 for h in self.hidden_layer_sizes):
+            raise ValueError(f"hidden_layer_sizes must be a tuple of positive ints; got "
+                             f"{describe(self.hidden_layer_sizes)}")
+        for name in ("lambda_pos", "lambda_ent"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, numbers.Real) or value < 0
+                                      or not np.isfinite(value)):
+                raise ValueError(f"{name} must be None or a non-negative number; got "
+                                 f"{describe(value)}")
+        if self.batch_size is not None:
+            check_int(self.batch_size, "batch_size")
+        if self.selector is not None and not isinstance(self.selector, BatchSelector):
+            raise ValueError(f"selector must be a BatchSelector from skcontrast.selectors; "
+                             f"got {describe(self.selector)}")
+        if self.augmentation is not None and not callable(self.augmentation):
+            raise ValueError(f"augmentation must be a callable f(x, generator); got "
+                             f"{describe(self.augmentation)}")
+
+    def _optimizer(self) -> Any:
+        if isinstance(self.optimizer, str):
+            check_choice(self.optimizer, "optimizer", tuple(OPTIMIZERS))
+            return OPTIMIZERS[self.optimizer]
+        if isinstance(self.optimizer, type) and issubclass(self.optimizer, torch.optim.Optimizer):
+            return self.optimizer
+        raise ValueError(f"optimizer must be one of {tuple(OPTIMIZERS)} or a torch.optim."
+                         f"Optimizer class; got {describe(self.optimizer)}")
+
+    def _seed(self) -> int:
+        return resolve_seed(self.random_state)
+
+    def _fitting_selector(self, seed: int, n: int) -> BatchSelector:
+        """A clone of the user's selector (never mutated) with the estimator's settings.
+
+        ``batch_size`` (when set) overrides the selector's; adaptive selectors whose
+        ``temperature`` or ``loss`` is ``None`` score with the estimator's; a selector
+        without a seed gets one derived from ``random_state``.
+        """
+        selector = clone(self.selector) if self.selector is not None else \
+            ShuffledBatchSelector(min(DEFAULT_BATCH_SIZE, n))
+        params = selector.get_params()
+        updates: dict[str, Any] = {}
+        if self.batch_size is not None:
+            key = next((k for k in ("batch_size", "base_selector__batch_size") if k in params),
+                       None)
+            if key is None:
+                raise ValueError(f"batch_size={self.batch_size} cannot be applied: "
+                                 f"{type(selector).__name__} has no batch size")
+            updates[key] = self.batch_size
+        for key, value in params.items():
+            name = key.rsplit("__", 1)[-1]
+            if name == "temperature" and value is None:
+                updates[key] = self.temperature
+            elif name == "loss" and value is None:
+                updates[key] = self.loss
+            elif name == "random_state" and value is None:
+                updates[key] = seed + 1
+        return selector.set_params(**updates)
+
+    # -- fitting ----------------------------------------------------------------------
+
+    def _fit_net(self, X: torch.Tensor, make_module: Any, labels: np.ndarray | None,
+                 loss_labels: torch.Tensor | None) -> None:
+        """Build (or, with ``warm_start``, reuse) the skorch net and train it.
+
+        ``make_module()`` builds the encoders; it runs after the torch RNG is seeded so
+        that their initialisation is reproducible from ``random_state``.
+        """
+        self._check_params()
+        device = resolve_device(self.device)
+        seed = self._seed()
+        reuse = self.warm_start and getattr(self, "net_", None) is not None
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            if reuse:
+                net = self.net_
+                net.labels = labels
+            else:
+                net = self._make_net(make_module(), labels, device, seed, len(X))
+            net.training_data = X
+            try:
+                if reuse:
+                    net.partial_fit(RowDataset(X, loss_labels), None)
+                else:
+                    net.fit(RowDataset(X, loss_labels), None)
+            finally:
+                net.training_data = None
+        self.net_ = net
+        self.history_ = net.history
+        self.temperature_ = float(torch.as_tensor(net.criterion_.temperature).detach())
+
+    def _make_net(self, module: torch.nn.Module, labels: Any, device: str, seed: int,
+                  n: int) -> SelectorNet:
+        selector = self._fitting_selector(seed, n)
+        criterion = ContrastiveCriterion(
+            self.loss, labelled=self._labelled, temperature=float(self.temperature),
+            learn_temperature=bool(self.learn_temperature), lambda_pos=self.lambda_pos,
+            lambda_ent=self.lambda_ent, loss_params=self.loss_params)
+        callbacks: list[Any] = [
+            ("train_positive", PassthroughScoring(name="train_positive", on_train=True)),
+            ("train_entropy", PassthroughScoring(name="train_entropy", on_train=True)),
+        ]
+        if self.verbose:
+            callbacks.append(("progress", ProgressBar(batches_per_epoch="count",
+                                                      postfix_keys=["train_loss"])))
+        callbacks += list(self.callbacks or [])
+        generator = None
+        if self.augmentation is not None:
+            generator = torch.Generator().manual_seed(seed + 2)
+        optimizer_params = {f"optimizer__{k}": v for k, v in (self.optimizer_params or {}).items()}
+        return SelectorNet(
+            module=module, criterion=criterion, optimizer=self._optimizer(), lr=self.lr,
+            max_epochs=self.max_epochs, batch_size=DEFAULT_BATCH_SIZE, train_split=None,
+            callbacks=callbacks, warm_start=self.warm_start, verbose=self.verbose,
+            device=device, selector=selector, labels=labels,
+            augmentation=self.augmentation, generator=generator, **optimizer_params)
+
+    # -- inference --------------------------------------------------------------------
+
+    def _embed(self, X: torch.Tensor, view: int | None = 0) -> np.ndarray:
+        check_is_fitted(self, "net_")
+        out = self.net_.embed(X, view=view)
+        if (self.loss_params or {}).get("normalize", True):
+            out = torch.nn.functional.normalize(out, dim=-1)
+        return out.numpy().astype(np.float32, copy=False)
+
+    @property
+    def _n_features_out(self) -> int:
+        return self.n_components
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float32"]
+        tags.input_tags.allow_nan = False
+        # Fitting is deterministic on the CPU for a fixed random_state (module
+        # initialisation, selector, augmentations and data order are all seeded).
+        tags.non_deterministic = False
+        return tags
+
+
+def warn_single_member_classes(y_codes: np.ndarray, classes: np.ndarray, convention: str) -> None:
+    counts = np.bincount(y_codes)
+    single = classes[counts == 1]
+    if len(single):
+        shown = ", ".join(repr(c.item() if hasattr(c, "item") else c) for c in single[:5])
+        more = "" if len(single) <= 5 else f" and {len(single) - 5} more"
+        warnings.warn(f"{len(single)} class(es) have a single sample ({shown}{more}): their "
+                      f"anchors have no positive and are handled by "
+                      f"anchors_without_positives={convention!r}", UserWarning, stacklevel=3)

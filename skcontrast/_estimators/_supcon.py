@@ -1,0 +1,160 @@
+"""SupConEmbedder: supervised contrastive representation learning from labels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._validation import encode_labels
+from ..metrics import class_centres, nearest_centre
+from ._base import BaseEmbedder, warn_single_member_classes
+from ._modules import build_encoders
+
+
+class SupConEmbedder(BaseEmbedder):
+    """Learn an embedding where samples of a class gather and classes spread apart.
+
+    A scikit-learn transformer trained with the supervised contrastive loss of seed 003
+    (Eq. 3; Khosla et al., 2020) or the contrastive margin loss of seed 001, on batches
+    chosen by a pluggable selector (:class:`~skcontrast.selectors.BindingSelector` adds
+    one example of every class to each batch, seed 003 Alg. 1). Inside ``fit`` it builds
+    a skorch ``NeuralNet`` that drives training.
+
+    Parameters
+    ----------
+    module : torch.nn.Module, nn.Module class, factory ``f(n_in, n_out)``, or None
+        The encoder; ``None`` builds an MLP with ``hidden_layer_sizes``.
+    n_components : int, default=32
+    hidden_layer_sizes : tuple of int, default=(128,)
+    loss : {'supcon', 'contrastive_margin'} or callable, default='supcon'
+        A callable must have the signature ``f(z, y, temperature=...)``.
+    temperature : float, default=0.1
+    learn_temperature : bool, default=False
+    lambda_pos, lambda_ent : float or None, default=None
+        Balance weights (seed 001 Eq. 5); ``None`` keeps the loss's default.
+    loss_params : dict or None, default=None
+        E.g. ``{'base_temperature': 0.07, 'anchors_without_positives': 'zero'}`` to
+        select SupCon's conventions (see :func:`skcontrast.losses.supcon`).
+    batch_size : int or None, default=None
+        Overrides the selector's batch size (the selector itself is never mutated).
+    selector : BatchSelector or None, default=None
+        ``None`` is ``ShuffledBatchSelector(min(64, n))``.
+    max_epochs : int, default=20
+    lr : float, default=1e-3
+    optimizer : {'adam', 'adamw', 'sgd'} or torch.optim.Optimizer class, default='adam'
+    optimizer_params : dict or None, default=None
+    augmentation : callable or None, default=None
+        ``augmentation(x, generator)``: with it each batch holds two random views of every
+        sample (which are positives of each other), as in Khosla et al.
+    device : {'auto', 'cpu', 'cuda'}, default='auto'
+    random_state : int or None, default=None
+    verbose : int, default=0
+    callbacks : list or None, default=None
+    warm_start : bool, default=False
+
+    Attributes
+    ----------
+    net_ : skorch.NeuralNet
+    history_ : skorch.History
+    classes_ : ndarray
+        The labels seen in ``fit`` (any type).
+    class_centres_ : ndarray of shape (n_classes, n_components)
+        Mean unit-norm training embedding of each class, for :meth:`score`.
+    n_features_in_ : int
+    temperature_ : float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skcontrast import SupConEmbedder
+    >>> rng = np.random.default_rng(0)
+    >>> y = np.repeat(["a", "b", "c"], 30)
+    >>> X = rng.normal(size=(90, 6)) + 3 * (y[:, None] == np.array(["a", "b", "c"]))[:, :1]
+    >>> est = SupConEmbedder(n_components=3, max_epochs=2, random_state=0).fit(X, y)
+    >>> est.transform(X).shape
+    (90, 3)
+    """
+
+    _labelled = True
+
+    def __init__(self, module: Any = None, *, n_components: int = 32,
+                 hidden_layer_sizes: tuple = (128,), loss: Any = "supcon",
+                 temperature: float = 0.1, learn_temperature: bool = False,
+                 lambda_pos: float | None = None, lambda_ent: float | None = None,
+                 loss_params: dict | None = None, batch_size: int | None = None,
+                 selector: Any = None, max_epochs: int = 20, lr: float = 1e-3,
+                 optimizer: Any = "adam", optimizer_params: dict | None = None,
+                 augmentation: Any = None, device: str = "auto", random_state: Any = None,
+                 verbose: int = 0, callbacks: list | None = None,
+                 warm_start: bool = False) -> None:
+        self.module = module
+        self.n_components = n_components
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.loss = loss
+        self.temperature = temperature
+        self.learn_temperature = learn_temperature
+        self.lambda_pos = lambda_pos
+        self.lambda_ent = lambda_ent
+        self.loss_params = loss_params
+        self.batch_size = batch_size
+        self.selector = selector
+        self.max_epochs = max_epochs
+        self.lr = lr
+        self.optimizer = optimizer
+        self.optimizer_params = optimizer_params
+        self.augmentation = augmentation
+        self.device = device
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callbacks = callbacks
+        self.warm_start = warm_start
+
+    def fit(self, X: Any, y: Any) -> SupConEmbedder:
+        """Train the encoder on labelled samples.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+        y : array-like of shape (n,)
+            Class labels of any type (strings included).
+
+        Returns
+        -------
+        self
+        """
+        X, y = validate_data(self, X, y, dtype=[np.float32, np.float64], ensure_min_samples=2,
+                             y_numeric=False)
+        X = X.astype(np.float32, copy=False)
+        self._check_params()
+        self.classes_, codes = encode_labels(y)
+        convention = (self.loss_params or {}).get("anchors_without_positives", "exclude")
+        if self.augmentation is None:
+            warn_single_member_classes(codes, self.classes_, convention)
+
+        def make_module():
+            return build_encoders(self.module, [X.shape[1]], tuple(self.hidden_layer_sizes),
+                                  self.n_components, True, None)
+
+        X_t = torch.from_numpy(X)
+        self._fit_net(X_t, make_module, codes, torch.from_numpy(codes))
+        _, self.class_centres_ = class_centres(self._embed(X_t, view=0), codes)
+        return self
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Embeddings (unit norm, float32) of shape ``(n, n_components)``."""
+        check_is_fitted(self, "net_")
+        X = validate_data(self, X, reset=False, dtype=[np.float32, np.float64])
+        return self._embed(torch.from_numpy(X.astype(np.float32, copy=False)), view=0)
+
+    def score(self, X: Any, y: Any) -> float:
+        """Nearest-class-centre accuracy of ``X`` against the training class centres."""
+        predicted = nearest_centre(self.transform(X), self.classes_, self.class_centres_)
+        return float(np.mean(predicted == np.asarray(y)))
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True
+        return tags

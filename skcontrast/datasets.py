@@ -1,0 +1,198 @@
+"""Data makers and loaders that need no download, and augmentations for single-view data.
+
+Shapes follow the library's convention: paired data is ``(n, 2, d)`` (``X[i, 0]`` and
+``X[i, 1]`` are the two views of item ``i``); the estimators also take the 2-D form
+``(n, d0 + d1)`` with the views side by side.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._validation import check_choice, check_int, check_nonnegative, check_positive, describe
+
+
+def make_paired_gaussians(n_samples: int = 1000, n_features: int = 16, *,
+                          n_clusters: int = 10, cluster_std: float = 1.0,
+                          noise: float = 0.3, n_informative: int | None = None,
+                          random_state: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Synthetic two-view data: noisy views of latent points drawn from Gaussian clusters.
+
+    Each item has a latent ``z`` (a mixture of ``n_clusters`` Gaussians in
+    ``n_informative`` dimensions); each view is a fixed random linear map of ``z`` into
+    ``n_features`` dimensions plus independent noise. Retrieving one view from the other
+    is easy for small ``noise`` and hard when clusters overlap (hard negatives).
+
+    Parameters
+    ----------
+    n_samples : int, default=1000
+    n_features : int, default=16
+        Width of each view.
+    n_clusters : int, default=10
+    cluster_std : float, default=1.0
+        Spread of the latent points around their cluster centre (centres have unit
+        scale per dimension, times 3).
+    noise : float, default=0.3
+        Standard deviation of the per-view noise, relative to the signal.
+    n_informative : int, optional
+        Latent dimension; defaults to ``n_features``.
+    random_state : int, numpy Generator or None
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, 2, n_features), float32
+    y : ndarray of shape (n_samples,)
+        The latent cluster of each item.
+
+    Examples
+    --------
+    >>> from skcontrast.datasets import make_paired_gaussians
+    >>> X, y = make_paired_gaussians(100, 8, random_state=0)
+    >>> X.shape, y.shape
+    ((100, 2, 8), (100,))
+    """
+    n = check_int(n_samples, "n_samples", minimum=1)
+    d = check_int(n_features, "n_features", minimum=1)
+    k = check_int(n_clusters, "n_clusters", minimum=1)
+    latent = d if n_informative is None else check_int(n_informative, "n_informative", minimum=1)
+    check_nonnegative(cluster_std, "cluster_std")
+    check_nonnegative(noise, "noise")
+    rng = np.random.default_rng(random_state)
+    centres = 3.0 * rng.normal(size=(k, latent))
+    y = rng.integers(k, size=n)
+    z = centres[y] + cluster_std * rng.normal(size=(n, latent))
+    maps = rng.normal(size=(2, latent, d)) / np.sqrt(latent)
+    views = np.einsum("nl,vld->nvd", z, maps)
+    scale = views.std()
+    views = views + noise * scale * rng.normal(size=views.shape)
+    return (views / scale).astype(np.float32), y
+
+
+VIEWS = ("halves", "top_bottom", "interleaved")
+
+
+def load_digit_views(view: str = "halves", *, return_images: bool = False) -> Any:
+    """scikit-learn's bundled handwritten digits, split into two views (no download).
+
+    The 1,797 8x8 images of :func:`sklearn.datasets.load_digits` (UCI ML optical
+    recognition of handwritten digits, 16 grey levels) are cut into two parts, the
+    classic multi-view set-up: retrieving one half of a digit from the other.
+
+    Parameters
+    ----------
+    view : {'halves', 'top_bottom', 'interleaved'}, default='halves'
+        ``'halves'``: left 4 columns vs right 4 columns; ``'top_bottom'``: top 4 rows vs
+        bottom 4 rows; ``'interleaved'``: even vs odd pixel columns. Each view has 32
+        features, scaled to [0, 1].
+    return_images : bool, default=False
+        Also return the full images, shape ``(1797, 8, 8)``.
+
+    Returns
+    -------
+    X : ndarray of shape (1797, 2, 32), float32
+    y : ndarray of shape (1797,)
+        The digit (0-9).
+    images : ndarray of shape (1797, 8, 8), only with ``return_images=True``
+    """
+    from sklearn.datasets import load_digits
+
+    check_choice(view, "view", VIEWS)
+    digits = load_digits()
+    images = (digits.images / 16.0).astype(np.float32)
+    if view == "halves":
+        first, second = images[:, :, :4], images[:, :, 4:]
+    elif view == "top_bottom":
+        first, second = images[:, :4, :], images[:, 4:, :]
+    else:
+        first, second = images[:, :, 0::2], images[:, :, 1::2]
+    n = len(images)
+    X = np.stack([first.reshape(n, -1), second.reshape(n, -1)], axis=1)
+    return (X, digits.target, images) if return_images else (X, digits.target)
+
+
+class GaussianNoise:
+    """Augmentation: add Gaussian noise of standard deviation ``std`` to every feature.
+
+    Called as ``augmentation(x, generator)`` on a batch tensor ``x``; the generator makes
+    the random views reproducible.
+    """
+
+    def __init__(self, std: float = 0.1) -> None:
+        check_positive(std, "std")
+        self.std = std
+
+    def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        noise = torch.randn(x.shape, generator=generator, dtype=x.dtype, device="cpu")
+        return x + self.std * noise.to(x.device)
+
+    def __repr__(self) -> str:
+        return f"GaussianNoise(std={self.std})"
+
+
+class RandomFeatureMask:
+    """Augmentation: zero each feature independently with probability ``p`` (dropout views)."""
+
+    def __init__(self, p: float = 0.2) -> None:
+        if not 0 <= p < 1:
+            raise ValueError(f"p must be in [0, 1); got {describe(p)}")
+        self.p = p
+
+    def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        keep = torch.rand(x.shape, generator=generator, device="cpu") >= self.p
+        return x * keep.to(device=x.device, dtype=x.dtype)
+
+    def __repr__(self) -> str:
+        return f"RandomFeatureMask(p={self.p})"
+
+
+class RandomShift:
+    """Augmentation for flattened images: shift each image by up to ``max_shift`` pixels.
+
+    Parameters
+    ----------
+    image_shape : tuple of int
+        ``(height, width)`` of the flattened images, e.g. ``(8, 8)`` for the digits.
+    max_shift : int, default=1
+        Shifts are drawn uniformly in ``[-max_shift, max_shift]`` on each axis; pixels
+        moved in from outside are 0.
+    """
+
+    def __init__(self, image_shape: tuple[int, int] = (8, 8), max_shift: int = 1) -> None:
+        self.image_shape = tuple(image_shape)
+        self.max_shift = check_int(max_shift, "max_shift", minimum=0)
+
+    def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        h, w = self.image_shape
+        if x.shape[-1] != h * w:
+            raise ValueError(f"RandomShift for {h}x{w} images needs {h * w} features; got "
+                             f"{x.shape[-1]}")
+        s = self.max_shift
+        images = x.reshape(-1, 1, h, w)
+        padded = torch.nn.functional.pad(images, (s, s, s, s))
+        shifts = torch.randint(0, 2 * s + 1, (len(images), 2), generator=generator)
+        rows = torch.arange(h)[None, :] + shifts[:, :1]
+        cols = torch.arange(w)[None, :] + shifts[:, 1:]
+        index = torch.arange(len(images))[:, None, None]
+        out = padded[:, 0][index, rows[:, :, None].to(x.device), cols[:, None, :].to(x.device)]
+        return out.reshape(x.shape)
+
+    def __repr__(self) -> str:
+        return f"RandomShift(image_shape={self.image_shape}, max_shift={self.max_shift})"
+
+
+class Compose:
+    """Apply several augmentations in turn."""
+
+    def __init__(self, *augmentations: Any) -> None:
+        self.augmentations = augmentations
+
+    def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        for augmentation in self.augmentations:
+            x = augmentation(x, generator)
+        return x
+
+    def __repr__(self) -> str:
+        return f"Compose{self.augmentations!r}"

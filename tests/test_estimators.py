@@ -1,0 +1,396 @@
+"""ContrastiveEmbedder and SupConEmbedder as scikit-learn citizens, trained by skorch."""
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+from skorch.callbacks import Callback
+
+from skcontrast import ContrastiveEmbedder, SupConEmbedder
+from skcontrast.datasets import GaussianNoise, load_digit_views, make_paired_gaussians
+from skcontrast.metrics import get_scorer
+from skcontrast.selectors import (
+    BatchSelector,
+    BcSSelector,
+    BindingSelector,
+    ExhaustiveBatchSelector,
+    FixedBatchSelector,
+    FullBatchSelector,
+    OSGDSelector,
+    RandomBatchSelector,
+    ScBSelector,
+    ShuffledBatchSelector,
+    SpectralBatchSelector,
+)
+
+SMALL = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "batch_size": 8,
+         "random_state": 0}
+
+
+@parametrize_with_checks([ContrastiveEmbedder(**SMALL), SupConEmbedder(**SMALL)])
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    X, y = make_paired_gaussians(400, 8, n_clusters=8, noise=0.1, random_state=0)
+    return X, y
+
+
+def fitted(X, **params):
+    settings = {"n_components": 8, "hidden_layer_sizes": (32,), "max_epochs": 15,
+                "random_state": 0, "lr": 3e-3, **params}
+    return ContrastiveEmbedder(**settings).fit(X)
+
+
+# --------------------------------------------------------------------------------------
+# It learns
+# --------------------------------------------------------------------------------------
+
+def test_training_learns_far_above_chance_and_an_untrained_net(pairs):
+    X, _ = pairs
+    trained = fitted(X, selector=ShuffledBatchSelector(32))
+    untrained = fitted(X, max_epochs=1, lr=1e-12)
+    chance = 1 / len(X)
+    assert untrained.score(X) < 5 * chance
+    assert trained.score(X) > 40 * chance  # 0.185 measured; linear CCA reaches 0.19 here
+    assert trained.score(X) > untrained.score(X) + 0.1
+
+
+@pytest.mark.parametrize("selector", [
+    FixedBatchSelector(16), ShuffledBatchSelector(16), RandomBatchSelector(16),
+    FullBatchSelector(), OSGDSelector(16, k=4, q=2), BcSSelector(16), ScBSelector(16),
+    SpectralBatchSelector(16, chunk_size=64), BindingSelector(ShuffledBatchSelector(16)),
+], ids=lambda s: type(s).__name__)
+def test_every_selector_can_drive_a_fit(pairs, selector):
+    X, y = pairs
+    X, y = X[:96], y[:96]
+    est = ContrastiveEmbedder(n_components=4, hidden_layer_sizes=(16,), max_epochs=2,
+                              selector=selector, random_state=0).fit(X, y)
+    history = est.history_
+    assert len(history) == 2
+    assert np.isfinite(history[-1, "train_loss"])
+    assert history[-1, "n_batches"] == est.net_.selector.get_n_splits(96, y)
+    assert history[-1, "select_time"] >= 0
+
+
+def test_exhaustive_selector_on_a_tiny_problem():
+    X, _ = make_paired_gaussians(8, 4, random_state=1)
+    est = ContrastiveEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=1,
+                              selector=ExhaustiveBatchSelector(2), random_state=0).fit(X)
+    assert est.history_[-1, "n_batches"] == 28
+
+
+class RecordingSelector(BatchSelector):
+    """Delegates to another selector and keeps a copy of every epoch's batches."""
+
+    def __init__(self, inner=None):
+        self.inner = inner
+
+    @property
+    def _adaptive(self):
+        return self.inner._adaptive
+
+    def epoch_batches(self, X, y=None, groups=None):
+        batches = self.inner.epoch_batches(X, y, groups)
+        self.seen_ = [*getattr(self, "seen_", []), [b.tolist() for b in batches]]
+        return batches
+
+    def _n_batches(self, n, y):
+        return self.inner.get_n_splits(n, y)
+
+
+class BatchRows(Callback):
+    """Keeps the rows of every training batch the network receives."""
+
+    def initialize(self):
+        self.batches = []
+        return self
+
+    def on_batch_begin(self, net, batch=None, training=None, **kwargs):
+        if training:
+            self.batches.append(batch[0].clone())
+
+
+@pytest.mark.parametrize("inner", [ShuffledBatchSelector(8),
+                                   OSGDSelector(8, k=3, q=2, temperature=0.5)],
+                         ids=["shuffled", "osgd"])
+def test_the_selector_decides_the_batches_the_network_sees(inner):
+    X, _ = make_paired_gaussians(40, 3, random_state=2)
+    flat = X.reshape(40, -1)
+    recorder = BatchRows()
+    est = ContrastiveEmbedder(n_components=2, hidden_layer_sizes=(4,), max_epochs=3,
+                              selector=RecordingSelector(inner), callbacks=[recorder],
+                              random_state=0).fit(X)
+    chosen = [batch for epoch in est.net_.selector.seen_ for batch in epoch]
+    assert len(recorder.batches) == len(chosen)
+    for rows, indices in zip(recorder.batches, chosen, strict=True):
+        assert torch.equal(rows, torch.from_numpy(flat[indices]))
+
+
+def test_reproducible_for_a_fixed_random_state(pairs):
+    X, _ = pairs
+    params = {"max_epochs": 3, "selector": SpectralBatchSelector(32, chunk_size=128)}
+    a, b = fitted(X, **params), fitted(X, **params)
+    np.testing.assert_array_equal(a.transform(X), b.transform(X))
+    assert a.history_[:, "train_loss"] == b.history_[:, "train_loss"]
+
+
+# --------------------------------------------------------------------------------------
+# Input forms
+# --------------------------------------------------------------------------------------
+
+def test_pairs_and_side_by_side_forms_agree(pairs):
+    X, _ = pairs
+    a = fitted(X, max_epochs=2)
+    b = fitted(X.reshape(len(X), -1), max_epochs=2)
+    np.testing.assert_allclose(a.transform(X), b.transform(X.reshape(len(X), -1)), atol=1e-6)
+    assert a.n_features_in_ == 16 and a.view_split_ == 8
+
+
+def test_two_modalities_of_different_widths(pairs):
+    X, _ = pairs
+    wide = np.hstack([X[:, 0], np.repeat(X[:, 1], 2, axis=1)])  # widths 8 and 16
+    est = fitted(wide, view_split=8, max_epochs=3)
+    assert len(est.net_.module_.encoders) == 2
+    U, V = est.transform_pairs(wide)
+    assert U.shape == V.shape == (400, 8)
+    np.testing.assert_allclose(est.transform_view(wide[:, 8:], view=1), V)
+    np.testing.assert_allclose(est.transform_view(wide[:, :8], view=0), U)
+    np.testing.assert_allclose(np.linalg.norm(U, axis=1), 1, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"X_view for view 1 must have shape \(n, 16\)"):
+        est.transform_view(wide[:, :8], view=1)
+
+
+def test_single_views_with_an_augmentation_simclr(pairs):
+    X, _ = pairs
+    single = X[:, 0]
+    est = fitted(single, augmentation=GaussianNoise(0.1), max_epochs=5)
+    assert est.view_split_ is None
+    assert est.transform(single).shape == (400, 8)
+    assert est.score(single) > 0.5  # two noisy copies of a row find each other
+
+
+def test_learned_temperature_moves():
+    X, _ = make_paired_gaussians(200, 6, random_state=3)
+    est = fitted(X, learn_temperature=True, temperature=0.5, max_epochs=5, lr=1e-2)
+    assert est.temperature_ != pytest.approx(0.5)
+    assert est.temperature_ >= 0.01
+
+
+@pytest.mark.parametrize("loss,params", [("nt_xent", None), ("dcl", None), ("dhel", None),
+                                         ("kcl", None), ("info_nce", None),
+                                         ("contrastive_margin", {"margin": 1.0}),
+                                         ("supcon", None)])
+def test_losses_by_name(loss, params):
+    X, _ = make_paired_gaussians(64, 4, random_state=0)
+    est = ContrastiveEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=2,
+                              loss=loss, loss_params=params, random_state=0).fit(X)
+    assert np.isfinite(est.history_[-1, "train_loss"])
+    assert np.isfinite(est.history_[-1, "train_positive"])
+
+
+def test_balance_weights_reach_the_loss():
+    X, _ = make_paired_gaussians(64, 4, random_state=0)
+    base = {"n_components": 3, "hidden_layer_sizes": (8,), "max_epochs": 1,
+            "random_state": 0, "lr": 1e-12}
+    plain = ContrastiveEmbedder(**base).fit(X).history_[-1]
+    heavy = ContrastiveEmbedder(lambda_ent=2.0, **base).fit(X).history_[-1]
+    assert heavy["train_loss"] == pytest.approx(
+        plain["train_positive"] + 2 * plain["train_entropy"], rel=1e-4)
+
+
+def test_estimator_batch_size_overrides_the_selector_without_mutating_it():
+    X, _ = make_paired_gaussians(64, 4, random_state=0)
+    selector = ShuffledBatchSelector(32)
+    est = ContrastiveEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=1,
+                              selector=selector, batch_size=8, random_state=0).fit(X)
+    assert selector.batch_size == 32 and selector.current_epoch == 0
+    assert est.net_.selector.batch_size == 8
+    assert est.history_[-1, "n_batches"] == 8
+
+
+def test_adaptive_selector_scores_with_the_estimators_temperature():
+    X, _ = make_paired_gaussians(64, 4, random_state=0)
+    est = ContrastiveEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=1,
+                              temperature=0.3, selector=OSGDSelector(8, k=2, q=1),
+                              random_state=0).fit(X)
+    assert est.net_.selector.temperature == 0.3
+    assert est.net_.selector.loss == "symmetric_info_nce"
+
+
+def test_warm_start_continues_training():
+    X, _ = make_paired_gaussians(64, 4, random_state=0)
+    est = ContrastiveEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=2,
+                              warm_start=True, random_state=0)
+    est.fit(X)
+    net = est.net_
+    est.fit(X)
+    assert est.net_ is net and len(est.history_) == 4
+
+
+def test_verbose_shows_progress_and_selection_time(capsys):
+    X, _ = make_paired_gaussians(64, 4, random_state=0)
+    ContrastiveEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=2, verbose=1,
+                        random_state=0).fit(X)
+    out = capsys.readouterr()
+    assert "select_time" in out.out and "train_loss" in out.out
+
+
+# --------------------------------------------------------------------------------------
+# SupConEmbedder
+# --------------------------------------------------------------------------------------
+
+def test_supcon_learns_classes_with_string_labels():
+    X, y = load_digit_views()
+    X = X.reshape(len(X), -1)[:600]
+    labels = np.array([f"digit {d}" for d in y[:600]])
+    est = SupConEmbedder(n_components=16, max_epochs=8, random_state=0).fit(X, labels)
+    assert est.classes_.tolist() == sorted(set(labels))
+    assert est.score(X, labels) > 0.9
+    assert get_scorer("ncc_accuracy")(est, X, labels) == est.score(X, labels)
+
+
+def test_supcon_with_binding_and_augmentation():
+    X, y = make_paired_gaussians(120, 6, n_clusters=4, random_state=0)
+    X = X[:, 0]
+    est = SupConEmbedder(n_components=4, hidden_layer_sizes=(16,), max_epochs=2,
+                         selector=BindingSelector(FixedBatchSelector(16)),
+                         augmentation=GaussianNoise(0.05), random_state=0).fit(X, y)
+    assert np.isfinite(est.history_[-1, "train_loss"])
+
+
+def test_supcon_warns_on_single_member_classes():
+    X = np.random.default_rng(0).normal(size=(20, 4))
+    y = np.array([0] * 10 + [1] * 9 + [2])
+    with pytest.warns(UserWarning, match=r"1 class\(es\) have a single sample \(2\)"):
+        SupConEmbedder(n_components=2, hidden_layer_sizes=(4,), max_epochs=1,
+                       random_state=0).fit(X, y)
+
+
+def test_supcon_margin_loss():
+    X, y = make_paired_gaussians(80, 5, n_clusters=4, random_state=1)
+    est = SupConEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=2,
+                         loss="contrastive_margin", loss_params={"averaging": "global"},
+                         random_state=0).fit(X[:, 0], y)
+    assert np.isfinite(est.history_[-1, "train_loss"])
+
+
+# --------------------------------------------------------------------------------------
+# scikit-learn integration
+# --------------------------------------------------------------------------------------
+
+def test_pipeline_with_scaler_and_classifier():
+    X, y = load_digit_views()
+    flat = X.reshape(len(X), -1)
+    pipe = Pipeline([("scale", StandardScaler()),
+                     ("embed", ContrastiveEmbedder(n_components=16, max_epochs=5,
+                                                   random_state=0)),
+                     ("clf", LogisticRegression(max_iter=500))])
+    pipe.fit(flat[:1200], y[:1200])
+    assert pipe.score(flat[1200:], y[1200:]) > 0.5
+    # the scorer reaches the embedder through the pipeline: 10 x chance after 5 epochs
+    assert get_scorer("recall@1")(pipe[:-1], flat[1200:]) > 10 / len(flat[1200:])
+
+
+def test_grid_search_over_loss_balance_and_selector_batch_size():
+    X, _ = make_paired_gaussians(240, 6, random_state=0)
+    flat = X.reshape(len(X), -1)
+    est = ContrastiveEmbedder(n_components=4, hidden_layer_sizes=(16,), max_epochs=2,
+                              selector=ShuffledBatchSelector(16), random_state=0)
+    grid = {"temperature": [0.1, 0.5], "lambda_ent": [0.5, 1.0],
+            "selector__batch_size": [8, 32]}
+    search = GridSearchCV(est, grid, cv=2, n_jobs=2).fit(flat)
+    assert len(search.cv_results_["params"]) == 8
+    assert np.isfinite(search.cv_results_["mean_test_score"]).all()
+    assert search.best_estimator_.transform(flat).shape == (240, 4)
+
+
+def test_clone_and_pickle_round_trip(pairs):
+    X, _ = pairs
+    est = fitted(X, max_epochs=2)
+    twin = clone(est)
+    assert not hasattr(twin, "net_") and twin.get_params()["max_epochs"] == 2
+    restored = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(restored.transform(X), est.transform(X))
+
+
+def test_feature_names_and_set_output(pairs):
+    X, _ = pairs
+    est = fitted(X, max_epochs=1)
+    names = est.get_feature_names_out()
+    assert names.tolist() == [f"contrastiveembedder{i}" for i in range(8)]
+    pd = pytest.importorskip("pandas")
+    frame = est.set_output(transform="pandas").transform(X.reshape(len(X), -1))
+    assert isinstance(frame, pd.DataFrame) and list(frame.columns) == names.tolist()
+
+
+# --------------------------------------------------------------------------------------
+# Bad input
+# --------------------------------------------------------------------------------------
+
+def test_bad_input_messages():
+    X, _ = make_paired_gaussians(32, 4, random_state=0)
+    small = {"n_components": 2, "hidden_layer_sizes": (4,), "max_epochs": 1}
+    bad = X.copy()
+    bad[0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        ContrastiveEmbedder(**small).fit(bad)
+    bad[0, 0, 0] = np.inf
+    with pytest.raises(ValueError, match="infinity"):
+        ContrastiveEmbedder(**small).fit(bad)
+    with pytest.raises(ValueError, match=r"paired X must have shape \(n, 2, d\)"):
+        ContrastiveEmbedder(**small).fit(np.zeros((10, 3, 4)))
+    with pytest.raises(ValueError, match="1 sample"):
+        ContrastiveEmbedder(**small).fit(X[:1])
+    with pytest.raises(ValueError, match=r"batch_size=1 is too small"):
+        ContrastiveEmbedder(batch_size=1, **small).fit(X)
+    with pytest.raises(ValueError, match=r"needs two views, but X has 1 feature\(s\)"):
+        ContrastiveEmbedder(**small).fit(np.zeros((10, 1)))
+    with pytest.raises(NotFittedError):
+        ContrastiveEmbedder(**small).transform(X)
+    est = ContrastiveEmbedder(**small).fit(X)
+    with pytest.raises(ValueError, match="X has 6 features, but ContrastiveEmbedder is "
+                                         "expecting 8 features"):
+        est.transform(np.zeros((4, 6)))
+    with pytest.raises(ValueError, match="n_components"):
+        ContrastiveEmbedder(n_components=0).fit(X)
+    with pytest.raises(ValueError, match="selector must be a BatchSelector"):
+        ContrastiveEmbedder(selector="shuffled", **small).fit(X)
+    with pytest.raises(ValueError, match="optimizer"):
+        ContrastiveEmbedder(optimizer="lbfgs", **small).fit(X)
+    with pytest.raises(ValueError, match="batch_size=8 cannot be applied"):
+        ContrastiveEmbedder(selector=FullBatchSelector(), batch_size=8, **small).fit(X)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without a GPU")
+def test_cuda_without_a_gpu_is_a_clear_error():
+    X, _ = make_paired_gaussians(16, 4, random_state=0)
+    with pytest.raises(ValueError, match="device='cuda' was requested but no CUDA GPU"):
+        ContrastiveEmbedder(device="cuda", max_epochs=1).fit(X)
+
+
+def test_y_is_ignored_by_contrastive_embedder():
+    X, y = make_paired_gaussians(32, 4, random_state=0)
+    params = {"n_components": 2, "hidden_layer_sizes": (4,), "max_epochs": 1,
+              "random_state": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a = ContrastiveEmbedder(**params).fit(X, y).transform(X)
+    b = ContrastiveEmbedder(**params).fit(X).transform(X)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_supcon_requires_y():
+    with pytest.raises(ValueError, match="requires y"):
+        SupConEmbedder(max_epochs=1).fit(np.zeros((10, 3)), None)
