@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import runpy
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 BENCHMARKS = ("losses", "selectors", "fit")
 
@@ -33,11 +35,85 @@ def _run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_demo(args: argparse.Namespace) -> int:
+    from ._demo import run_demo
+
+    start = time.perf_counter()
+    result = run_demo(args.out, quick=args.quick, seed=args.seed)
+    print()
+    print(result.table())
+    print(f"\nCCA baseline (sklearn.cross_decomposition, 16 components): test recall@1 "
+          f"{result.baseline:.3f}")
+    for path in result.figures:
+        print(f"figure: {path}")
+    print(f"done in {time.perf_counter() - start:.0f} s; table in {args.out}/table.txt")
+    return 0
+
+
+def _run_synthetic(args: argparse.Namespace) -> int:
+    from . import geometry
+    from .simulation import compare_selectors, format_table
+
+    rows, first = compare_selectors(args.n, args.d, args.batch_size, args.steps, args.seeds,
+                                    lr=args.lr)
+    title = (f"Direct optimisation of unit-norm embeddings: N={args.n}, d={args.d}, "
+             f"B={args.batch_size}, {args.steps} steps, lr={args.lr}, temperature 1, "
+             f"{args.seeds} seed(s) (mean ± std)")
+    print(format_table(rows, title))
+    figure = _gram_figure(first, geometry, args)
+    if figure:
+        print(f"heat maps: {figure}")
+    return 0
+
+
+def _gram_figure(results: dict, geometry: Any, args: argparse.Namespace) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from .plotting import plot_gram
+    except ImportError:
+        print("(install the 'plot' extra to get the heat-map figure)")
+        return None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    panels = list(results.items())
+    kind = geometry.reference_for(args.n, args.d)
+    reference = geometry.simplex_etf(args.n, args.d) if kind == "etf" else \
+        geometry.cross_polytope(args.n, args.d)
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(2.3 * (len(panels) + 1), 2.6))
+    plot_gram(reference, ax=axes[0], title=kind.replace("_", "-"), colorbar=False)
+    for ax, (name, result) in zip(axes[1:], panels, strict=True):
+        plot_gram(result.U, result.V, ax=ax, colorbar=False,
+                  title=f"{name}\ngap {result.final_gap:.2f}")
+    for ax in axes:
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_xlabel("")
+        ax.set_ylabel("")
+    fig.tight_layout()
+    path = out / f"synthetic_gram_N{args.n}_d{args.d}.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return str(path)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="skcontrast",
         description="Contrastive learning with pluggable mini-batch selection.")
     sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser(
+        "demo", help="compare batch selectors on split-view digits (a few minutes)",
+        description="Train ContrastiveEmbedder with several batch selectors and "
+                    "SupConEmbedder with and without batch-binding on sklearn's digits "
+                    "split into left/right halves; print a table and write figures.")
+    demo.add_argument("--quick", action="store_true", help="small budget (CI)")
+    demo.add_argument("--out", default="skcontrast-demo", help="folder for figures")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.set_defaults(func=_run_demo)
     bench = sub.add_parser(
         "bench", help="run the benchmarks against named peers",
         description="Run benchmarks/bench_<which>.py; options after -- go to the script, "
@@ -45,6 +121,20 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("which", nargs="*", choices=BENCHMARKS, default=["losses"],
                        help="which benchmark(s) to run (default: losses)")
     bench.set_defaults(func=_run_bench)
+    synthetic = sub.add_parser(
+        "synthetic", help="batch selection on directly optimised embeddings (seed 000/002)",
+        description="Optimise N unit-norm pairs directly with every batch-selection "
+                    "method from the same starting points; print the final distance to "
+                    "the optimal geometry and draw the Gram heat maps.")
+    synthetic.add_argument("--n", type=int, default=8, help="number of pairs N")
+    synthetic.add_argument("--d", type=int, default=16, help="embedding dimension")
+    synthetic.add_argument("--batch-size", type=int, default=2)
+    synthetic.add_argument("--steps", type=int, default=500)
+    synthetic.add_argument("--seeds", type=int, default=5)
+    synthetic.add_argument("--lr", type=float, default=0.5)
+    synthetic.add_argument("--out", default="skcontrast-synthetic",
+                           help="folder for the figure")
+    synthetic.set_defaults(func=_run_synthetic)
     return parser
 
 

@@ -16,6 +16,7 @@ non-adaptive selectors only use ``len(X)``.
 ``ScBSelector``              greedy sample-chooses-batch (seed 000 Alg. 2)
 ``SpectralBatchSelector``    equal-size spectral clustering (seed 002 Alg. 3)
 ``BindingSelector``          one binding example per class in every batch (seed 003)
+``PredefinedBatchSelector``  the same given batches every epoch
 ===========================  ======================================================
 """
 
@@ -26,6 +27,7 @@ from ._basic import (
     ExhaustiveBatchSelector,
     FixedBatchSelector,
     FullBatchSelector,
+    PredefinedBatchSelector,
     RandomBatchSelector,
     ShuffledBatchSelector,
 )
@@ -41,6 +43,7 @@ __all__ = [
     "FixedBatchSelector",
     "FullBatchSelector",
     "OSGDSelector",
+    "PredefinedBatchSelector",
     "RandomBatchSelector",
     "ScBSelector",
     "ShuffledBatchSelector",

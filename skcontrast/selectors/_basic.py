@@ -199,3 +199,44 @@ class ExhaustiveBatchSelector(BatchSelector):
                 f"epoch, more than max_batches={bound:,}; raise max_batches or use a "
                 f"sampling selector")
         return count
+
+
+class PredefinedBatchSelector(BatchSelector):
+    """The same user-given batches every epoch (like sklearn's ``PredefinedSplit``).
+
+    For replaying batches, training on a chosen set of batches (e.g. a strict subset of
+    all ``C(n, B)``, seed 000 Theorem 2) or on per-node shards.
+
+    Parameters
+    ----------
+    batches : sequence of 1-D int arrays
+        The batches of every epoch; they need not partition the samples.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skcontrast.selectors import PredefinedBatchSelector
+    >>> sel = PredefinedBatchSelector([[0, 1], [2, 3], [1, 2]])
+    >>> [b.tolist() for b in sel.split(np.zeros((4, 2)))]
+    [[0, 1], [2, 3], [1, 2]]
+    """
+
+    def __init__(self, batches: Any = ()) -> None:
+        self.batches = batches
+
+    def _checked(self, n: int) -> list[np.ndarray]:
+        out = [np.asarray(b, dtype=np.int64).ravel() for b in self.batches]
+        if not out:
+            raise ValueError("batches is empty; expected at least one index batch")
+        for i, b in enumerate(out):
+            if len(b) < 2:
+                raise ValueError(f"batches[{i}] has {len(b)} sample(s); a batch needs >= 2")
+            if b.min() < 0 or b.max() >= n:
+                raise ValueError(f"batches[{i}] holds indices outside [0, {n}): {b.tolist()}")
+        return out
+
+    def _select(self, X, y, groups, rng):
+        return self._checked(len(X))
+
+    def _n_batches(self, n, y):
+        return len(self._checked(n))

@@ -1,0 +1,201 @@
+"""``skcontrast demo``: batch selectors compared on split-view digits, in a few minutes."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import geometry, metrics
+from ._estimators import ContrastiveEmbedder, SupConEmbedder
+from .datasets import load_digit_views
+from .selectors import (
+    BindingSelector,
+    FixedBatchSelector,
+    OSGDSelector,
+    ScBSelector,
+    ShuffledBatchSelector,
+    SpectralBatchSelector,
+)
+
+BATCH = 64
+COLUMNS = ("method", "R@1 u->v", "R@1 v->u", "alignment", "uniformity", "eff. rank",
+           "NCC acc.", "Delta_GM", "fit s", "select s")
+
+
+@dataclass
+class DemoResult:
+    """Rows of the demo table, the fitted estimators and the figures written."""
+
+    rows: list[dict] = field(default_factory=list)
+    estimators: dict[str, Any] = field(default_factory=dict)
+    figures: list[str] = field(default_factory=list)
+    baseline: float = float("nan")
+
+    def table(self) -> str:
+        def cell(value: Any) -> str:
+            if isinstance(value, str):
+                return value
+            return "—" if value is None or np.isnan(value) else f"{value:.3f}"
+
+        widths = [max(len(c), 9) for c in COLUMNS]
+        widths[0] = max(len(r["method"]) for r in self.rows) if self.rows else 10
+        lines = ["  ".join(c.rjust(w) for c, w in zip(COLUMNS, widths, strict=True))]
+        lines.append("  ".join("-" * w for w in widths))
+        for row in self.rows:
+            lines.append("  ".join(cell(row[c]).rjust(w)
+                                   for c, w in zip(COLUMNS, widths, strict=True)))
+        return "\n".join(lines)
+
+
+def _split(quick: bool, seed: int) -> tuple[np.ndarray, ...]:
+    from sklearn.model_selection import train_test_split
+
+    X, y = load_digit_views()
+    return train_test_split(X, y, test_size=0.3, random_state=seed, stratify=y)
+
+
+def _contrastive_row(name: str, est: ContrastiveEmbedder, X_test: np.ndarray,
+                     fit_seconds: float) -> dict:
+    U, V = est.transform_pairs(X_test)
+    return {"method": name,
+            "R@1 u->v": metrics.recall_at_k(U, V, direction="u2v"),
+            "R@1 v->u": metrics.recall_at_k(U, V, direction="v2u"),
+            "alignment": geometry.alignment(U, V),
+            "uniformity": geometry.uniformity(np.vstack([U, V])),
+            "eff. rank": geometry.effective_rank(U),
+            "NCC acc.": None, "Delta_GM": None, "fit s": fit_seconds,
+            "select s": float(sum(est.history_[:, "select_time"]))}
+
+
+def _supcon_row(name: str, est: SupConEmbedder, X_test: np.ndarray, y_test: np.ndarray,
+                fit_seconds: float) -> dict:
+    H = est.transform(X_test)
+    return {"method": name, "R@1 u->v": None, "R@1 v->u": None, "alignment": None,
+            "uniformity": geometry.uniformity(H), "eff. rank": geometry.effective_rank(H),
+            "NCC acc.": est.score(X_test, y_test),
+            "Delta_GM": geometry.orthogonal_frame_gap(H, y_test), "fit s": fit_seconds,
+            "select s": float(sum(est.history_[:, "select_time"]))}
+
+
+def run_demo(out: str | Path = "skcontrast-demo", *, quick: bool = False, seed: int = 0,
+             report: Any = print) -> DemoResult:
+    """Train every selector on split-view digits and write the table and figures.
+
+    Parameters
+    ----------
+    out : path, default='skcontrast-demo'
+        Folder for the figures (and ``table.txt``).
+    quick : bool, default=False
+        A small budget, for CI (fewer epochs).
+    seed : int, default=0
+        Train/test split, network initialisation and selectors.
+    report : callable, default=print
+        Where progress lines go.
+
+    Returns
+    -------
+    DemoResult
+    """
+    from sklearn.cross_decomposition import CCA
+
+    epochs = 8 if quick else 40
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    X_train, X_test, y_train, y_test = _split(quick, seed)
+    report(f"split-view digits (left / right image halves): {len(X_train)} train pairs, "
+           f"{len(X_test)} test pairs, 32 pixels per view; {epochs} epochs, batch {BATCH}")
+    result = DemoResult()
+    cca = CCA(n_components=16, max_iter=1000).fit(X_train[:, 0], X_train[:, 1])
+    result.baseline = metrics.recall_at_k(*cca.transform(X_test[:, 0], X_test[:, 1]))
+    common = {"n_components": 16, "hidden_layer_sizes": (128,), "max_epochs": epochs,
+              "temperature": 0.1, "random_state": seed, "device": "cpu"}
+    contrastive = {
+        "shuffled": ShuffledBatchSelector(BATCH),
+        "fixed": FixedBatchSelector(BATCH),
+        "OSGD (k=8, q=4)": OSGDSelector(BATCH, k=8, q=4),
+        "spectral": SpectralBatchSelector(BATCH),
+        "ScB": ScBSelector(BATCH),
+    }
+    supervised = {
+        "SupCon, shuffled": ShuffledBatchSelector(BATCH),
+        "SupCon, fixed + binding": BindingSelector(FixedBatchSelector(BATCH)),
+    }
+    total = len(contrastive) + len(supervised)
+    for i, (name, selector) in enumerate(contrastive.items(), start=1):
+        report(f"[{i}/{total}] ContrastiveEmbedder, {name} batches ...")
+        start = time.perf_counter()
+        est = ContrastiveEmbedder(selector=selector, **common).fit(X_train)
+        row = _contrastive_row(name, est, X_test, time.perf_counter() - start)
+        report(f"      test R@1 {0.5 * (row['R@1 u->v'] + row['R@1 v->u']):.3f} "
+               f"in {row['fit s']:.1f} s")
+        result.rows.append(row)
+        result.estimators[name] = est
+    flat_train = X_train.reshape(len(X_train), -1)
+    flat_test = X_test.reshape(len(X_test), -1)
+    for i, (name, selector) in enumerate(supervised.items(), start=len(contrastive) + 1):
+        report(f"[{i}/{total}] SupConEmbedder, {name.split(', ')[1]} batches ...")
+        start = time.perf_counter()
+        est = SupConEmbedder(selector=selector, **common).fit(flat_train, y_train)
+        row = _supcon_row(name, est, flat_test, y_test, time.perf_counter() - start)
+        report(f"      test NCC accuracy {row['NCC acc.']:.3f} in {row['fit s']:.1f} s")
+        result.rows.append(row)
+        result.estimators[name] = est
+    result.figures = _figures(result, X_train, X_test, y_test, out)
+    (out / "table.txt").write_text(result.table() + f"\nCCA baseline recall@1 (16 "
+                                   f"components): {result.baseline:.3f}\n")
+    return result
+
+
+def _figures(result: DemoResult, X_train: np.ndarray, X_test: np.ndarray, y_test: np.ndarray,
+             out: Path) -> list[str]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from .plotting import plot_batch_losses, plot_gram
+    except ImportError:
+        return []
+    paths = []
+    order = np.argsort(y_test[:60], kind="stable")
+    shown = ["shuffled", "spectral"]
+    fig, axes = plt.subplots(1, len(shown), figsize=(5.2 * len(shown), 4.4))
+    for ax, name in zip(axes, shown, strict=True):
+        U, V = result.estimators[name].transform_pairs(X_test[:60][order])
+        plot_gram(U, V, ax=ax, title=f"{name}: test pairs (sorted by digit)")
+    fig.tight_layout()
+    paths.append(out / "gram_test_pairs.png")
+    fig.savefig(paths[-1], dpi=110)
+    reference = result.estimators["shuffled"]
+    U, V = reference.transform_pairs(X_train)
+    embedded = np.stack([U, V], axis=1)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    plot_batch_losses(embedded, {
+        "shuffled": ShuffledBatchSelector(BATCH, random_state=0),
+        "OSGD (k=8, q=4)": OSGDSelector(BATCH, k=8, q=4, random_state=0),
+        "ScB": ScBSelector(BATCH, random_state=0),
+        "spectral": SpectralBatchSelector(BATCH, random_state=0)}, ax=ax, temperature=0.1)
+    ax.set_title("loss of each batch on the trained embeddings (seed 002 Fig. 3)")
+    fig.tight_layout()
+    paths.append(out / "batch_losses.png")
+    fig.savefig(paths[-1], dpi=110)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name, est in result.estimators.items():
+        ax = axes[1] if name.startswith("SupCon") else axes[0]
+        losses = est.history_[:, "train_loss"]
+        ax.plot(np.arange(1, len(losses) + 1), losses, label=name)
+    axes[0].set(title="ContrastiveEmbedder (symmetric InfoNCE)", xlabel="epoch",
+                ylabel="mean training loss")
+    axes[1].set(title="SupConEmbedder", xlabel="epoch", ylabel="mean training loss")
+    for ax in axes:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out / "learning_curves.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close("all")
+    return [str(p) for p in paths]

@@ -1,0 +1,367 @@
+"""Direct optimisation of unit-norm embeddings: the unconstrained-features model.
+
+The papers study contrastive losses by optimising the embeddings themselves, free of
+any network: seed 000 Sec. 5 and seed 002 Sec. 6.1 for pairs ``(U, V)``, seed 003 Sec. 4
+(UFM+, non-negative features) for labelled ``H``. :func:`optimize_embeddings` runs that
+experiment with any batch selector and any loss of :mod:`skcontrast.losses`.
+
+What a step is
+--------------
+Seed 002 Appendix C writes every method as: choose mini-batch(es), take a gradient step
+on their loss, re-normalise each embedding (Alg. 4-7). Here, with ``update='batch'``
+(default), **one step is one gradient update on one batch** yielded by the selector
+(Alg. 5 "SGD without replacement" with one batch per update for the partition
+selectors, Alg. 4/6 for random and OSGD candidates). Epochs are consecutive ``split``
+calls, and adaptive selectors see the current embeddings at the start of each epoch,
+so OSGD with ``candidates='random', n_groups=1, q=1`` re-selects before every step
+(Alg. 6, "top-1 batch per iteration" of seed 000). With ``update='epoch'``, one step is
+one gradient update on the mean loss of *all* batches of an epoch: gradient descent on
+the mini-batch objective of seed 002 Eq. 4 (full batch, all ``C(N, B)`` batches, or a
+fixed subset, Fig. 4 b-d).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import geometry
+from ._validation import check_choice, check_int, check_positive, describe
+from .losses import batch_losses, get_label_loss, get_pair_loss
+from .selectors import (
+    BatchSelector,
+    BcSSelector,
+    ExhaustiveBatchSelector,
+    FixedBatchSelector,
+    FullBatchSelector,
+    OSGDSelector,
+    ScBSelector,
+    ShuffledBatchSelector,
+    SpectralBatchSelector,
+)
+
+UPDATES = ("batch", "epoch")
+
+
+@dataclass
+class SimulationResult:
+    """Outcome of :func:`optimize_embeddings`.
+
+    Attributes
+    ----------
+    U : ndarray of shape (n, d)
+        Final embeddings (``H`` for labelled runs).
+    V : ndarray of shape (n, d) or None
+        Final second view (``None`` for labelled runs).
+    history : list of dict
+        One entry per recorded step: ``step``, ``loss`` (the full-batch loss),
+        ``gap`` (``etf_gap`` for pairs when a reference exists, ``orthogonal_frame_gap``
+        for labels, else NaN) and ``batches`` (the index batches of that step).
+    initial : tuple of ndarray
+        The starting point (identical for every selector with the same random state).
+    """
+
+    U: np.ndarray
+    V: np.ndarray | None
+    history: list[dict] = field(default_factory=list)
+    initial: tuple = ()
+
+    @property
+    def losses(self) -> np.ndarray:
+        return np.array([h["loss"] for h in self.history])
+
+    @property
+    def gaps(self) -> np.ndarray:
+        return np.array([h["gap"] for h in self.history])
+
+    @property
+    def final_gap(self) -> float:
+        return float(self.history[-1]["gap"])
+
+    @property
+    def gram(self) -> np.ndarray:
+        """``U V^T`` (or ``H H^T``), the heat map of the papers."""
+        other = self.U if self.V is None else self.V
+        return self.U @ other.T
+
+
+def initial_embeddings(n: int, d: int, *, labelled: bool = False, nonnegative: bool = False,
+                       random_state: Any = None) -> tuple[np.ndarray, ...]:
+    """Random unit vectors, the same for every selector given ``random_state``.
+
+    Gaussian vectors normalised to unit length (seed 002 Sec. 6.1), their absolute values
+    for ``nonnegative`` (UFM+). Returns ``(U, V)``, or ``(H,)`` when ``labelled``.
+    """
+    rng = np.random.default_rng(random_state)
+    parts = 1 if labelled else 2
+    x = rng.normal(size=(parts, n, d))
+    if nonnegative:
+        x = np.abs(x)
+    return tuple(x / np.linalg.norm(x, axis=2, keepdims=True))
+
+
+def _project(x: torch.Tensor, nonnegative: bool, previous: torch.Tensor) -> torch.Tensor:
+    if nonnegative:
+        x = x.clamp_min(0)
+    norms = x.norm(dim=1, keepdim=True)
+    return torch.where(norms > 0, x / norms.clamp_min(1e-30), previous)
+
+
+def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
+                        loss: Any = "symmetric_info_nce", steps: int = 500, lr: float = 0.5,
+                        temperature: float = 1.0, random_state: Any = None,
+                        nonnegative: bool = False, labels: Any = None, init: Any = None,
+                        update: str = "batch", loss_params: dict | None = None,
+                        record_every: int = 1, reference: str | None = "auto"
+                        ) -> SimulationResult:
+    """Projected gradient descent on unit-norm embeddings, batches chosen by ``selector``.
+
+    Parameters
+    ----------
+    n : int
+        Number of pairs (or of labelled points).
+    d : int
+        Embedding dimension.
+    selector : BatchSelector or None, default=None
+        Which rows share each batch; ``None`` is :class:`FullBatchSelector` (full-batch
+        gradient descent).
+    loss : str or callable, default='symmetric_info_nce'
+        Any loss of :mod:`skcontrast.losses`; with ``labels`` a label loss ('supcon').
+    steps : int, default=500
+        Gradient updates (see the module docstring for what one update covers).
+    lr : float, default=0.5
+        Step size (0.5 in seed 000 Sec. 5 and seed 002 Sec. 6.1).
+    temperature : float, default=1.0
+        The papers' theory is at temperature 1.
+    random_state : int or None, default=None
+        Seeds the initial embeddings (and the selector when it has no seed of its own),
+        so every selector starts from the same point.
+    nonnegative : bool, default=False
+        Keep features non-negative (clip at 0 before normalising): UFM+ of seed 003.
+    labels : array-like of shape (n,), optional
+        Optimise one set of embeddings ``H`` under a label loss instead of pairs.
+    init : tuple of arrays, optional
+        Starting ``(U, V)`` (or ``(H,)``); normalised here. Overrides the random start.
+    update : {'batch', 'epoch'}, default='batch'
+        One update per batch, or one per epoch on the mean loss of its batches.
+    loss_params : dict, optional
+        More keyword arguments for the loss.
+    record_every : int, default=1
+        Record the history every this many steps (and always at the last step).
+    reference : {'auto', 'etf', 'cross_polytope'} or None, default='auto'
+        Geometry the recorded ``gap`` of paired runs measures against (see
+        :func:`~skcontrast.geometry.etf_gap`); ``'auto'`` picks it from ``(n, d)`` and
+        records NaN when none is known; ``None`` records no gap.
+
+    Returns
+    -------
+    SimulationResult
+
+    Examples
+    --------
+    >>> from skcontrast.simulation import optimize_embeddings
+    >>> result = optimize_embeddings(4, 8, steps=300, random_state=0)
+    >>> result.final_gap < 1e-2
+    True
+    """
+    n = check_int(n, "n", minimum=2)
+    d = check_int(d, "d", minimum=1)
+    steps = check_int(steps, "steps", minimum=1)
+    check_positive(lr, "lr")
+    check_positive(temperature, "temperature")
+    check_choice(update, "update", UPDATES)
+    record_every = check_int(record_every, "record_every", minimum=1)
+    selector = FullBatchSelector() if selector is None else selector
+    if not isinstance(selector, BatchSelector):
+        raise ValueError(f"selector must be a BatchSelector; got {describe(selector)}")
+    labelled = labels is not None
+    y = None
+    if labelled:
+        y = np.asarray(labels)
+        if y.shape != (n,):
+            raise ValueError(f"labels must have shape ({n},); got {describe(y)}")
+    reference_kind = None if labelled else _reference(n, d, reference)
+    start = _initial(init, n, d, labelled, nonnegative, random_state)
+    selector = _seeded(selector, random_state)
+    kwargs = {"temperature": temperature, **(loss_params or {})}
+    if labelled:
+        fn = get_label_loss(loss)
+        y_t = torch.as_tensor(np.unique(y, return_inverse=True)[1])
+    else:
+        fn = get_pair_loss(loss)
+    params = [torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in start]
+    history: list[dict] = []
+    step = 0
+    while step < steps:
+        epoch = selector.epoch_batches(_selector_view(params, labelled), y)
+        groups = [epoch] if update == "epoch" else [[b] for b in epoch]
+        for batches in groups:
+            objective = _batches_loss(params, batches, fn, labelled, y_t if labelled else None,
+                                      kwargs)
+            grads = torch.autograd.grad(objective, params)
+            with torch.no_grad():
+                for p, g in zip(params, grads, strict=True):
+                    p.copy_(_project(p - lr * g, nonnegative, p))
+            step += 1
+            if step % record_every == 0 or step == steps:
+                history.append(_record(step, params, batches, fn, labelled,
+                                       y_t if labelled else None, y, kwargs, reference_kind))
+            if step == steps:
+                break
+    final = [p.detach().numpy() for p in params]
+    return SimulationResult(final[0], None if labelled else final[1], history,
+                            tuple(x.copy() for x in start))
+
+
+def _reference(n: int, d: int, reference: str | None) -> str | None:
+    if reference is None:
+        return None
+    check_choice(reference, "reference", geometry.REFERENCES)
+    if reference == "auto":
+        try:
+            return geometry.reference_for(n, d)
+        except ValueError:
+            return None
+    if reference == "etf" and d < n - 1:
+        raise ValueError(f"reference='etf' needs d >= n - 1 = {n - 1}; got d={d}")
+    if reference == "cross_polytope" and n != 2 * d:
+        raise ValueError(f"reference='cross_polytope' needs n = 2d; got n={n}, d={d}")
+    return reference
+
+
+def _initial(init: Any, n: int, d: int, labelled: bool, nonnegative: bool,
+             random_state: Any) -> tuple[np.ndarray, ...]:
+    if init is None:
+        return initial_embeddings(n, d, labelled=labelled, nonnegative=nonnegative,
+                                  random_state=random_state)
+    parts = (init,) if isinstance(init, np.ndarray | torch.Tensor) else tuple(init)
+    expected = 1 if labelled else 2
+    if len(parts) != expected:
+        raise ValueError(f"init must hold {expected} array(s) of shape ({n}, {d}); got "
+                         f"{len(parts)}")
+    out = []
+    for x in parts:
+        x = np.asarray(x, dtype=np.float64)
+        if x.shape != (n, d):
+            raise ValueError(f"init arrays must have shape ({n}, {d}); got {describe(x)}")
+        out.append(x / np.linalg.norm(x, axis=1, keepdims=True))
+    return tuple(out)
+
+
+def _seeded(selector: BatchSelector, random_state: Any) -> BatchSelector:
+    from sklearn.base import clone
+
+    selector = clone(selector)
+    if "random_state" in selector.get_params() and selector.get_params()["random_state"] is None \
+            and random_state is not None:
+        selector.set_params(random_state=random_state)
+    return selector
+
+
+def _selector_view(params: list[torch.Tensor], labelled: bool) -> np.ndarray:
+    arrays = [p.detach().numpy() for p in params]
+    return arrays[0] if labelled else np.stack(arrays, axis=1)
+
+
+def _batches_loss(params: list[torch.Tensor], batches: list[np.ndarray], fn: Any,
+                  labelled: bool, y_t: torch.Tensor | None, kwargs: dict) -> torch.Tensor:
+    """Mean loss of the batches (unnormalised inputs: the rows are kept at unit norm)."""
+    options = {**kwargs, "normalize": False}
+    if labelled:
+        values = batch_losses(params[0], batches=batches, y=y_t, loss=fn, **options)
+    else:
+        values = batch_losses(params[0], params[1], batches, loss=fn, **options)
+    return values.mean()
+
+
+def _record(step: int, params: list[torch.Tensor], batches: list[np.ndarray], fn: Any,
+            labelled: bool, y_t: torch.Tensor | None, y: Any, kwargs: dict,
+            reference_kind: str | None) -> dict:
+    with torch.no_grad():
+        options = {**kwargs, "normalize": False}
+        if labelled:
+            full = float(fn(params[0], y_t, **options))
+            gap = geometry.orthogonal_frame_gap(params[0].numpy(), y) \
+                if len(np.unique(y)) > 1 else math.nan
+        else:
+            full = float(fn(params[0], params[1], **options))
+            gap = geometry.etf_gap(params[0].numpy(), params[1].numpy(), reference_kind) \
+                if reference_kind else math.nan
+    return {"step": step, "loss": full, "gap": gap, "batches": [b.tolist() for b in batches]}
+
+
+def step_imbalanced_labels(n_classes: int, n_majority: int, ratio: float) -> np.ndarray:
+    """Labels with R-STEP imbalance (seed 003 Sec. 3): half the classes have
+    ``n_majority`` samples, the other half ``n_majority / ratio`` (at least 2)."""
+    k = check_int(n_classes, "n_classes", minimum=2)
+    major = check_int(n_majority, "n_majority", minimum=2)
+    check_positive(ratio, "ratio")
+    minor = max(2, round(major / ratio))
+    counts = [major] * (k // 2) + [minor] * (k - k // 2)
+    return np.repeat(np.arange(k), counts)
+
+
+def paper_methods(n: int, batch_size: int) -> dict[str, tuple[BatchSelector, str]]:
+    """The batch-selection methods of seed 000 Fig. 2 / seed 002 Fig. 4, with their update.
+
+    ``full batch`` and ``all C(N,B)`` are gradient descent on the full and on the
+    all-mini-batch objective (Thm. 1); the others take one update per selected batch.
+    OSGD scores every ``C(N, B)`` batch and keeps the worst one per step (seed 000
+    "top-1 mini-batch per iteration", seed 002 Alg. 6 with ``k = C(N, B)``, ``q = 1``).
+    """
+    b = batch_size
+    every = math.comb(n, b)
+    return {
+        "full batch": (FullBatchSelector(), "batch"),
+        "all C(N,B)": (ExhaustiveBatchSelector(b, max_batches=10**6), "epoch"),
+        "fixed": (FixedBatchSelector(b), "batch"),
+        "shuffled": (ShuffledBatchSelector(b), "batch"),
+        "OSGD": (OSGDSelector(b, k=every, q=1, candidates="random", n_groups=1), "batch"),
+        "spectral": (SpectralBatchSelector(b), "batch"),
+        "BcS": (BcSSelector(b), "batch"),
+        "ScB": (ScBSelector(b), "batch"),
+    }
+
+
+def compare_selectors(n: int = 8, d: int = 16, batch_size: int = 2, steps: int = 500,
+                      seeds: int = 5, lr: float = 0.5, temperature: float = 1.0,
+                      methods: dict | None = None, record_every: int = 10
+                      ) -> tuple[list[dict], dict[str, SimulationResult]]:
+    """Run every method of :func:`paper_methods` from the same starting points.
+
+    Returns
+    -------
+    rows : list of dict
+        Per method: ``method``, ``gap_mean``, ``gap_std`` (final ``etf_gap`` over the
+        seeds), ``loss_mean`` (final full-batch loss).
+    first : dict of SimulationResult
+        The run of the first seed of each method (for heat maps and curves).
+    """
+    seeds = check_int(seeds, "seeds", minimum=1)
+    methods = paper_methods(n, batch_size) if methods is None else methods
+    rows, first = [], {}
+    for name, (selector, update) in methods.items():
+        runs = [optimize_embeddings(n, d, selector, steps=steps, lr=lr,
+                                    temperature=temperature, random_state=seed,
+                                    update=update, record_every=record_every)
+                for seed in range(seeds)]
+        gaps = np.array([r.final_gap for r in runs])
+        rows.append({"method": name, "gap_mean": float(gaps.mean()),
+                     "gap_std": float(gaps.std()),
+                     "loss_mean": float(np.mean([r.losses[-1] for r in runs]))})
+        first[name] = runs[0]
+    return rows, first
+
+
+def format_table(rows: list[dict], title: str = "") -> str:
+    """The rows of :func:`compare_selectors` as a fixed-width text table."""
+    lines = [title] if title else []
+    lines.append(f"{'method':<12} {'final etf_gap':>20} {'full-batch loss':>16}")
+    for row in rows:
+        gap = f"{row['gap_mean']:.3f} ± {row['gap_std']:.3f}"
+        lines.append(f"{row['method']:<12} {gap:>20} {row['loss_mean']:>16.4f}")
+    return "\n".join(lines)

@@ -1,0 +1,134 @@
+"""BalanceSearchCV: coordinate descent along seed 001's directions, as a real sklearn search."""
+
+import math
+
+import numpy as np
+import pytest
+from sklearn.base import BaseEstimator
+
+from skcontrast import ContrastiveEmbedder, SupConEmbedder
+from skcontrast.datasets import make_paired_gaussians
+from skcontrast.metrics import get_scorer
+from skcontrast.model_selection import BALANCE_DIRECTIONS, BalanceSearchCV
+
+BOUNDS = {"lambda_pos": (1e-2, 1e2), "lambda_ent": (1e-2, 1e2), "batch_size": (2, 4096)}
+START = {"lambda_pos": 1.0, "lambda_ent": 1.0, "batch_size": 32}
+TARGET = np.array([0.5, 0.0, 4.0])  # optimum in r = A log h
+CURVATURE = np.array([100.0, 1.0, 10.0])  # skewed: very different along each direction
+
+
+class QuadraticInR(BaseEstimator):
+    """Not a skcontrast estimator: its score is a convex quadratic in r = A log h whose
+    Hessian has the rows of A (seed 001 Eq. 9) as eigenvectors."""
+
+    def __init__(self, lambda_pos=1.0, lambda_ent=1.0, batch_size=32):
+        self.lambda_pos = lambda_pos
+        self.lambda_ent = lambda_ent
+        self.batch_size = batch_size
+
+    def fit(self, X, y=None):
+        return self
+
+    def score(self, X, y=None):
+        r = BALANCE_DIRECTIONS @ np.log([self.lambda_pos, self.lambda_ent, self.batch_size])
+        return -float(np.sum(CURVATURE * (r - TARGET) ** 2))
+
+
+def search(directions, budget, per_direction=20):
+    return BalanceSearchCV(QuadraticInR(), bounds=BOUNDS, start=START, directions=directions,
+                           budget=budget, budget_per_direction=per_direction,
+                           cv=2).fit(np.zeros((8, 1)))
+
+
+def evaluations_to_reach(path, tolerance):
+    return next((i + 1 for i, p in enumerate(path) if p["best_score"] >= -tolerance), None)
+
+
+def test_reaches_the_optimum_of_a_quadratic_in_three_line_searches():
+    result = search("balance", budget=1 + 3 * 20)
+    directions_used = [p["direction"] for p in result.path_]
+    # the start, then one line search per row of A (the last one may reuse cached
+    # configurations: batch sizes are rounded to integers)
+    assert directions_used[:41] == [-1] + [0] * 20 + [1] * 20
+    fourth = next(i for i in range(41, len(directions_used)) if directions_used[i] != 2)
+    assert all(d == 2 for d in directions_used[41:fourth])
+    assert result.path_[fourth - 1]["best_score"] > -1e-3
+    optimum = np.exp(np.linalg.solve(BALANCE_DIRECTIONS, TARGET))
+    best = result.best_params_
+    # tolerance: batch sizes are integers, so b=55 instead of 54.6 costs 10*log(55/54.6)^2
+    assert result.best_score_ > -1e-3
+    np.testing.assert_allclose([best["lambda_pos"], best["lambda_ent"]], optimum[:2],
+                               rtol=1e-2)
+    assert best["batch_size"] == 55 and isinstance(best["batch_size"], int)
+
+
+def test_identity_directions_need_more_evaluations_on_skewed_axes():
+    balance = search("balance", budget=200)
+    identity = search("identity", budget=200)
+    needed_balance = evaluations_to_reach(balance.path_, 1e-2)
+    needed_identity = evaluations_to_reach(identity.path_, 1e-2)
+    assert needed_balance is not None and needed_balance <= 61
+    assert needed_identity is None or needed_identity > 2 * needed_balance
+    assert identity.path_[60]["best_score"] < balance.path_[60]["best_score"]
+
+
+def test_slope_rule_doubles_a_stalled_direction_and_budget_is_respected():
+    result = search("balance", budget=25, per_direction=3)
+    assert len(result.cv_results_["params"]) == 25
+    per_line = []
+    for p in result.path_[1:]:
+        if per_line and per_line[-1][0] == p["direction"]:
+            per_line[-1][1] += 1
+        else:
+            per_line.append([p["direction"], 1])
+    # the learning-rate direction starts at its optimum: no gain, so its budget doubles
+    lr_lines = [count for direction, count in per_line if direction == 1]
+    assert len(lr_lines) >= 2 and lr_lines[1] > lr_lines[0]
+
+
+def test_two_parameter_search_and_warm_start_from_the_estimator():
+    est = QuadraticInR(lambda_pos=0.5, lambda_ent=2.0, batch_size=55)
+    result = BalanceSearchCV(est, param_names=("lambda_pos", "lambda_ent"), bounds=BOUNDS,
+                             budget=5, cv=2).fit(np.zeros((4, 1)))
+    assert result.path_[0]["params"] == {"lambda_pos": 0.5, "lambda_ent": 2.0}
+    assert set(result.best_params_) == {"lambda_pos", "lambda_ent"}
+
+
+def test_a_real_search_over_contrastive_embedder():
+    X, _ = make_paired_gaussians(150, 6, random_state=0)
+    flat = X.reshape(len(X), -1)
+    est = ContrastiveEmbedder(n_components=4, hidden_layer_sizes=(16,), max_epochs=2,
+                              random_state=0)
+    scoring = {"r1": get_scorer("recall@1"), "align": get_scorer("alignment")}
+    result = BalanceSearchCV(est, bounds={"lambda_pos": (0.1, 10), "lambda_ent": (0.1, 10),
+                                          "batch_size": (8, 64)},
+                             budget=5, cv=2, scoring=scoring, refit="r1", n_jobs=2).fit(flat)
+    assert len(result.cv_results_["params"]) == 5
+    assert "mean_test_align" in result.cv_results_
+    assert result.best_score_ == max(result.cv_results_["mean_test_r1"])
+    assert result.transform(flat).shape == (150, 4)
+    assert all(isinstance(p["batch_size"], int) for p in result.cv_results_["params"])
+
+
+def test_supcon_with_the_margin_loss():
+    X, y = make_paired_gaussians(120, 5, n_clusters=4, random_state=1)
+    est = SupConEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=2,
+                         loss="contrastive_margin", random_state=0)
+    result = BalanceSearchCV(est, param_names=("lambda_pos", "lambda_ent"), budget=3,
+                             cv=2).fit(X[:, 0], y)
+    assert math.isfinite(result.best_score_)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"bounds": {"lambda_pos": (0, 1), "lambda_ent": (0.1, 1), "batch_size": (8, 64)}},
+     r"bounds\['lambda_pos'\] must be a positive"),
+    ({"bounds": {"lambda_pos": (2, 1), "lambda_ent": (0.1, 1), "batch_size": (8, 64)}},
+     "low < high"),
+    ({"start": {"lambda_pos": 1e6}}, r"start\['lambda_pos'\]=1000000.0 is outside"),
+    ({"budget": 0}, "budget must be >= 1"),
+    ({"param_names": ("lambda_pos", "weight_decay")}, r"\['weight_decay'\] are not parameters"),
+    ({"directions": [[1, 1, 0], [1, 1, 0], [0, 0, 1]]}, "invertible"),
+])
+def test_bad_input(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        BalanceSearchCV(QuadraticInR(), **kwargs).fit(np.zeros((4, 1)))
