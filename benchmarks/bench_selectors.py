@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 import warnings
@@ -92,7 +93,8 @@ def timed(fn):
     return out, time.perf_counter() - t0
 
 
-def spectral_rows(sizes: list[int]) -> list[list[str]]:
+def spectral_rows(sizes: list[int], repeats: int) -> list[list[str]]:
+    """Median over ``repeats`` interleaved runs: this machine's timings drift by up to 2x."""
     rows = []
     for n in sizes:
         X = random_pairs(n)
@@ -105,11 +107,15 @@ def spectral_rows(sizes: list[int]) -> list[list[str]]:
                 random_state=0).split(X)),
             "shuffled": lambda X=X: list(ShuffledBatchSelector(BATCH, random_state=0).split(X)),
         }
-        results = {}
-        for name, fn in runs.items():
-            batches, seconds = timed(fn)
-            results[name] = (seconds, peak_memory_mib(fn), mean_loss(X, batches),
-                             sum(len(b) for b in batches))
+        seconds = {name: [] for name in runs}
+        batches = {}
+        for _ in range(repeats):
+            for name, fn in runs.items():
+                batches[name], elapsed = timed(fn)
+                seconds[name].append(elapsed)
+        results = {name: (statistics.median(seconds[name]), peak_memory_mib(fn),
+                          mean_loss(X, batches[name]), sum(len(b) for b in batches[name]))
+                   for name, fn in runs.items()}
         ref_t, _, ref_loss, _ = results["published"]
         for name, (seconds, mem, loss, covered) in results.items():
             rows.append([f"n={n:,}", name, f"{seconds:8.2f} s", fmt_mib(mem),
@@ -142,13 +148,16 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 50_000])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     set_threads(args.threads)
     warnings.simplefilter("ignore")
     sizes = [2_560] if args.quick else args.sizes
     text = (f"Spectral batch selection, d={DIM}, temperature={TEMPERATURE}, B={BATCH}, "
-            f"chunks of {CHUNK}, CPU, {torch.get_num_threads()} threads\n")
-    text += table(spectral_rows(sizes), ["n", "method", "time/epoch", "peak mem",
+            f"chunks of {CHUNK}, CPU, {torch.get_num_threads()} threads; median of "
+            f"{1 if args.quick else args.repeats} interleaved run(s)\n")
+    repeats = 1 if args.quick else args.repeats
+    text += table(spectral_rows(sizes, repeats), ["n", "method", "time/epoch", "peak mem",
                                          "mean loss", "speed-up", "loss vs pub.", "samples"])
     text += "\n\nOther adaptive selectors (one epoch)\n"
     text += table(other_rows(args.quick), ["selector", "n", "time/epoch", "batches",

@@ -2,7 +2,9 @@
 when the number of samples M <= d + 1.
 
 M=8 pairs, full-batch projected gradient descent (lr 0.5, 500 steps) from the same
-random start for each loss; the final distance to the simplex ETF should be ~0 for all.
+random starts for each loss; prints the final distance to the simplex ETF (mean over
+seeds) and how many seeds got within 1e-2 of it. The shared minimiser is a statement
+about the optimum: gradient descent can stall elsewhere (see the docs).
 
     python examples/reproduce_kernel_losses.py [--quick] [--out DIR]
 """
@@ -21,8 +23,8 @@ args = parser.parse_args()
 steps, seeds = (100, 1) if args.quick else (500, 3)
 losses = {"symmetric_info_nce": {}, "info_nce": {}, "nt_xent": {}, "dcl": {},
           "dhel": {}, "kcl": {"temperature": 0.5}}
-print(f"M=8 pairs, {steps} full-batch steps, {seeds} seed(s): final etf_gap")
-print(f"{'loss':<20} {'d=7 (M = d+1)':>14} {'d=16':>10}")
+print(f"M=8 pairs, {steps} full-batch steps, {seeds} seed(s): final etf_gap (seeds at the ETF)")
+print(f"{'loss':<20} {'d=7 (M = d+1)':>18} {'d=16':>18}")
 for name, params in losses.items():
     cells = []
     for d in (7, 16):
@@ -30,5 +32,6 @@ for name, params in losses.items():
                                     record_every=steps,
                                     temperature=params.get("temperature", 1.0)).final_gap
                 for s in range(seeds)]
-        cells.append(f"{np.mean(gaps):.4f}")
-    print(f"{name:<20} {cells[0]:>14} {cells[1]:>10}")
+        reached = sum(g < 1e-2 for g in gaps)
+        cells.append(f"{np.mean(gaps):.4f} ({reached}/{seeds})")
+    print(f"{name:<20} {cells[0]:>18} {cells[1]:>18}")

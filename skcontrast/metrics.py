@@ -168,15 +168,21 @@ def r_map(H: Any, y: Any) -> float:
     return float(np.mean(np.divide(sums, hits, out=np.zeros_like(sums), where=hits > 0)))
 
 
-def class_centres(H: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Classes and the mean of the unit-normalised embeddings of each: ``(classes, centres)``."""
+def _class_sums(H: Any, y: Any) -> tuple[np.ndarray, ...]:
+    """Unit rows ``H``, ``(classes, codes)`` of ``y``, and each class's row sum and size."""
     H = _rows(H, "H")
     classes, codes = encode_labels(y)
     if len(codes) != len(H):
         raise ValueError(f"y has {len(codes)} labels but H has {len(H)} rows")
-    centres = np.zeros((len(classes), H.shape[1]))
-    np.add.at(centres, codes, H)
-    return classes, centres / np.bincount(codes)[:, None]
+    sums = np.zeros((len(classes), H.shape[1]))
+    np.add.at(sums, codes, H)
+    return H, classes, codes, sums, np.bincount(codes).astype(float)
+
+
+def class_centres(H: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Classes and the mean of the unit-normalised embeddings of each: ``(classes, centres)``."""
+    _, classes, _, sums, counts = _class_sums(H, y)
+    return classes, sums / counts[:, None]
 
 
 def nearest_centre(H: Any, classes: np.ndarray, centres: np.ndarray) -> np.ndarray:
@@ -206,13 +212,7 @@ def ncc_accuracy(H_train: Any, y_train: Any, H_test: Any, y_test: Any) -> float:
 
 def leave_one_out_ncc(H: Any, y: Any) -> float:
     """NCC accuracy on one labelled set, each row scored against centres without itself."""
-    H = _rows(H, "H")
-    classes, codes = encode_labels(y)
-    if len(codes) != len(H):
-        raise ValueError(f"y has {len(codes)} labels but H has {len(H)} rows")
-    sums = np.zeros((len(classes), H.shape[1]))
-    np.add.at(sums, codes, H)
-    counts = np.bincount(codes).astype(float)
+    H, _, codes, sums, counts = _class_sums(H, y)
     centres = sums / counts[:, None]
     scores = 2 * H @ centres.T - (centres * centres).sum(1)[None, :]
     rows = np.arange(len(H))

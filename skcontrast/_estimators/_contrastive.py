@@ -23,15 +23,13 @@ class ContrastiveEmbedder(BaseEmbedder):
     training; the selector decides which pairs share each mini-batch, epoch by epoch
     (adaptive selectors see the current embeddings of the whole training set first).
 
-    Input forms
-    -----------
-    - pairs ``(n, 2, d)``: ``X[i, 0]`` and ``X[i, 1]`` are the two views of item ``i``;
-    - two modalities side by side, ``(n, d0 + d1)``: columns ``[:view_split]`` are view 0
-      and the rest view 1 (``view_split=None``: half and half). Each view gets its own
-      encoder when the widths differ. This is the form that works in a ``Pipeline``
-      (e.g. after a ``StandardScaler``);
-    - single views ``(n, d)`` with an ``augmentation``: two random views of each row
-      are drawn for every batch (SimCLR).
+    ``X`` comes in three forms: pairs ``(n, 2, d)``, where ``X[i, 0]`` and ``X[i, 1]``
+    are the two views of item ``i``; two modalities side by side, ``(n, d0 + d1)``, where
+    columns ``[:view_split]`` are view 0 and the rest view 1 (``view_split=None``: half
+    and half; each view gets its own encoder when the widths differ), the form that
+    works in a ``Pipeline`` (e.g. after a ``StandardScaler``); and single views
+    ``(n, d)`` with an ``augmentation``, two random views of each row being drawn for
+    every batch (SimCLR).
 
     Parameters
     ----------

@@ -6,16 +6,16 @@ log-sum-exp so that small temperatures cannot overflow, needs O(B^2) memory, tak
 balance weights ``lambda_pos`` and ``lambda_ent`` of seed 001 (Eq. 5) and can return its
 positive and entropy terms separately (``return_terms=True``).
 
-=====================  ===========================================================
-``info_nce``           one-sided InfoNCE, seed 000 Eq. 3
-``symmetric_info_nce`` L^con = L(U,V) + L(V,U), seed 000 Eq. 1-2 (CLIP)
-``nt_xent``            SimCLR's 2B-way loss with within-view negatives
-``dcl``                decoupled contrastive loss (positive out of the denominator)
-``dhel``               decoupled hyperspherical energy loss, seed 004
-``kcl``                kernel contrastive loss, seed 004
-``supcon``             supervised contrastive loss, seed 003 Eq. 3
-``contrastive_margin`` pair margin loss with global/separate averaging, seed 001
-=====================  ===========================================================
+========================  ============================================================
+``info_nce``              one-sided InfoNCE, seed 000 Eq. 3
+``symmetric_info_nce``    L^con = L(U,V) + L(V,U), seed 000 Eq. 1-2 (CLIP)
+``nt_xent``               SimCLR's 2B-way loss with within-view negatives
+``dcl``                   decoupled contrastive loss (positive out of the denominator)
+``dhel``                  decoupled hyperspherical energy loss, seed 004
+``kcl``                   kernel contrastive loss, seed 004
+``supcon``                supervised contrastive loss, seed 003 Eq. 3
+``contrastive_margin``    pair margin loss with global/separate averaging, seed 001
+========================  ============================================================
 
 :func:`batch_losses` scores many index batches in one vectorised call;
 :func:`pair_affinity` and :func:`pairwise_lower_bound` give the Jensen bound of seed 002

@@ -180,12 +180,8 @@ def nt_xent(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     -------
     torch.Tensor or LossTerms
     """
-    check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
-    u, v = check_views(u, v, normalize=normalize)
-    z, positive = _two_view(u, v, temperature)
-    terms = reduce_terms(positive, gram_logsumexp(z, temperature), lambda_pos=lambda_pos,
-                         lambda_ent=lambda_ent, reduction=reduction)
-    return finish(terms, return_terms)
+    return _two_view_loss(u, v, temperature, lambda_pos, lambda_ent, normalize, reduction,
+                          return_terms, decoupled=False)
 
 
 def dcl(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
@@ -203,12 +199,20 @@ def dcl(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
 
     Parameters and returns are those of :func:`nt_xent`.
     """
+    return _two_view_loss(u, v, temperature, lambda_pos, lambda_ent, normalize, reduction,
+                          return_terms, decoupled=True)
+
+
+def _two_view_loss(u: Any, v: Any, temperature: Any, lambda_pos: float, lambda_ent: float,
+                   normalize: bool, reduction: str, return_terms: bool,
+                   decoupled: bool) -> torch.Tensor | LossTerms:
+    """NT-Xent, or DCL (``decoupled``: the positive left out of the denominator)."""
     check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
     u, v = check_views(u, v, normalize=normalize)
     z, positive = _two_view(u, v, temperature)
-    entropy = gram_logsumexp(z, temperature, exclude=_partner_mask(u.shape[-2], u.device))
-    terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
-                         reduction=reduction)
+    exclude = _partner_mask(u.shape[-2], u.device) if decoupled else None
+    terms = reduce_terms(positive, gram_logsumexp(z, temperature, exclude=exclude),
+                         lambda_pos=lambda_pos, lambda_ent=lambda_ent, reduction=reduction)
     return finish(terms, return_terms)
 
 

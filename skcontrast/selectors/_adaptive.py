@@ -206,7 +206,7 @@ class BcSSelector(_GreedySelector):
     the remaining sample that maximises its loss :math:`\\mathcal{L}^{con}(B_j \\cup \\{i\\})`
     (the first member of each bin is random). The loss of a bin with each candidate is
     updated incrementally from per-member log-sum-exps (see
-    ``skcontrast.losses._incremental``), so one choice costs O(|B_j| * n_remaining) and
+    ``skcontrast.losses._incremental``), so one choice costs ``O(|B_j| n_remaining)`` and
     the epoch O(n^2 B), as in the paper, with matrix products for the similarities.
 
     Parameters

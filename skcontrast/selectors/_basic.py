@@ -12,7 +12,28 @@ from .._validation import check_int
 from ._base import BatchSelector, check_batch_size, n_partition_batches, partition
 
 
-class FixedBatchSelector(BatchSelector):
+class _RandomPartition(BatchSelector):
+    """A random permutation cut into consecutive batches; subclasses pick the permutation."""
+
+    def __init__(self, batch_size: int = 32, *, drop_last: bool = False,
+                 random_state: Any = None) -> None:
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.random_state = random_state
+
+    def _permutation_rng(self, rng: np.random.Generator) -> np.random.Generator:
+        raise NotImplementedError
+
+    def _select(self, X, y, groups, rng):
+        n = len(X)
+        b = check_batch_size(self.batch_size, n)
+        return partition(self._permutation_rng(rng).permutation(n), b, self.drop_last)
+
+    def _n_batches(self, n, y):
+        return n_partition_batches(n, check_batch_size(self.batch_size, n), self.drop_last)
+
+
+class FixedBatchSelector(_RandomPartition):
     """One random partition, reused unchanged every epoch (seed 000, FIXED-BATCH).
 
     The samples are permuted once (from ``random_state``) and cut into consecutive
@@ -42,23 +63,11 @@ class FixedBatchSelector(BatchSelector):
     [3, 3, 1]
     """
 
-    def __init__(self, batch_size: int = 32, *, drop_last: bool = False,
-                 random_state: Any = None) -> None:
-        self.batch_size = batch_size
-        self.drop_last = drop_last
-        self.random_state = random_state
-
-    def _select(self, X, y, groups, rng):
-        n = len(X)
-        b = check_batch_size(self.batch_size, n)
-        order = self._epoch_rng(0).permutation(n)
-        return partition(order, b, self.drop_last)
-
-    def _n_batches(self, n, y):
-        return n_partition_batches(n, check_batch_size(self.batch_size, n), self.drop_last)
+    def _permutation_rng(self, rng: np.random.Generator) -> np.random.Generator:
+        return self._epoch_rng(0)  # the permutation of epoch 0, whatever the epoch
 
 
-class ShuffledBatchSelector(BatchSelector):
+class ShuffledBatchSelector(_RandomPartition):
     """A new random partition every epoch (seed 000, SHUFFLED-BATCH): SGD without replacement.
 
     The usual way to train, and the default selector of the estimators (seed 002 Alg. 5).
@@ -82,19 +91,8 @@ class ShuffledBatchSelector(BatchSelector):
     True
     """
 
-    def __init__(self, batch_size: int = 32, *, drop_last: bool = False,
-                 random_state: Any = None) -> None:
-        self.batch_size = batch_size
-        self.drop_last = drop_last
-        self.random_state = random_state
-
-    def _select(self, X, y, groups, rng):
-        n = len(X)
-        b = check_batch_size(self.batch_size, n)
-        return partition(rng.permutation(n), b, self.drop_last)
-
-    def _n_batches(self, n, y):
-        return n_partition_batches(n, check_batch_size(self.batch_size, n), self.drop_last)
+    def _permutation_rng(self, rng: np.random.Generator) -> np.random.Generator:
+        return rng
 
 
 class RandomBatchSelector(BatchSelector):
