@@ -40,7 +40,6 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     """Common machinery of :class:`ContrastiveEmbedder` and :class:`SupConEmbedder`."""
 
     _labelled = False
-    _default_loss = "symmetric_info_nce"
 
     # -- parameter checks -------------------------------------------------------------
 

@@ -205,7 +205,6 @@ class ContrastiveEmbedder(BaseEmbedder):
         if shared and widths[0] != widths[-1]:
             raise ValueError(f"shared_encoder=True needs views of equal width; got widths "
                              f"{widths}")
-        self._check_params()
 
         def make_module():
             return build_encoders(self.module, widths, tuple(self.hidden_layer_sizes),

@@ -128,7 +128,6 @@ class SupConEmbedder(BaseEmbedder):
         X, y = validate_data(self, X, y, dtype=[np.float32, np.float64], ensure_min_samples=2,
                              y_numeric=False)
         X = X.astype(np.float32, copy=False)
-        self._check_params()
         self.classes_, codes = encode_labels(y)
         convention = (self.loss_params or {}).get("anchors_without_positives", "exclude")
         if self.augmentation is None:
