@@ -241,10 +241,14 @@ def test_warm_start_continues_training():
 
 def test_verbose_shows_progress_and_selection_time(capsys):
     X, _ = make_paired_gaussians(64, 4, random_state=0)
-    ContrastiveEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=2, verbose=1,
-                        random_state=0).fit(X)
+    est = ContrastiveEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=2,
+                              verbose=1, selector=OSGDSelector(8, k=3, q=2),
+                              random_state=0).fit(X)
     out = capsys.readouterr()
     assert "select_time" in out.out and "train_loss" in out.out
+    progress = dict(est.net_.callbacks_)["progress"]
+    # the bar's total is the selector's count (6 of 8 batches), not len(X) / batch_size
+    assert progress.batches_per_epoch == est.history_[-1, "n_batches"] == 6
 
 
 # --------------------------------------------------------------------------------------

@@ -151,7 +151,9 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             ("train_entropy", PassthroughScoring(name="train_entropy", on_train=True)),
         ]
         if self.verbose:
-            callbacks.append(("progress", ProgressBar(batches_per_epoch="count",
+            # the selector, not skorch's batch_size, knows how many batches an epoch has
+            per_epoch = selector.get_n_splits(n, labels)
+            callbacks.append(("progress", ProgressBar(batches_per_epoch=per_epoch,
                                                       postfix_keys=["train_loss"])))
         callbacks += list(self.callbacks or [])
         generator = None
