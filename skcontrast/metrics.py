@@ -109,12 +109,18 @@ def _ranked_relevance(H: np.ndarray, codes: np.ndarray) -> tuple[list[np.ndarray
     return ranked, relevant_counts
 
 
-def _precision_sums(H: Any, y: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per query with R >= 1: (sum_{k<=R} P(k) rel(k), R, #relevant in the top R)."""
+def _labelled_rows(H: Any, y: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Unit rows of ``H`` and the ``(classes, codes)`` of ``y``, checked to match."""
     H = _rows(H, "H")
-    _, codes = encode_labels(y)
+    classes, codes = encode_labels(y)
     if len(codes) != len(H):
         raise ValueError(f"y has {len(codes)} labels but H has {len(H)} rows")
+    return H, classes, codes
+
+
+def _precision_sums(H: Any, y: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per query with R >= 1: (sum_{k<=R} P(k) rel(k), R, #relevant in the top R)."""
+    H, _, codes = _labelled_rows(H, y)
     ranked, counts = _ranked_relevance(H, codes)
     sums, hits = np.zeros(len(H)), np.zeros(len(H))
     for i, relevant in enumerate(ranked):
@@ -170,10 +176,7 @@ def r_map(H: Any, y: Any) -> float:
 
 def _class_sums(H: Any, y: Any) -> tuple[np.ndarray, ...]:
     """Unit rows ``H``, ``(classes, codes)`` of ``y``, and each class's row sum and size."""
-    H = _rows(H, "H")
-    classes, codes = encode_labels(y)
-    if len(codes) != len(H):
-        raise ValueError(f"y has {len(codes)} labels but H has {len(H)} rows")
+    H, classes, codes = _labelled_rows(H, y)
     sums = np.zeros((len(classes), H.shape[1]))
     np.add.at(sums, codes, H)
     return H, classes, codes, sums, np.bincount(codes).astype(float)
