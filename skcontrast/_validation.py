@@ -119,3 +119,8 @@ def encode_labels(y: Any, name: str = "y") -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"{name} contains NaN or infinite labels")
     classes, codes = np.unique(array, return_inverse=True)
     return classes, codes.astype(np.int64)
+
+
+def plain_label(label: Any) -> Any:
+    """A label as a plain Python value (NumPy scalars unwrapped), for messages and reports."""
+    return label.item() if hasattr(label, "item") else label

@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from ._validation import as_numpy, describe
 
@@ -92,23 +91,13 @@ def plot_batch_losses(X: Any, selectors: Mapping[str, Any], ax: Any = None, *,
     -------
     matplotlib.axes.Axes
     """
-    from .losses import batch_losses
-    from .selectors._base import check_embeddings, views
+    from .selectors._base import check_embeddings, score_batches
 
     X = check_embeddings(X)
-    u, v = views(X)
     ax = _axes(ax)
-    scores = {}
-    with torch.no_grad():
-        for name, selector in selectors.items():
-            batches = list(selector.split(X, y))
-            if X.ndim == 2 and y is not None:
-                values = batch_losses(u, batches=batches, y=y, loss=loss,
-                                      temperature=temperature, **loss_kwargs)
-            else:
-                values = batch_losses(u, v, batches, loss=loss, temperature=temperature,
-                                      **loss_kwargs)
-            scores[name] = values.cpu().numpy()
+    scores = {name: score_batches(X, list(selector.split(X, y)), y, loss=loss,
+                                  temperature=temperature, **loss_kwargs)
+              for name, selector in selectors.items()}
     edges = np.histogram_bin_edges(np.concatenate(list(scores.values())), bins=bins)
     for name, values in scores.items():
         ax.hist(values, bins=edges, alpha=0.55, label=f"{name} (mean {values.mean():.3f})")

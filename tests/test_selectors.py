@@ -25,6 +25,7 @@ from skcontrast.selectors import (
     FixedBatchSelector,
     FullBatchSelector,
     OSGDSelector,
+    PredefinedBatchSelector,
     RandomBatchSelector,
     ScBSelector,
     ShuffledBatchSelector,
@@ -451,3 +452,18 @@ def test_other_bad_arguments():
         list(ShuffledBatchSelector(4, random_state="seed").split(np.zeros((8, 2))))
     with pytest.raises(ValueError, match="needs X"):
         ShuffledBatchSelector(4).get_n_splits()
+
+
+def test_given_batches_are_checked():
+    with pytest.raises(ValueError, match="batches is empty"):
+        list(PredefinedBatchSelector([]).split(np.zeros((4, 2))))
+    with pytest.raises(ValueError, match=r"batches\[1\] has 1 sample\(s\); a batch needs >= 2"):
+        list(PredefinedBatchSelector([[0, 1], [2]]).split(np.zeros((4, 2))))
+    with pytest.raises(ValueError, match=r"batches\[0\] holds indices outside \[0, 4\): \[3, 4\]"):
+        PredefinedBatchSelector([[3, 4]]).get_n_splits(4)
+    with pytest.raises(ValueError, match=r"batches\[1\] holds indices outside \[0, 3\)"):
+        batch_interaction_graph([[0, 1], [-1, 2]], n=3)
+    with pytest.raises(ValueError, match="batches is empty"):
+        check_corollary_2_1([], [0, 1, 1])
+    # a single-sample batch is a legal (edgeless) part of an interaction graph
+    assert batch_interaction_graph([[0], [1, 2]], n=3).nnz == 2

@@ -12,7 +12,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted
 from skorch.callbacks import PassthroughScoring, ProgressBar
 
-from .._validation import check_choice, check_int, check_positive, describe
+from .._validation import check_choice, check_int, check_positive, describe, plain_label
 from ..selectors import BatchSelector, ShuffledBatchSelector
 from ..selectors._base import resolve_seed
 from ._modules import ContrastiveCriterion
@@ -194,7 +194,7 @@ def warn_single_member_classes(y_codes: np.ndarray, classes: np.ndarray, convent
     counts = np.bincount(y_codes)
     single = classes[counts == 1]
     if len(single):
-        shown = ", ".join(repr(c.item() if hasattr(c, "item") else c) for c in single[:5])
+        shown = ", ".join(repr(plain_label(c)) for c in single[:5])
         more = "" if len(single) <= 5 else f" and {len(single) - 5} more"
         warnings.warn(f"{len(single)} class(es) have a single sample ({shown}{more}): their "
                       f"anchors have no positive and are handled by "

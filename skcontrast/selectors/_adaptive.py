@@ -10,7 +10,6 @@ import numpy as np
 import torch
 
 from .._validation import check_choice, check_int, check_positive, describe
-from ..losses import batch_losses
 from ..losses._incremental import GrowingBatches
 from ._base import (
     BatchSelector,
@@ -18,6 +17,7 @@ from ._base import (
     check_embeddings,
     n_partition_batches,
     partition,
+    score_batches,
     views,
 )
 
@@ -113,18 +113,9 @@ class OSGDSelector(BatchSelector):
 
     def score(self, X: Any, batches: Any, y: Any = None) -> np.ndarray:
         """Loss of each batch on embeddings ``X`` under this selector's loss settings."""
-        X = check_embeddings(X)
-        u, v = views(X)
         loss = DEFAULT_LOSS if self.loss is None else self.loss
         kwargs = {"temperature": _temperature(self), **(self.loss_params or {})}
-        with torch.no_grad():
-            if X.ndim == 2 and y is not None:
-                out = batch_losses(torch.from_numpy(u), batches=batches, y=y, loss=loss,
-                                   **kwargs)
-            else:
-                out = batch_losses(torch.from_numpy(u), torch.from_numpy(v), batches,
-                                   loss=loss, **kwargs)
-        return out.cpu().numpy()
+        return score_batches(check_embeddings(X), batches, y, loss=loss, **kwargs)
 
     def _select(self, X, y, groups, rng):
         n = len(X)

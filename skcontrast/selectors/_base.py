@@ -7,9 +7,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import torch
 from sklearn.base import BaseEstimator
 
 from .._validation import as_numpy, check_finite_array, check_int, describe
+from ..losses import batch_losses
 
 
 def check_embeddings(X: Any, *, name: str = "X") -> np.ndarray:
@@ -39,6 +41,39 @@ def views(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if X.ndim == 3:
         return X[:, 0], X[:, 1]
     return X, X
+
+
+def score_batches(X: np.ndarray, batches: Any, y: Any = None, *, loss: Any,
+                  **loss_kwargs: Any) -> np.ndarray:
+    """Loss of each index batch on checked embeddings ``X``, without gradients.
+
+    Paired embeddings, and single views without labels (each row its own positive), go
+    to the paired form of :func:`~skcontrast.losses.batch_losses`; single views with
+    labels ``y`` to its label form.
+    """
+    u, v = views(X)
+    with torch.no_grad():
+        if X.ndim == 2 and y is not None:
+            out = batch_losses(torch.from_numpy(u), batches=batches, y=y, loss=loss,
+                               **loss_kwargs)
+        else:
+            out = batch_losses(torch.from_numpy(u), torch.from_numpy(v), batches, loss=loss,
+                               **loss_kwargs)
+    return out.cpu().numpy()
+
+
+def check_index_batches(batches: Any, n: int, *, min_size: int = 0) -> list[np.ndarray]:
+    """User-given index batches as 1-D ``int64`` arrays: at least one batch, each of
+    ``min_size`` or more samples, every index in ``[0, n)``."""
+    out = [np.asarray(b, dtype=np.int64).ravel() for b in batches]
+    if not out:
+        raise ValueError("batches is empty; expected at least one index batch")
+    for i, b in enumerate(out):
+        if len(b) < min_size:
+            raise ValueError(f"batches[{i}] has {len(b)} sample(s); a batch needs >= {min_size}")
+        if b.size and (b.min() < 0 or b.max() >= n):
+            raise ValueError(f"batches[{i}] holds indices outside [0, {n}): {b.tolist()}")
+    return out
 
 
 def check_batch_size(batch_size: Any, n: int, name: str = "batch_size") -> int:

@@ -9,7 +9,13 @@ from typing import Any
 import numpy as np
 
 from .._validation import check_int
-from ._base import BatchSelector, check_batch_size, n_partition_batches, partition
+from ._base import (
+    BatchSelector,
+    check_batch_size,
+    check_index_batches,
+    n_partition_batches,
+    partition,
+)
 
 
 class _RandomPartition(BatchSelector):
@@ -222,19 +228,8 @@ class PredefinedBatchSelector(BatchSelector):
     def __init__(self, batches: Any = ()) -> None:
         self.batches = batches
 
-    def _checked(self, n: int) -> list[np.ndarray]:
-        out = [np.asarray(b, dtype=np.int64).ravel() for b in self.batches]
-        if not out:
-            raise ValueError("batches is empty; expected at least one index batch")
-        for i, b in enumerate(out):
-            if len(b) < 2:
-                raise ValueError(f"batches[{i}] has {len(b)} sample(s); a batch needs >= 2")
-            if b.min() < 0 or b.max() >= n:
-                raise ValueError(f"batches[{i}] holds indices outside [0, {n}): {b.tolist()}")
-        return out
-
     def _select(self, X, y, groups, rng):
-        return self._checked(len(X))
+        return check_index_batches(self.batches, len(X), min_size=2)
 
     def _n_batches(self, n, y):
-        return len(self._checked(n))
+        return len(check_index_batches(self.batches, n, min_size=2))

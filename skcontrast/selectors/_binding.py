@@ -8,16 +8,9 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from .._validation import check_int, describe, encode_labels
-from ._base import BatchSelector
+from .._validation import check_int, describe, encode_labels, plain_label
+from ._base import BatchSelector, check_index_batches
 from ._basic import ShuffledBatchSelector
-
-
-def _as_batches(batches: Any) -> list[np.ndarray]:
-    out = [np.asarray(b, dtype=np.int64).ravel() for b in batches]
-    if not out:
-        raise ValueError("batches is empty; expected at least one index batch")
-    return out
 
 
 def batch_interaction_graph(batches: Any, n: int) -> sp.csr_matrix:
@@ -47,9 +40,7 @@ def batch_interaction_graph(batches: Any, n: int) -> sp.csr_matrix:
     """
     n = check_int(n, "n", minimum=1)
     rows, cols = [], []
-    for i, batch in enumerate(_as_batches(batches)):
-        if batch.size and (batch.min() < 0 or batch.max() >= n):
-            raise ValueError(f"batches[{i}] holds indices outside [0, {n}): {batch.tolist()}")
+    for batch in check_index_batches(batches, n):
         rows.append(np.repeat(batch, batch.size))
         cols.append(np.tile(batch, batch.size))
     rows, cols = np.concatenate(rows), np.concatenate(cols)
@@ -106,18 +97,14 @@ def check_corollary_2_1(batches: Any, y: Any) -> Corollary21:
         if members.size > 1:
             n_parts, _ = connected_components(graph[members][:, members], directed=False)
             if n_parts > 1:
-                disconnected.append(label.item() if hasattr(label, "item") else label)
+                disconnected.append(plain_label(label))
     one_hot = sp.csr_matrix((np.ones(len(codes)), (np.arange(len(codes)), codes)),
                             shape=(len(codes), len(classes)))
     links = (one_hot.T @ graph.astype(np.float64) @ one_hot).toarray() > 0
-    unlinked = [(_plain(classes[a]), _plain(classes[b]))
+    unlinked = [(plain_label(classes[a]), plain_label(classes[b]))
                 for a in range(len(classes)) for b in range(a + 1, len(classes))
                 if not links[a, b]]
     return Corollary21(not disconnected and not unlinked, disconnected, unlinked)
-
-
-def _plain(label: Any) -> Any:
-    return label.item() if hasattr(label, "item") else label
 
 
 class BindingSelector(BatchSelector):

@@ -15,7 +15,7 @@ from ..exceptions import DegenerateEmbeddingWarning
 from ..losses import pair_affinity
 from ._adaptive import _temperature
 from ._assignment import balanced_assignment
-from ._base import BatchSelector, check_batch_size, n_partition_batches, views
+from ._base import BatchSelector, check_batch_size, n_partition_batches, partition, views
 
 DEFAULT_CHUNK_SIZE = 1280  # 40 batches of 32, seed 002 Appendix D.3
 EIGEN_SOLVERS = ("dense", "ritz")
@@ -57,13 +57,13 @@ def spectral_batches(u: Any, v: Any, batch_size: int, *, temperature: float = 0.
     rng = np.random.default_rng(random_state)
     backend = resolve_backend(backend)
     m = len(u)
-    k = -(-m // batch_size)
+    k = n_partition_batches(m, batch_size, False)
     if k == 1:
         return [np.arange(m, dtype=np.int64)], False
     xp = array_module(backend)
     laplacian = _laplacian(u, v, batch_size, temperature, backend)
     if laplacian is None:
-        return _random_partition(m, batch_size, rng), True
+        return partition(rng.permutation(m), batch_size, drop_last=False), True
     if eigen_solver == "ritz":
         embedding = _ritz_vectors(laplacian, u, v, k, xp)
     else:
@@ -191,11 +191,6 @@ def _kmeans(x: Any, k: int, rng: np.random.Generator, xp: Any,
         sums = one_hot @ x
         centres = xp.where((sizes > 0)[:, None], sums / xp.maximum(sizes, 1)[:, None], centres)
     return centres, np.bincount(to_numpy(labels), minlength=k)
-
-
-def _random_partition(m: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
-    order = rng.permutation(m)
-    return [order[i:i + batch_size].astype(np.int64) for i in range(0, m, batch_size)]
 
 
 class SpectralBatchSelector(BatchSelector):
