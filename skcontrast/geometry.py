@@ -32,7 +32,8 @@ def _matrix(x: Any, name: str, *, min_rows: int = 1) -> np.ndarray:
     if array.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array of shape (n, d); got {describe(array)}")
     if array.shape[0] < min_rows:
-        raise ValueError(f"{name} needs at least {min_rows} rows; got {describe(array)}")
+        rows = "row" if min_rows == 1 else "rows"
+        raise ValueError(f"{name} needs at least {min_rows} {rows}; got {describe(array)}")
     check_finite_array(array, name)
     return array
 
@@ -258,14 +259,19 @@ def _greedy_pairs(vertices: list[int], w: np.ndarray) -> list[tuple[int, int]]:
     return pairs
 
 
-def _class_means(H: np.ndarray, y: Any) -> tuple[np.ndarray, np.ndarray]:
+def _class_sums(H: np.ndarray, y: Any) -> tuple[np.ndarray, ...]:
+    """``(classes, codes)`` of ``y`` (one label per row of ``H``), each class's row sum and size."""
     classes, codes = encode_labels(y)
     if len(codes) != len(H):
         raise ValueError(f"y has {len(codes)} labels but H has {len(H)} rows")
-    counts = np.bincount(codes, minlength=len(classes))
-    means = np.zeros((len(classes), H.shape[1]))
-    np.add.at(means, codes, H)
-    return means / counts[:, None], codes
+    sums = np.zeros((len(classes), H.shape[1]))
+    np.add.at(sums, codes, H)
+    return classes, codes, sums, np.bincount(codes).astype(float)
+
+
+def _class_means(H: np.ndarray, y: Any) -> tuple[np.ndarray, np.ndarray]:
+    _, codes, sums, counts = _class_sums(H, y)
+    return sums / counts[:, None], codes
 
 
 def orthogonal_frame_gap(H: Any, y: Any, *, normalize: bool = True) -> float:

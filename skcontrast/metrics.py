@@ -17,19 +17,14 @@ from typing import Any
 import numpy as np
 
 from . import geometry
-from ._validation import as_numpy, check_choice, check_int, describe, encode_labels
+from ._validation import as_numpy, check_choice, check_int, describe
 
 _BLOCK = 1024  # query rows per block: similarity memory is O(block * n), never O(n^2)
 
 
 def _rows(x: Any, name: str) -> np.ndarray:
-    array = as_numpy(x, name).astype(np.float64, copy=False)
-    if array.ndim != 2 or len(array) < 1:
-        raise ValueError(f"{name} must have shape (n, d) with n >= 1; got {describe(array)}")
-    if not np.isfinite(array).all():
-        raise ValueError(f"{name} contains NaN or infinite values")
-    norms = np.linalg.norm(array, axis=1, keepdims=True)
-    return array / np.where(norms > 0, norms, 1.0)
+    """Checked float64 rows of ``x``, unit-normalised (zero rows stay zero)."""
+    return geometry._unit_rows(geometry._matrix(x, name))
 
 
 def _pair(U: Any, V: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -109,18 +104,9 @@ def _ranked_relevance(H: np.ndarray, codes: np.ndarray) -> tuple[list[np.ndarray
     return ranked, relevant_counts
 
 
-def _labelled_rows(H: Any, y: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Unit rows of ``H`` and the ``(classes, codes)`` of ``y``, checked to match."""
-    H = _rows(H, "H")
-    classes, codes = encode_labels(y)
-    if len(codes) != len(H):
-        raise ValueError(f"y has {len(codes)} labels but H has {len(H)} rows")
-    return H, classes, codes
-
-
 def _precision_sums(H: Any, y: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per query with R >= 1: (sum_{k<=R} P(k) rel(k), R, #relevant in the top R)."""
-    H, _, codes = _labelled_rows(H, y)
+    H, _, codes, _, _ = _class_sums(H, y)
     ranked, counts = _ranked_relevance(H, codes)
     sums, hits = np.zeros(len(H)), np.zeros(len(H))
     for i, relevant in enumerate(ranked):
@@ -176,10 +162,8 @@ def r_map(H: Any, y: Any) -> float:
 
 def _class_sums(H: Any, y: Any) -> tuple[np.ndarray, ...]:
     """Unit rows ``H``, ``(classes, codes)`` of ``y``, and each class's row sum and size."""
-    H, classes, codes = _labelled_rows(H, y)
-    sums = np.zeros((len(classes), H.shape[1]))
-    np.add.at(sums, codes, H)
-    return H, classes, codes, sums, np.bincount(codes).astype(float)
+    H = _rows(H, "H")
+    return (H, *geometry._class_sums(H, y))
 
 
 def class_centres(H: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
