@@ -14,7 +14,6 @@ time per epoch of SpectralBatchSelector inside fit.
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import statistics
 import sys
@@ -34,23 +33,34 @@ from skcontrast.selectors import ShuffledBatchSelector, SpectralBatchSelector
 D, K, HIDDEN, BATCH, LR, TEMPERATURE = 64, 32, (128,), 256, 1e-3, 0.1
 
 
-def plain_loop(X: np.ndarray, epochs: int, seed: int) -> list[float]:
-    """Per-epoch seconds of a minimal training loop on the same module and batches."""
+def plain_module(seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """The estimator's default module, initialised as ``fit`` does, and its Adam."""
     torch.manual_seed(seed)
     module = build_encoders(None, [D, D], HIDDEN, K, True, D)
-    optimizer = torch.optim.Adam(module.parameters(), lr=LR)
+    return module, torch.optim.Adam(module.parameters(), lr=LR)
+
+
+def plain_epoch(module: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                data: torch.Tensor, batches) -> None:
+    """One epoch of the minimal loop: forward, symmetric InfoNCE, backward, step."""
+    for batch in batches:
+        z = module(data[torch.from_numpy(batch)])
+        loss = symmetric_info_nce(z[:, 0], z[:, 1], temperature=TEMPERATURE)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def plain_loop(X: np.ndarray, epochs: int, seed: int) -> list[float]:
+    """Per-epoch seconds of a minimal training loop on the same module and batches."""
+    module, optimizer = plain_module(seed)
     selector = ShuffledBatchSelector(BATCH, random_state=seed + 1)
     data = torch.from_numpy(X.reshape(len(X), -1))
     placeholder = np.zeros((len(X), 1), dtype=np.float32)
     times = []
     for _ in range(epochs):
         start = time.perf_counter()
-        for batch in selector.split(placeholder):
-            z = module(data[torch.from_numpy(batch)])
-            loss = symmetric_info_nce(z[:, 0], z[:, 1], temperature=TEMPERATURE)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+        plain_epoch(module, optimizer, data, selector.split(placeholder))
         times.append(time.perf_counter() - start)
     return times
 
@@ -69,17 +79,10 @@ def same_training(X: np.ndarray, seed: int) -> float:
                               temperature=TEMPERATURE, max_epochs=1,
                               selector=ShuffledBatchSelector(BATCH), random_state=seed,
                               device="cpu").fit(X)
-    torch.manual_seed(seed)
-    module = build_encoders(None, [D, D], HIDDEN, K, True, D)
-    reference = copy.deepcopy(module)
-    optimizer = torch.optim.Adam(reference.parameters(), lr=LR)
+    reference, optimizer = plain_module(seed)
     data = torch.from_numpy(X.reshape(len(X), -1))
-    for batch in ShuffledBatchSelector(BATCH, random_state=seed + 1).split(data):
-        z = reference(data[torch.from_numpy(batch)])
-        loss = symmetric_info_nce(z[:, 0], z[:, 1], temperature=TEMPERATURE)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    plain_epoch(reference, optimizer, data,
+                ShuffledBatchSelector(BATCH, random_state=seed + 1).split(data))
     trained = est.net_.module_.state_dict()
     return max(float((trained[k] - v).abs().max()) for k, v in reference.state_dict().items())
 

@@ -51,7 +51,7 @@ class DemoResult:
         return "\n".join(lines)
 
 
-def _split(quick: bool, seed: int) -> tuple[np.ndarray, ...]:
+def _split(seed: int) -> tuple[np.ndarray, ...]:
     from sklearn.model_selection import train_test_split
 
     X, y = load_digit_views()
@@ -105,7 +105,7 @@ def run_demo(out: str | Path = "skcontrast-demo", *, quick: bool = False, seed: 
     epochs = 8 if quick else 40
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    X_train, X_test, y_train, y_test = _split(quick, seed)
+    X_train, X_test, y_train, y_test = _split(seed)
     report(f"split-view digits (left / right image halves): {len(X_train)} train pairs, "
            f"{len(X_test)} test pairs, 32 pixels per view; {epochs} epochs, batch {BATCH}")
     result = DemoResult()

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from . import geometry
-from ._validation import check_choice, check_int, check_positive, describe
+from ._validation import check_choice, check_int, check_positive, describe, encode_labels
 from .losses import batch_losses, get_label_loss, get_pair_loss
 from .selectors import (
     BatchSelector,
@@ -188,9 +188,10 @@ def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
     start = _initial(init, n, d, labelled, nonnegative, random_state)
     selector = _seeded(selector, random_state)
     kwargs = {"temperature": temperature, **(loss_params or {})}
+    y_t = None
     if labelled:
         fn = get_label_loss(loss)
-        y_t = torch.as_tensor(np.unique(y, return_inverse=True)[1])
+        y_t = torch.as_tensor(encode_labels(y, "labels")[1])
     else:
         fn = get_pair_loss(loss)
     params = [torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in start]
@@ -200,16 +201,15 @@ def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
         epoch = selector.epoch_batches(_selector_view(params, labelled), y)
         groups = [epoch] if update == "epoch" else [[b] for b in epoch]
         for batches in groups:
-            objective = _batches_loss(params, batches, fn, labelled, y_t if labelled else None,
-                                      kwargs)
+            objective = _batches_loss(params, batches, fn, labelled, y_t, kwargs)
             grads = torch.autograd.grad(objective, params)
             with torch.no_grad():
                 for p, g in zip(params, grads, strict=True):
                     p.copy_(_project(p - lr * g, nonnegative, p))
             step += 1
             if step % record_every == 0 or step == steps:
-                history.append(_record(step, params, batches, fn, labelled,
-                                       y_t if labelled else None, y, kwargs, reference_kind))
+                history.append(_record(step, params, batches, fn, labelled, y_t, y, kwargs,
+                                       reference_kind))
             if step == steps:
                 break
     final = [p.detach().numpy() for p in params]

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._validation import check_int, describe
+from .._validation import check_finite_array, check_int, describe
 from ..metrics import recall_at_k
 from ._base import BaseEmbedder
 from ._modules import build_encoders
@@ -265,8 +265,7 @@ class ContrastiveEmbedder(BaseEmbedder):
         if X_view.ndim != 2 or X_view.shape[1] != width:
             raise ValueError(f"X_view for view {view} must have shape (n, {width}); got "
                              f"{describe(X_view)}")
-        if not np.isfinite(X_view).all():
-            raise ValueError("X_view contains NaN or infinite values")
+        check_finite_array(X_view, "X_view")
         return self._embed(torch.from_numpy(X_view), view=view if split is not None else 0)
 
     def score(self, X: Any, y: Any = None) -> float:
