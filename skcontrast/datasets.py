@@ -113,11 +113,17 @@ def load_digit_views(view: str = "halves", *, return_images: bool = False) -> An
     return (X, digits.target, images) if return_images else (X, digits.target)
 
 
+def _draw_device(x: torch.Tensor, generator: torch.Generator | None) -> torch.device:
+    """Where to draw random numbers: on the generator's device (then moved to ``x``'s)."""
+    return x.device if generator is None else generator.device
+
+
 class GaussianNoise:
     """Augmentation: add Gaussian noise of standard deviation ``std`` to every feature.
 
-    Called as ``augmentation(x, generator)`` on a batch tensor ``x``; the generator makes
-    the random views reproducible.
+    Called as ``augmentation(x, generator)`` on a batch tensor ``x`` of any shape, on any
+    device; the generator makes the random views reproducible (the estimators pass one
+    on the training device).
     """
 
     def __init__(self, std: float = 0.1) -> None:
@@ -125,7 +131,8 @@ class GaussianNoise:
         self.std = std
 
     def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        noise = torch.randn(x.shape, generator=generator, dtype=x.dtype, device="cpu")
+        noise = torch.randn(x.shape, generator=generator, dtype=x.dtype,
+                            device=_draw_device(x, generator))
         return x + self.std * noise.to(x.device)
 
     def __repr__(self) -> str:
@@ -141,7 +148,7 @@ class RandomFeatureMask:
         self.p = p
 
     def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        keep = torch.rand(x.shape, generator=generator, device="cpu") >= self.p
+        keep = torch.rand(x.shape, generator=generator, device=_draw_device(x, generator)) >= self.p
         return x * keep.to(device=x.device, dtype=x.dtype)
 
     def __repr__(self) -> str:
@@ -172,11 +179,12 @@ class RandomShift:
         s = self.max_shift
         images = x.reshape(-1, 1, h, w)
         padded = torch.nn.functional.pad(images, (s, s, s, s))
-        shifts = torch.randint(0, 2 * s + 1, (len(images), 2), generator=generator)
-        rows = torch.arange(h)[None, :] + shifts[:, :1]
-        cols = torch.arange(w)[None, :] + shifts[:, 1:]
-        index = torch.arange(len(images))[:, None, None]
-        out = padded[:, 0][index, rows[:, :, None].to(x.device), cols[:, None, :].to(x.device)]
+        shifts = torch.randint(0, 2 * s + 1, (len(images), 2), generator=generator,
+                               device=_draw_device(x, generator)).to(x.device)
+        rows = torch.arange(h, device=x.device)[None, :] + shifts[:, :1]
+        cols = torch.arange(w, device=x.device)[None, :] + shifts[:, 1:]
+        index = torch.arange(len(images), device=x.device)[:, None, None]
+        out = padded[:, 0][index, rows[:, :, None], cols[:, None, :]]
         return out.reshape(x.shape)
 
     def __repr__(self) -> str:

@@ -15,8 +15,9 @@ from skorch.callbacks import PassthroughScoring, ProgressBar
 from .._validation import check_choice, check_int, check_positive, describe, plain_label
 from ..selectors import BatchSelector, ShuffledBatchSelector
 from ..selectors._base import resolve_seed
-from ._modules import ContrastiveCriterion
-from ._net import RowDataset, SelectorNet
+from ._data import InputSpec, TensorViews, ViewData, with_labels
+from ._modules import ContrastiveCriterion, EncoderFactory
+from ._net import PRECISIONS, SelectorNet, move_net
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 DEFAULT_BATCH_SIZE = 64
@@ -64,8 +65,10 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             raise ValueError(f"selector must be a BatchSelector from skcontrast.selectors; "
                              f"got {describe(self.selector)}")
         if self.augmentation is not None and not callable(self.augmentation):
-            raise ValueError(f"augmentation must be a callable f(x, generator); got "
+            raise ValueError(f"augmentation must be a callable f(x) or f(x, generator); got "
                              f"{describe(self.augmentation)}")
+        check_choice(self.precision, "precision", tuple(PRECISIONS))
+        check_int(self.num_workers, "num_workers", minimum=0)
 
     def _optimizer(self) -> Any:
         if isinstance(self.optimizer, str):
@@ -109,43 +112,71 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
 
     # -- fitting ----------------------------------------------------------------------
 
-    def _fit_net(self, X: torch.Tensor, make_module: Any, labels: np.ndarray | None,
-                 loss_labels: torch.Tensor | None) -> None:
-        """Build (or, with ``warm_start``, reuse) the skorch net and train it.
+    def _fit_net(self, data: ViewData, spec: InputSpec, labels: np.ndarray | None,
+                 loss_labels: np.ndarray | None, shared: bool) -> None:
+        """Build (or, with ``warm_start``, reuse) the skorch net and train it on ``data``.
 
-        ``make_module()`` builds the encoders; it runs after the torch RNG is seeded so
-        that their initialisation is reproducible from ``random_state``.
+        The encoders are built inside skorch's ``initialize``, after the torch RNG is
+        seeded, so that their initialisation is reproducible from ``random_state``.
         """
         self._check_params()
         device = resolve_device(self.device)
         seed = self._seed()
-        reuse = self.warm_start and getattr(self, "net_", None) is not None
-        with torch.random.fork_rng(devices=[]):
+        net = getattr(self, "net_", None)
+        reuse = self.warm_start and net is not None
+        if reuse and spec != self.input_spec_:
+            raise ValueError(f"warm_start continues the fitted network, which needs input "
+                             f"of the same form and view shapes as before; got {spec}, "
+                             f"fitted on {self.input_spec_}")
+        data = with_labels(self._place(data, device), loss_labels)
+        cuda = torch.device(device).type == "cuda"
+        devices = [torch.device(device).index or 0] if cuda else []
+        with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
             if reuse:
-                net = self.net_
                 net.labels = labels
+                move_net(net, device)
+                net.partial_fit(data, None, epochs=self.max_epochs)
             else:
-                net = self._make_net(make_module(), labels, device, seed, len(X))
-            net.training_data = X
-            try:
-                if reuse:
-                    net.partial_fit(RowDataset(X, loss_labels), None)
-                else:
-                    net.fit(RowDataset(X, loss_labels), None)
-            finally:
-                net.training_data = None
+                factory = EncoderFactory(self.module, spec.views,
+                                         tuple(self.hidden_layer_sizes), self.n_components,
+                                         shared)
+                net = self._make_net(factory, labels, device, seed, len(data))
+                net.fit(data, None)
         self.net_ = net
+        self.input_spec_ = spec
         self.history_ = net.history
         self.temperature_ = float(torch.as_tensor(net.criterion_.temperature).detach())
 
-    def _make_net(self, module: torch.nn.Module, labels: Any, device: str, seed: int,
+    def _place(self, data: ViewData, device: str) -> ViewData:
+        """Where the training arrays live: on the training device when asked and they fit."""
+        choice = self.data_on_device
+        if choice not in (True, False, "auto"):
+            raise ValueError(f"data_on_device must be True, False or 'auto'; got "
+                             f"{describe(choice)}")
+        if not isinstance(data, TensorViews):
+            if choice is True:
+                raise ValueError("data_on_device=True needs array or tensor data; the items "
+                                 "of a Dataset are loaded batch by batch by the DataLoader")
+            return data
+        target = torch.device(device)
+        if data.resident_device == target or target.type != "cuda":
+            return data if data.resident_device in (None, target) else data.to("cpu")
+        if choice is False:
+            return data.to("cpu")
+        free, _ = torch.cuda.mem_get_info(target)
+        size = data.nbytes()
+        if choice == "auto":
+            return data.to(target) if size <= free // 2 else data.to("cpu")
+        if size > free:
+            raise ValueError(f"data_on_device=True: the training data takes "
+                             f"{size / 2**30:.2f} GiB but {free / 2**30:.2f} GiB is free on "
+                             f"{target}; use data_on_device='auto' or False")
+        return data.to(target)
+
+    def _make_net(self, factory: EncoderFactory, labels: Any, device: str, seed: int,
                   n: int) -> SelectorNet:
         selector = self._fitting_selector(seed, n)
-        criterion = ContrastiveCriterion(
-            self.loss, labelled=self._labelled, temperature=float(self.temperature),
-            learn_temperature=bool(self.learn_temperature), lambda_pos=self.lambda_pos,
-            lambda_ent=self.lambda_ent, loss_params=self.loss_params)
         callbacks: list[Any] = [
             ("train_positive", PassthroughScoring(name="train_positive", on_train=True)),
             ("train_entropy", PassthroughScoring(name="train_entropy", on_train=True)),
@@ -156,22 +187,26 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             callbacks.append(("progress", ProgressBar(batches_per_epoch=per_epoch,
                                                       postfix_keys=["train_loss"])))
         callbacks += list(self.callbacks or [])
-        generator = None
-        if self.augmentation is not None:
-            generator = torch.Generator().manual_seed(seed + 2)
         optimizer_params = {f"optimizer__{k}": v for k, v in (self.optimizer_params or {}).items()}
+        criterion = {f"criterion__{k}": v for k, v in {
+            "loss": self.loss, "labelled": self._labelled,
+            "temperature": float(self.temperature),
+            "learn_temperature": bool(self.learn_temperature), "lambda_pos": self.lambda_pos,
+            "lambda_ent": self.lambda_ent, "loss_params": self.loss_params}.items()}
         return SelectorNet(
-            module=module, criterion=criterion, optimizer=self._optimizer(), lr=self.lr,
-            max_epochs=self.max_epochs, batch_size=DEFAULT_BATCH_SIZE, train_split=None,
-            callbacks=callbacks, warm_start=self.warm_start, verbose=self.verbose,
-            device=device, selector=selector, labels=labels,
-            augmentation=self.augmentation, generator=generator, **optimizer_params)
+            module=factory, criterion=ContrastiveCriterion, optimizer=self._optimizer(),
+            lr=self.lr, max_epochs=self.max_epochs, batch_size=DEFAULT_BATCH_SIZE,
+            train_split=None, callbacks=callbacks, warm_start=self.warm_start,
+            verbose=self.verbose, device=device, selector=selector, labels=labels,
+            augmentation=self.augmentation, seed=seed, precision=self.precision,
+            num_workers=int(self.num_workers), labelled=self._labelled, **criterion,
+            **optimizer_params)
 
     # -- inference --------------------------------------------------------------------
 
-    def _embed(self, X: torch.Tensor, view: int | None = 0) -> np.ndarray:
+    def _embed(self, data: ViewData, view: int | None = 0, augment: Any = None) -> np.ndarray:
         check_is_fitted(self, "net_")
-        out = self.net_.embed(X, view=view)
+        out = self.net_.embed(data, view=view, augment=augment)
         if (self.loss_params or {}).get("normalize", True):
             out = torch.nn.functional.normalize(out, dim=-1)
         return out.numpy().astype(np.float32, copy=False)

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 import torch
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from .._validation import check_finite_array, check_int, describe
+from .._validation import describe
 from ..metrics import recall_at_k
 from ._base import BaseEmbedder
-from ._modules import build_encoders
+from ._data import read_fit_input, read_input, read_view
+from ._net import augment, augmentation_generator
 
 
 class ContrastiveEmbedder(BaseEmbedder):
@@ -23,19 +25,37 @@ class ContrastiveEmbedder(BaseEmbedder):
     training; the selector decides which pairs share each mini-batch, epoch by epoch
     (adaptive selectors see the current embeddings of the whole training set first).
 
-    ``X`` comes in three forms: pairs ``(n, 2, d)``, where ``X[i, 0]`` and ``X[i, 1]``
-    are the two views of item ``i``; two modalities side by side, ``(n, d0 + d1)``, where
-    columns ``[:view_split]`` are view 0 and the rest view 1 (``view_split=None``: half
-    and half; each view gets its own encoder when the widths differ), the form that
-    works in a ``Pipeline`` (e.g. after a ``StandardScaler``); and single views
-    ``(n, d)`` with an ``augmentation``, two random views of each row being drawn for
-    every batch (SimCLR).
+    ``X`` comes in these forms:
+
+    - pairs ``(n, 2, *view_shape)``: ``X[i, 0]`` and ``X[i, 1]`` are the two views of
+      item ``i``, each reaching the encoder whole (``(n, 2, d)`` feature vectors,
+      ``(n, 2, C, H, W)`` images);
+    - two views side by side, ``(n, d0 + d1)``: columns ``[:view_split]`` are view 0
+      and the rest view 1 (``view_split=None``: half and half), the form that works in
+      a ``Pipeline`` (e.g. after a ``StandardScaler``);
+    - single views ``(n, *shape)`` with an ``augmentation``: two random views of each
+      row are drawn for every batch, on the training device (SimCLR);
+    - two modalities of any shapes and dtypes as a dict of two equally long arrays or
+      tensors, e.g. ``{"image": float32 (n, 3, 32, 32), "text": int64 (n, 77)}``
+      (wrap it in ``skorch.helper.SliceDict`` for ``GridSearchCV``);
+    - a map-style ``torch.utils.data.Dataset`` whose item ``i`` is the pair
+      ``(x0, x1)`` (PyTorch's "two crops" pattern, so per-sample augmentations run in
+      ``num_workers`` DataLoader workers), or a single view with an ``augmentation``;
+      labels, if any, go through ``y`` (``skorch.helper.SliceDataset`` makes a Dataset
+      splittable by ``GridSearchCV``).
+
+    Integer views (token ids) stay integers for embedding layers, and need a ``module``;
+    floats become float32 and must be finite. Integer 2-D features are numbers, as in
+    scikit-learn.
 
     Parameters
     ----------
-    module : torch.nn.Module, nn.Module class, factory ``f(n_in, n_out)``, pair of those, or None
-        The encoder. ``None``: an MLP with ``hidden_layer_sizes``, sized from the data.
-        A pair gives one encoder per view (two modalities).
+    module : nn.Module, nn.Module class, factory ``f(n_in, n_out)``, pair or dict of those, or None
+        The encoder. ``None``: an MLP with ``hidden_layer_sizes``, sized from the data
+        (N-D views are flattened first). A pair, or a dict keyed by view name for dict
+        input, gives one encoder per view (two modalities). A factory receives the
+        number of values per item, ``n_in``. Define modules on the CPU; the estimator
+        moves its own copy to ``device``.
     n_components : int, default=32
         Embedding dimension.
     hidden_layer_sizes : tuple of int, default=(128,)
@@ -68,11 +88,23 @@ class ContrastiveEmbedder(BaseEmbedder):
     view_split : int or None, default=None
         For 2-D input without augmentation: the column where view 1 starts.
     shared_encoder : {'auto', True, False}, default='auto'
-        One encoder for both views; ``'auto'`` shares when the views have equal width.
+        One encoder for both views; ``'auto'`` shares when the views have equal shape
+        and kind.
     augmentation : callable or None, default=None
-        ``augmentation(x, generator) -> tensor``: one random view of a batch (see
-        :mod:`skcontrast.datasets` for ready ones). Must be picklable to pickle the
-        estimator.
+        One random view of a batch, called on the batch already on the training device:
+        ``f(x)`` (e.g. a kornia ``AugmentationSequential``, drawing from torch's global
+        generator, which ``fit`` seeds) or ``f(x, generator)`` (e.g. the augmentations
+        of :mod:`skcontrast.datasets`). Must be picklable to pickle the estimator.
+    precision : {'float32', 'bfloat16', 'float16'}, default='float32'
+        Mixed precision: forward passes run under ``torch.autocast`` in this dtype (with
+        a gradient scaler for float16); the loss is computed in float32.
+    num_workers : int, default=0
+        DataLoader worker processes loading the items of a Dataset (array rows are
+        gathered a whole batch at a time in the main process). Memory is pinned on CUDA.
+    data_on_device : {False, True, 'auto'}, default=False
+        Hold array training data whole on the training GPU, so that no batch is copied
+        from the host; ``'auto'`` does so when it takes at most half the free GPU
+        memory. The adaptive selectors' embedding pass always goes batch by batch.
     device : {'auto', 'cpu', 'cuda'}, default='auto'
     random_state : int or None, default=None
         Seeds the module, the selector (when it has none) and the augmentations;
@@ -93,8 +125,12 @@ class ContrastiveEmbedder(BaseEmbedder):
         Per epoch: ``train_loss``, ``train_positive``, ``train_entropy``, ``dur``,
         ``select_time``, ``n_batches``.
     n_features_in_ : int
+        For 2-D (and ``(n, 2, d)``) input only.
+    input_spec_ : InputSpec
+        The form of the training input and the shape and kind of each view; later
+        input is checked against it.
     view_split_ : int or None
-        Where view 1 starts in the 2-D form (``None`` for single views).
+        Where view 1 starts in the 2-D form (``None`` for the other forms).
     temperature_ : float
 
     Examples
@@ -117,8 +153,9 @@ class ContrastiveEmbedder(BaseEmbedder):
                  selector: Any = None, max_epochs: int = 20, lr: float = 1e-3,
                  optimizer: Any = "adam", optimizer_params: dict | None = None,
                  view_split: int | None = None, shared_encoder: Any = "auto",
-                 augmentation: Any = None, device: str = "auto", random_state: Any = None,
-                 verbose: int = 0, callbacks: list | None = None,
+                 augmentation: Any = None, precision: str = "float32", num_workers: int = 0,
+                 data_on_device: Any = False, device: str = "auto",
+                 random_state: Any = None, verbose: int = 0, callbacks: list | None = None,
                  warm_start: bool = False) -> None:
         self.module = module
         self.n_components = n_components
@@ -138,45 +175,14 @@ class ContrastiveEmbedder(BaseEmbedder):
         self.view_split = view_split
         self.shared_encoder = shared_encoder
         self.augmentation = augmentation
+        self.precision = precision
+        self.num_workers = num_workers
+        self.data_on_device = data_on_device
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
         self.callbacks = callbacks
         self.warm_start = warm_start
-
-    # -- input handling ---------------------------------------------------------------
-
-    def _to_2d(self, X: Any) -> tuple[Any, int | None]:
-        """Flatten ``(n, 2, d)`` pairs to ``(n, 2d)``; returns the array and its split."""
-        if hasattr(X, "ndim") and X.ndim == 3:
-            if X.shape[1] != 2:
-                raise ValueError(f"paired X must have shape (n, 2, d); got {describe(X)}")
-            if isinstance(X, torch.Tensor):
-                X = X.detach().cpu().numpy()
-            return np.asarray(X).reshape(len(X), -1), X.shape[2]
-        return X, None
-
-    def _validate(self, X: Any, *, reset: bool) -> np.ndarray:
-        X, pair_split = self._to_2d(X)
-        X = validate_data(self, X, reset=reset, dtype=[np.float32, np.float64],
-                          ensure_min_samples=2 if reset else 1)
-        if reset:
-            self._pair_split = pair_split
-        return X.astype(np.float32, copy=False)
-
-    def _resolve_split(self, n_features: int) -> int | None:
-        if self.augmentation is not None:
-            return None
-        if self._pair_split is not None:
-            return self._pair_split
-        if n_features < 2:
-            raise ValueError(
-                f"ContrastiveEmbedder needs two views, but X has {n_features} feature(s): "
-                "pass pairs (n, 2, d), two views side by side (n, d0 + d1), or single "
-                "views with an augmentation")
-        if self.view_split is None:
-            return n_features // 2
-        return check_int(self.view_split, "view_split", minimum=1, maximum=n_features - 1)
 
     # -- public API -------------------------------------------------------------------
 
@@ -185,7 +191,11 @@ class ContrastiveEmbedder(BaseEmbedder):
 
         Parameters
         ----------
-        X : array-like of shape (n, 2, d), (n, d0 + d1), or (n, d) with an augmentation
+        X : array-like, tensor, dict of two arrays, or torch Dataset
+            Pairs ``(n, 2, *view_shape)``; two views side by side ``(n, d0 + d1)``;
+            single views ``(n, *shape)`` with an ``augmentation``; two modalities
+            ``{name0: (n, ...), name1: (n, ...)}``; or a map-style ``Dataset`` whose item
+            ``i`` is ``(x0, x1)`` (a single view with an ``augmentation``).
         y : array-like of shape (n,), optional
             Not used by the loss; handed to the selector (e.g. ``BindingSelector``).
 
@@ -193,80 +203,65 @@ class ContrastiveEmbedder(BaseEmbedder):
         -------
         self
         """
-        X = self._validate(X, reset=True)
-        split = self._resolve_split(X.shape[1])
-        self.view_split_ = split
-        widths = [X.shape[1]] if split is None else [split, X.shape[1] - split]
+        data, spec = read_fit_input(self, X, single=self.augmentation is not None,
+                                    view_split=self.view_split)
+        self.view_split_ = spec.split
         if self.shared_encoder not in ("auto", True, False):
             raise ValueError(f"shared_encoder must be 'auto', True or False; got "
                              f"{describe(self.shared_encoder)}")
-        shared = widths[0] == widths[-1] if self.shared_encoder == "auto" else \
-            bool(self.shared_encoder)
-        if shared and widths[0] != widths[-1]:
-            raise ValueError(f"shared_encoder=True needs views of equal width; got widths "
-                             f"{widths}")
-
-        def make_module():
-            return build_encoders(self.module, widths, tuple(self.hidden_layer_sizes),
-                                  self.n_components, shared, split)
-
+        first, last = spec.views[0], spec.views[-1]
+        alike = (first.shape, first.integer) == (last.shape, last.integer)
+        shared = alike if self.shared_encoder == "auto" else bool(self.shared_encoder)
+        if shared and not alike:
+            raise ValueError(f"shared_encoder=True needs views of equal shape and kind; got "
+                             f"{first.describe()} and {last.describe()}")
         labels = None
         if y is not None:
             labels = np.asarray(y)
-            if len(labels) != len(X):
-                raise ValueError(f"y has {len(labels)} entries but X has {len(X)} samples")
-        self._fit_net(torch.from_numpy(X), make_module, labels, None)
+            if len(labels) != len(data):
+                raise ValueError(f"y has {len(labels)} entries but X has {len(data)} samples")
+        self._fit_net(data, spec, labels, None, shared)
         return self
 
     def transform(self, X: Any) -> np.ndarray:
         """Embeddings of view 0 (unit norm, float32), shape ``(n, n_components)``.
 
-        Use :meth:`transform_view` to embed items of view 1, :meth:`transform_pairs` for
-        both views.
+        ``X`` has the form seen in ``fit``. Use :meth:`transform_view` to embed the
+        items of one view alone, :meth:`transform_pairs` for both views.
         """
         check_is_fitted(self, "net_")
-        X = self._validate(X, reset=False)
-        columns = X if self.view_split_ is None else X[:, :self.view_split_]
-        return self._embed(torch.from_numpy(np.ascontiguousarray(columns)), view=0)
+        return self._embed(read_input(self, X, self.input_spec_).select(0), view=0)
 
     def transform_pairs(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Embeddings ``(U, V)`` of both views of paired ``X`` (same forms as ``fit``).
+        """Embeddings ``(U, V)`` of both views of ``X`` (same forms as ``fit``).
 
         For single-view training with an augmentation, the two views are two random
         augmentations of ``X`` (a fixed seed, so the result is reproducible).
         """
         check_is_fitted(self, "net_")
-        X = torch.from_numpy(self._validate(X, reset=False))
-        if self.view_split_ is None:
-            generator = torch.Generator().manual_seed(0)
-            first = self.augmentation(X, generator)
-            second = self.augmentation(X, generator)
-            return self._embed(first, view=0), self._embed(second, view=0)
-        split = self.view_split_
-        return (self._embed(X[:, :split].contiguous(), view=0),
-                self._embed(X[:, split:].contiguous(), view=1))
+        data = read_input(self, X, self.input_spec_)
+        if self.input_spec_.paired:
+            return self._embed(data.select(0), view=0), self._embed(data.select(1), view=1)
+        generator = augmentation_generator(self.augmentation, self.net_.device, 0)
+        views = functools.partial(augment, self.augmentation, generator=generator)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            return self._embed(data, view=0, augment=views), self._embed(data, view=0,
+                                                                          augment=views)
 
-    def transform_view(self, X_view: Any, view: int = 1) -> np.ndarray:
-        """Embeddings of single-view items of ``view`` (raw features of that view only).
+    def transform_view(self, X_view: Any, view: Any = 1) -> np.ndarray:
+        """Embeddings of single-view items of ``view`` (that view's data only).
 
         Parameters
         ----------
-        X_view : array-like of shape (n, d_view)
+        X_view : array-like, tensor or Dataset of shape ``(n, *view_shape)``
             E.g. captions alone, to search them against images.
-        view : {0, 1}, default=1
+        view : int or str, default=1
+            The view's index (0 or 1) or, for dict input, its name.
         """
         check_is_fitted(self, "net_")
-        if view not in (0, 1):
-            raise ValueError(f"view must be 0 or 1; got {describe(view)}")
-        X_view = np.asarray(X_view, dtype=np.float32)
-        split = self.view_split_
-        width = self.n_features_in_ if split is None else (
-            split if view == 0 else self.n_features_in_ - split)
-        if X_view.ndim != 2 or X_view.shape[1] != width:
-            raise ValueError(f"X_view for view {view} must have shape (n, {width}); got "
-                             f"{describe(X_view)}")
-        check_finite_array(X_view, "X_view")
-        return self._embed(torch.from_numpy(X_view), view=view if split is not None else 0)
+        index = self.input_spec_.view_index(view)
+        return self._embed(read_view(X_view, self.input_spec_.views[index]), view=index)
 
     def score(self, X: Any, y: Any = None) -> float:
         """Pair-retrieval recall@1 on ``X``, mean of both directions (y is ignored)."""

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
+from .._validation import describe
 from ..losses import LossTerms, get_label_loss, get_pair_loss
+from ._data import View
 
 MIN_TEMPERATURE = 0.01  # a learned temperature is kept above this (CLIP caps 1/t at 100)
 
@@ -33,51 +35,105 @@ def _instantiate(module: Any, n_in: int, n_out: int) -> nn.Module:
     if callable(module):
         return module(n_in, n_out)
     raise ValueError(f"module must be an nn.Module, an nn.Module class, or a factory "
-                     f"f(n_in, n_out); got {module!r}")
+                     f"f(n_in, n_out); got {describe(module)}")
+
+
+def default_encoder(view: View, hidden_layer_sizes: Sequence[int], n_out: int) -> nn.Module:
+    """The MLP for one view; N-D views are flattened first. Integer views are refused."""
+    if view.integer:
+        raise ValueError(
+            f"{view.describe()} holds integers (e.g. token ids), and the default MLP "
+            f"encoder takes real values: pass an encoder for it, e.g. module={{..., "
+            f"{view.name!r}: nn.EmbeddingBag(vocab_size, {n_out})}} or module=(enc0, enc1), "
+            "or convert the view to float if its integers are measurements")
+    mlp = make_mlp(view.size, hidden_layer_sizes, n_out)
+    return nn.Sequential(nn.Flatten(), mlp) if len(view.shape) > 1 else mlp
 
 
 class ViewEncoders(nn.Module):
-    """One encoder per view (or one shared by both).
+    """One encoder per view, or one shared by both.
 
-    ``forward`` takes a batch either as ``(B, 2, d)`` pairs, as ``(B, d0 + d1)`` with the
-    views side by side (``split = d0``), or, with ``split=None``, as single-view rows, and
-    returns ``(B, 2, k)`` or ``(B, k)`` embeddings.
+    ``forward`` takes a batch of one view (a tensor) and returns ``(B, k)`` embeddings,
+    or a pair ``(x0, x1)`` and returns ``(B, 2, k)``. A shared encoder embeds both views
+    of a pair in one call on the ``2B`` stacked rows, as SimCLR does.
     """
 
-    def __init__(self, encoders: Sequence[nn.Module], split: int | None) -> None:
+    def __init__(self, encoders: Sequence[nn.Module]) -> None:
         super().__init__()
         self.encoders = nn.ModuleList(encoders)
-        self.split = split
 
     def encode(self, x: torch.Tensor, view: int = 0) -> torch.Tensor:
-        """Embeddings of single-view rows of ``view``."""
+        """Embeddings of a batch of one view."""
         return self.encoders[min(view, len(self.encoders) - 1)](x)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.ndim == 3:
-            return torch.stack([self.encode(x[:, 0], 0), self.encode(x[:, 1], 1)], dim=1)
-        if self.split is None:
+    def forward(self, x: Any) -> torch.Tensor:
+        if not isinstance(x, tuple | list):
             return self.encode(x, 0)
-        return torch.stack([self.encode(x[:, :self.split], 0),
-                            self.encode(x[:, self.split:], 1)], dim=1)
+        x0, x1 = x
+        if len(self.encoders) == 1 and x0.shape[1:] == x1.shape[1:]:
+            z = self.encoders[0](torch.cat([x0, x1]))
+            return torch.stack([z[:len(x0)], z[len(x0):]], dim=1)
+        return torch.stack([self.encode(x0, 0), self.encode(x1, 1)], dim=1)
 
 
-def build_encoders(module: Any, widths: Sequence[int], hidden_layer_sizes: Sequence[int],
-                   n_components: int, shared: bool, split: int | None) -> ViewEncoders:
-    """Encoders for views of the given input ``widths`` (one width for single-view data)."""
+def build_encoders(module: Any, views: Sequence[View], hidden_layer_sizes: Sequence[int],
+                   n_components: int, shared: bool) -> ViewEncoders:
+    """Encoders for the given views (one view for single-view data).
+
+    ``module`` is ``None`` (an MLP per view), one encoder (an ``nn.Module`` instance,
+    which is copied, a class, or a factory ``f(n_in, n_out)`` with ``n_in`` the number of
+    values per item), a pair of those (one per view), or a dict keyed by view name.
+    """
+    if isinstance(module, Mapping):
+        names = [v.name for v in views]
+        if len(views) != 2 or sorted(map(str, module)) != sorted(map(str, names)):
+            raise ValueError(f"module as a dict must have one encoder per view, keyed "
+                             f"{names}; got keys {list(module)}")
+        module = [module[name] for name in names]
     if isinstance(module, tuple | list):
-        if len(module) != 2:
-            raise ValueError(f"module as a sequence must hold two encoders (one per view); "
-                             f"got {len(module)}")
-        encoders = [_instantiate(m, w, n_components)
-                    for m, w in zip(module, widths, strict=False)]
-        return ViewEncoders(encoders, split)
-    count = 1 if shared or len(widths) == 1 else 2
+        if len(module) != 2 or len(views) != 2:
+            raise ValueError(f"module as a sequence must hold two encoders, one per view of "
+                             f"paired data; got {len(module)} for {len(views)} view(s)")
+        return ViewEncoders([_instantiate(m, v.size, n_components)
+                             for m, v in zip(module, views, strict=True)])
+    used = views[:1] if shared else views
     if module is None:
-        encoders = [make_mlp(widths[i], hidden_layer_sizes, n_components) for i in range(count)]
-    else:
-        encoders = [_instantiate(module, widths[i], n_components) for i in range(count)]
-    return ViewEncoders(encoders, split)
+        return ViewEncoders([default_encoder(v, hidden_layer_sizes, n_components)
+                             for v in used])
+    return ViewEncoders([_instantiate(module, v.size, n_components) for v in used])
+
+
+class EncoderFactory:
+    """Builds fresh :class:`ViewEncoders`; what the skorch net keeps as its ``module``.
+
+    skorch pickles its trained ``module_`` through ``torch`` with a device map (so a
+    model fitted on a GPU loads on a CPU-only machine), but pickles its ``module``
+    parameter plainly. Handing skorch this factory, which holds only CPU copies of the
+    user's untrained encoders, keeps every trained tensor inside skorch's device-mapped
+    attributes.
+    """
+
+    def __init__(self, module: Any, views: Sequence[View], hidden_layer_sizes: Sequence[int],
+                 n_components: int, shared: bool) -> None:
+        self.module = _to_cpu(module)
+        self.views = tuple(views)
+        self.hidden_layer_sizes = tuple(hidden_layer_sizes)
+        self.n_components = n_components
+        self.shared = shared
+
+    def __call__(self) -> ViewEncoders:
+        return build_encoders(self.module, self.views, self.hidden_layer_sizes,
+                              self.n_components, self.shared)
+
+
+def _to_cpu(module: Any) -> Any:
+    if isinstance(module, nn.Module):
+        return copy.deepcopy(module).cpu()
+    if isinstance(module, Mapping):
+        return {k: _to_cpu(m) for k, m in module.items()}
+    if isinstance(module, tuple | list):
+        return type(module)(_to_cpu(m) for m in module)
+    return module
 
 
 class ContrastiveCriterion(nn.Module):

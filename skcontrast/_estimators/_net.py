@@ -1,20 +1,29 @@
 """The skorch net the estimators build inside ``fit``.
 
-skorch drives training; two hooks are overridden, nothing more:
+skorch drives training; a few of its hooks are overridden, nothing more:
 
 - ``get_iterator`` returns, for training, a ``DataLoader`` whose ``batch_sampler`` asks
   the selector for the batches of each epoch (so skorch's ``batch_size`` is not passed
-  to it: a ``DataLoader`` refuses both). Adaptive selectors first receive the current
-  embeddings of the whole training set, from a no-grad pass on the training device.
-- ``get_loss`` evaluates the criterion (a :mod:`skcontrast.losses` function) and records
-  its positive and entropy terms next to the loss.
+  to it: a ``DataLoader`` refuses both), or, when the data is held whole on the GPU, an
+  iterator that gathers the selector's batches there. Adaptive selectors first receive
+  the current embeddings of the whole training set, from a no-grad pass made batch by
+  batch on the training device.
+- ``train_step_single`` moves a batch to the training device (asynchronously from
+  pinned memory), applies the augmentation there, runs the module under
+  ``torch.autocast`` for mixed precision and back-propagates (through a ``GradScaler``
+  for float16); ``train_step`` adds the scaler's unscale/step/update around it.
+- ``get_loss`` evaluates the criterion (a :mod:`skcontrast.losses` function) in float32
+  and keeps its positive and entropy terms; ``run_single_epoch`` reads the per-batch
+  values from the device once per epoch instead of once per batch (skorch's own loop
+  calls ``.item()`` on every batch, which stalls the GPU queue).
 
-The dataset fetches a whole batch with one tensor index (``__getitems__``) instead of one
-Python call per sample.
+The datasets (:mod:`._data`) fetch a whole batch with one ``__getitems__`` call.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,31 +31,58 @@ from typing import Any
 import numpy as np
 import torch
 from skorch import NeuralNet
-from torch.utils.data import DataLoader, Dataset, Sampler
+from skorch.utils import TeeGenerator
+from torch.utils.data import DataLoader, Sampler
+
+from ._data import ItemViews, TensorViews, ViewData
 
 INFERENCE_BATCH = 1024
-
-
-class RowDataset(Dataset):
-    """Rows of ``X`` (and labels ``y``), fetched a batch at a time."""
-
-    def __init__(self, X: torch.Tensor, y: torch.Tensor | None = None) -> None:
-        self.X = X
-        self.y = y
-
-    def __len__(self) -> int:
-        return len(self.X)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, Any]:
-        return self.X[i], None if self.y is None else self.y[i]
-
-    def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, Any]:
-        index = torch.as_tensor(indices, dtype=torch.long)
-        return self.X[index], None if self.y is None else self.y[index]
+PRECISIONS = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def _as_batch(batch: Any) -> Any:
     return batch
+
+
+def to_device(x: Any, device: Any) -> Any:
+    """A tensor or tuple of tensors on ``device``; copies from pinned memory overlap."""
+    if isinstance(x, tuple | list):
+        return tuple(to_device(t, device) for t in x)
+    return x.to(device, non_blocking=True)
+
+
+def batch_length(x: Any) -> int:
+    return len(x[0]) if isinstance(x, tuple | list) else len(x)
+
+
+def takes_generator(augmentation: Any) -> bool:
+    """Whether ``augmentation`` is called ``f(x, generator)`` rather than ``f(x)``.
+
+    True when it has a parameter named ``generator`` or two required positional ones;
+    an ``nn.Module`` such as a kornia pipeline (``forward(*args, ...)``) is ``f(x)``.
+    """
+    try:
+        parameters = inspect.signature(augmentation).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.name == "generator" for p in parameters):
+        return True
+    return sum(p.default is p.empty for p in positional) >= 2
+
+
+def augmentation_generator(augmentation: Any, device: Any, seed: int) -> Any:
+    """A generator on ``device`` for ``f(x, generator)`` augmentations (``None`` for ``f(x)``,
+    which draw from torch's global generator, seeded by ``fit``)."""
+    if augmentation is None or not takes_generator(augmentation):
+        return None
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def augment(augmentation: Any, x: torch.Tensor, generator: Any) -> torch.Tensor:
+    """One random view of the batch ``x``."""
+    return augmentation(x) if generator is None else augmentation(x, generator)
 
 
 class SelectorBatchSampler(Sampler):
@@ -55,23 +91,42 @@ class SelectorBatchSampler(Sampler):
     def __init__(self, net: SelectorNet, n: int) -> None:
         self.net = net
         self.n = n
-        self._placeholder = np.zeros((n, 1), dtype=np.float32)
 
     def __len__(self) -> int:
         return self.net.selector.get_n_splits(self.n, self.net.labels)
 
     def __iter__(self) -> Iterator[list[int]]:
-        net = self.net
-        start = time.perf_counter()
-        if getattr(net.selector, "_adaptive", False):
-            X = net.selection_embeddings()
-        else:
-            X = self._placeholder
-        batches = net.selector.epoch_batches(X, net.labels)
-        if net.history:
-            net.history.record("select_time", time.perf_counter() - start)
-            net.history.record("n_batches", len(batches))
-        return iter([batch.tolist() for batch in batches])
+        # A generator: the selection runs at the first batch, not when ``iter`` is called
+        # (a multi-worker DataLoader calls ``iter`` twice when it starts).
+        for batch in self.net.epoch_batches():
+            yield batch.tolist()
+
+
+class DeviceBatches:
+    """The selector's batches gathered from data held whole on the training device.
+
+    The indices of a whole epoch are copied to the device at once, asynchronously, so a
+    batch costs no host-device transfer at all.
+    """
+
+    def __init__(self, net: SelectorNet, data: TensorViews) -> None:
+        self.net = net
+        self.data = data
+
+    def __len__(self) -> int:
+        return self.net.selector.get_n_splits(len(self.data), self.net.labels)
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        batches = self.net.epoch_batches()
+        if not batches:
+            return
+        flat = torch.from_numpy(np.concatenate(batches))
+        device = self.data.resident_device
+        if device.type == "cuda":
+            flat = flat.pin_memory()
+        index = flat.to(device, non_blocking=True)
+        for part in index.split([len(b) for b in batches]):
+            yield self.data.gather(part)
 
 
 class SelectorNet(NeuralNet):
@@ -81,67 +136,234 @@ class SelectorNet(NeuralNet):
     ------------------------------------
     selector : BatchSelector
     labels : ndarray or None
-        Labels handed to the selector (and the loss, for labelled training).
+        Labels handed to the selector (and, in the dataset, to the loss).
     augmentation : callable or None
-        ``augmentation(x, generator)`` returning one random view of a batch; applied
-        twice per training batch.
-    generator : torch.Generator or None
-        Random source of the augmentations.
+        ``f(x)`` or ``f(x, generator)`` returning one random view of a batch already on
+        the training device; applied twice per training batch.
+    seed : int
+        Seeds the augmentations' generator (per ``fit`` call and epoch count).
+    precision : {'float32', 'bfloat16', 'float16'}
+        ``torch.autocast`` dtype of the forward passes; the loss stays float32.
+    num_workers : int
+        DataLoader worker processes.
+    labelled : bool
+        Adaptive selectors see one view per item (SupCon) rather than pairs.
     """
 
     def __init__(self, *args: Any, selector: Any = None, labels: Any = None,
-                 augmentation: Any = None, generator: Any = None, **kwargs: Any) -> None:
+                 augmentation: Any = None, seed: int = 0, precision: str = "float32",
+                 num_workers: int = 0, labelled: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.selector = selector
         self.labels = labels
         self.augmentation = augmentation
-        self.generator = generator
+        self.seed = seed
+        self.precision = precision
+        self.num_workers = num_workers
+        self.labelled = labelled
 
-    def get_iterator(self, dataset: Any, training: bool = False) -> DataLoader:
+    # -- data -------------------------------------------------------------------------
+
+    def _on_gpu(self) -> bool:
+        return torch.device(self.device).type == "cuda"
+
+    def _loader(self, data: ViewData, batch_sampler: Any) -> DataLoader:
+        # Workers load a Dataset's items; array rows are one index away, in this process.
+        workers = self.num_workers if isinstance(data, ItemViews) else 0
+        return DataLoader(data, batch_sampler=batch_sampler, collate_fn=_as_batch,
+                          num_workers=workers, pin_memory=self._on_gpu(),
+                          persistent_workers=workers > 0)
+
+    def get_iterator(self, dataset: Any, training: bool = False) -> Any:
         if not training:
-            return DataLoader(dataset, batch_size=INFERENCE_BATCH, collate_fn=_as_batch)
-        return DataLoader(dataset, batch_sampler=SelectorBatchSampler(self, len(dataset)),
-                          collate_fn=self._collate_train)
+            return self.inference_batches(dataset)
+        self.training_data = dataset  # for the adaptive selectors' embedding pass
+        if dataset.resident_device is not None:
+            return DeviceBatches(self, dataset)
+        return self._loader(dataset, SelectorBatchSampler(self, len(dataset)))
 
-    def _collate_train(self, batch: tuple[torch.Tensor, Any]) -> tuple[torch.Tensor, Any]:
-        X, y = batch
-        if self.augmentation is None:
-            return X, y
-        views = [self.augmentation(X, self.generator) for _ in range(2)]
-        return torch.stack(views, dim=1), y
+    def inference_batches(self, data: ViewData) -> Any:
+        """Consecutive batches of ``data`` in order (never the whole set on the GPU)."""
+        n = len(data)
+        starts = range(0, n, INFERENCE_BATCH)
+        if data.resident_device is not None:
+            return (data.gather(torch.arange(s, min(s + INFERENCE_BATCH, n),
+                                             device=data.resident_device)) for s in starts)
+        return self._loader(data, [list(range(s, min(s + INFERENCE_BATCH, n)))
+                                   for s in starts])
+
+    def epoch_batches(self) -> list[np.ndarray]:
+        """The selector's batches of the next epoch; records the time spent choosing."""
+        start = time.perf_counter()
+        if getattr(self.selector, "_adaptive", False):
+            X = self.selection_embeddings()
+        else:
+            X = np.zeros((len(self.training_data), 1), dtype=np.float32)
+        batches = self.selector.epoch_batches(X, self.labels)
+        if self.history:
+            self.history.record("select_time", time.perf_counter() - start)
+            self.history.record("n_batches", len(batches))
+        return batches
+
+    # -- training step ----------------------------------------------------------------
+
+    def autocast(self) -> Any:
+        dtype = PRECISIONS[self.precision]
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(torch.device(self.device).type, dtype=dtype)
+
+    def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
+        super().on_train_begin(net, X=X, y=y, **kwargs)
+        device_type = torch.device(self.device).type
+        # A fresh generator per fit call, seeded from the epochs trained so far, so that
+        # warm starts (also after unpickling on another device) stay reproducible.
+        state = np.random.SeedSequence([self.seed, 2, len(self.history)])
+        self.generator_ = augmentation_generator(
+            self.augmentation, self.device,
+            int(state.generate_state(1, dtype=np.uint64)[0] % 2**63))
+        scaler = getattr(self, "grad_scaler_", None)
+        if self.precision != "float16":
+            self.grad_scaler_ = None
+        elif scaler is None or scaler._device != device_type:
+            self.grad_scaler_ = torch.amp.GradScaler(device_type)
+
+    def on_train_end(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
+        super().on_train_end(net, X=X, y=y, **kwargs)
+        self.training_data = None
+
+    def train_step_single(self, batch: Any, **fit_params: Any) -> dict:
+        self._set_training(True)
+        Xi, yi = batch
+        Xi = to_device(Xi, self.device)
+        if self.augmentation is not None:
+            Xi = (augment(self.augmentation, Xi, self.generator_),
+                  augment(self.augmentation, Xi, self.generator_))
+        with self.autocast():
+            y_pred = self.infer(Xi, **fit_params)
+        loss = self.get_loss(y_pred, yi, X=Xi, training=True)
+        if self.grad_scaler_ is not None:
+            self.grad_scaler_.scale(loss).backward()
+        else:
+            loss.backward()
+        terms = self._batch_terms
+        return {"loss": loss, "y_pred": y_pred, "positive": terms.positive.detach(),
+                "entropy": terms.entropy.detach()}
+
+    def train_step(self, batch: Any, **fit_params: Any) -> dict:
+        scaler = self.grad_scaler_
+        if scaler is None:
+            return super().train_step(batch, **fit_params)
+        self._zero_grad_optimizer()
+        step = self.train_step_single(batch, **fit_params)
+        optimizers = [getattr(self, name + "_") for name in self._optimizers]
+        for optimizer in optimizers:
+            scaler.unscale_(optimizer)  # callbacks (e.g. gradient clipping) see true grads
+        self.notify("on_grad_computed", named_parameters=TeeGenerator(
+            self.get_all_learnable_params()), batch=batch, training=True)
+        for optimizer in optimizers:
+            scaler.step(optimizer)
+        scaler.update()
+        return step
 
     def get_loss(self, y_pred: torch.Tensor, y_true: Any, X: Any = None,
                  training: bool = False) -> torch.Tensor:
         if y_true is not None:
-            y_true = y_true.to(y_pred.device)
-        terms = self.criterion_(y_pred, y_true)
-        if training:
-            self.history.record_batch("train_positive", terms.positive.item())
-            self.history.record_batch("train_entropy", terms.entropy.item())
+            y_true = y_true.to(y_pred.device, non_blocking=True)
+        terms = self.criterion_(y_pred.float(), y_true)
+        self._batch_terms = terms
         return terms.loss
 
+    def run_single_epoch(self, iterator: Any, training: bool, prefix: str, step_fn: Any,
+                         **fit_params: Any) -> None:
+        """skorch's epoch loop, reading the batch values from the device once per epoch.
+
+        With ``verbose`` the values are read per batch, for the progress bar.
+        """
+        if iterator is None:
+            return
+        per_batch = bool(self.verbose)
+        pending, sizes = [], []
+        for batch in iterator:
+            self.notify("on_batch_begin", batch=batch, training=training)
+            step = step_fn(batch, **fit_params)
+            values = torch.stack([step["loss"].detach(), step["positive"], step["entropy"]])
+            sizes.append(batch_length(batch[0]))
+            if per_batch:
+                self._record_batch(values.tolist(), sizes[-1], prefix, -1)
+            else:
+                pending.append(values)
+            self.notify("on_batch_end", batch=batch, training=training, **step)
+        if pending:
+            for i, row in enumerate(torch.stack(pending).tolist()):
+                self._record_batch(row, sizes[i], prefix, i - len(pending))
+        self.history.record(prefix + "_batch_count", len(sizes))
+
+    def _record_batch(self, values: list[float], size: int, prefix: str, position: int) -> None:
+        row = self.history[-1]["batches"][position]
+        row[prefix + "_loss"], row[prefix + "_positive"], row[prefix + "_entropy"] = values
+        row[prefix + "_batch_size"] = size
+
+    # -- inference --------------------------------------------------------------------
+
     @torch.no_grad()
-    def embed(self, X: torch.Tensor, view: int | None = None) -> torch.Tensor:
-        """Embeddings of ``X`` in inference mode, batch by batch, on the net's device.
+    def embed(self, data: ViewData, view: int | None = None, augment: Any = None) -> torch.Tensor:
+        """Embeddings of ``data`` in inference mode, batch by batch, on the net's device.
 
         ``view=None`` runs the module's own ``forward`` (both views of pairs); an int
-        embeds single-view rows with that view's encoder.
+        embeds single-view data with that view's encoder. ``augment`` is applied to each
+        batch on the device first. Returns float32 on the CPU.
         """
         module = self.module_
         was_training = module.training
         module.eval()
+        out = []
         try:
-            out = []
-            for start in range(0, len(X), INFERENCE_BATCH):
-                xb = X[start:start + INFERENCE_BATCH].to(self.device)
-                out.append((module(xb) if view is None else module.encode(xb, view)).cpu())
+            for xb, _ in self.inference_batches(data):
+                xb = to_device(xb, self.device)
+                if augment is not None:
+                    xb = augment(xb)
+                with self.autocast():
+                    z = module(xb) if view is None else module.encode(xb, view)
+                out.append(z.float())
         finally:
             module.train(was_training)
-        return torch.cat(out) if out else torch.empty(0)
+        if not out:
+            return torch.empty(0)
+        return torch.cat(out).cpu()
 
     def selection_embeddings(self) -> np.ndarray:
-        """What adaptive selectors look at: current embeddings of the training set."""
-        X = self.training_data
-        if self.augmentation is not None:
-            return self.embed(X, view=0).numpy()
-        return self.embed(X).numpy()
+        """What adaptive selectors look at: current embeddings of the training set.
+
+        Paired data gives ``(n, 2, k)``; single views (augmented, or SupCon's) ``(n, k)``,
+        from the first view of SupCon's two-crop items.
+        """
+        data = self.training_data
+        if self.labelled:
+            return self.embed(data.select(0), view=0).numpy()
+        return self.embed(data).numpy()
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        for transient in ("generator_", "_batch_terms", "training_data"):
+            state.pop(transient, None)  # rebuilt by every fit
+        return state
+
+
+def move_net(net: SelectorNet, device: str) -> None:
+    """Move a fitted net (module, criterion, optimizer state) to ``device`` in place.
+
+    A net unpickled on a CPU-only machine can thus keep training there, and a CPU model
+    can continue on a GPU.
+    """
+    if torch.device(net.device) == torch.device(device):
+        return
+    net.module_.to(device)
+    net.criterion_.to(device)
+    for name in net._optimizers:
+        for state in getattr(net, name + "_").state.values():
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor) and value.ndim > 0:
+                    state[key] = value.to(device)
+    net.device = device
+

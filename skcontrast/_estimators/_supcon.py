@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from .._validation import encode_labels
+from .._validation import encode_labels, plain_label
 from ..metrics import class_centres, nearest_centre
 from ._base import BaseEmbedder, warn_single_member_classes
-from ._modules import build_encoders
+from ._data import read_fit_input, read_input
 
 
 class SupConEmbedder(BaseEmbedder):
@@ -23,10 +22,16 @@ class SupConEmbedder(BaseEmbedder):
     one example of every class to each batch, seed 003 Alg. 1). Inside ``fit`` it builds
     a skorch ``NeuralNet`` that drives training.
 
+    ``X`` is a 2-D feature array ``(n, d)``, an N-D array or tensor ``(n, *shape)``
+    (e.g. images), or a map-style ``torch.utils.data.Dataset`` whose items are single
+    views, or two crops ``(x0, x1)`` of a sample (Khosla et al.'s ``TwoCropTransform``);
+    the labels always come through ``y``.
+
     Parameters
     ----------
-    module : torch.nn.Module, nn.Module class, factory ``f(n_in, n_out)``, or None
-        The encoder; ``None`` builds an MLP with ``hidden_layer_sizes``.
+    module : nn.Module, nn.Module class, factory ``f(n_in, n_out)``, or None
+        The encoder; ``None`` builds an MLP with ``hidden_layer_sizes`` (N-D input is
+        flattened first). Integer input (token ids) needs a module.
     n_components : int, default=32
     hidden_layer_sizes : tuple of int, default=(128,)
     loss : {'supcon', 'contrastive_margin'} or callable, default='supcon'
@@ -47,8 +52,16 @@ class SupConEmbedder(BaseEmbedder):
     optimizer : {'adam', 'adamw', 'sgd'} or torch.optim.Optimizer class, default='adam'
     optimizer_params : dict or None, default=None
     augmentation : callable or None, default=None
-        ``augmentation(x, generator)``: with it each batch holds two random views of every
-        sample (which are positives of each other), as in Khosla et al.
+        ``f(x)`` or ``f(x, generator)`` on a batch on the training device: with it each
+        batch holds two random views of every sample (positives of each other), as in
+        Khosla et al.
+    precision : {'float32', 'bfloat16', 'float16'}, default='float32'
+        Mixed precision of the forward passes (``torch.autocast``); the loss is float32.
+    num_workers : int, default=0
+        DataLoader workers loading a Dataset's items.
+    data_on_device : {False, True, 'auto'}, default=False
+        Hold array training data whole on the training GPU (``'auto'``: when it takes at
+        most half the free memory).
     device : {'auto', 'cpu', 'cuda'}, default='auto'
     random_state : int or None, default=None
     verbose : int, default=0
@@ -64,6 +77,9 @@ class SupConEmbedder(BaseEmbedder):
     class_centres_ : ndarray of shape (n_classes, n_components)
         Mean unit-norm training embedding of each class, for :meth:`score`.
     n_features_in_ : int
+        For 2-D input only.
+    input_spec_ : InputSpec
+        The form and shape of the training input.
     temperature_ : float
 
     Examples
@@ -87,8 +103,9 @@ class SupConEmbedder(BaseEmbedder):
                  loss_params: dict | None = None, batch_size: int | None = None,
                  selector: Any = None, max_epochs: int = 20, lr: float = 1e-3,
                  optimizer: Any = "adam", optimizer_params: dict | None = None,
-                 augmentation: Any = None, device: str = "auto", random_state: Any = None,
-                 verbose: int = 0, callbacks: list | None = None,
+                 augmentation: Any = None, precision: str = "float32", num_workers: int = 0,
+                 data_on_device: Any = False, device: str = "auto",
+                 random_state: Any = None, verbose: int = 0, callbacks: list | None = None,
                  warm_start: bool = False) -> None:
         self.module = module
         self.n_components = n_components
@@ -106,6 +123,9 @@ class SupConEmbedder(BaseEmbedder):
         self.optimizer = optimizer
         self.optimizer_params = optimizer_params
         self.augmentation = augmentation
+        self.precision = precision
+        self.num_workers = num_workers
+        self.data_on_device = data_on_device
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
@@ -117,36 +137,39 @@ class SupConEmbedder(BaseEmbedder):
 
         Parameters
         ----------
-        X : array-like of shape (n, d)
+        X : array-like or tensor of shape ``(n, d)`` or ``(n, *shape)``, or torch Dataset
         y : array-like of shape (n,)
-            Class labels of any type (strings included).
+            Class labels of any type (strings included); at least two classes.
 
         Returns
         -------
         self
         """
-        X, y = validate_data(self, X, y, dtype=[np.float32, np.float64], ensure_min_samples=2,
-                             y_numeric=False)
-        X = X.astype(np.float32, copy=False)
+        name = type(self).__name__
+        if y is None:
+            raise ValueError(f"{name} requires y to be passed, but the target y is None.")
+        data, spec = read_fit_input(self, X, single=True, labelled=True)
         self.classes_, codes = encode_labels(y)
+        if len(codes) != len(data):
+            raise ValueError(f"y has {len(codes)} entries but X has {len(data)} samples")
+        if len(self.classes_) < 2:
+            raise ValueError(f"{name} needs at least 2 classes in y; got 1 class "
+                             f"({plain_label(self.classes_[0])!r}): with a single class "
+                             "there are no negatives to contrast")
         convention = (self.loss_params or {}).get("anchors_without_positives", "exclude")
-        if self.augmentation is None:
+        if self.augmentation is None and not spec.items_paired:
             warn_single_member_classes(codes, self.classes_, convention)
-
-        def make_module():
-            return build_encoders(self.module, [X.shape[1]], tuple(self.hidden_layer_sizes),
-                                  self.n_components, True, None)
-
-        X_t = torch.from_numpy(X)
-        self._fit_net(X_t, make_module, codes, torch.from_numpy(codes))
-        _, self.class_centres_ = class_centres(self._embed(X_t, view=0), codes)
+        self._fit_net(data, spec, codes, codes, True)
+        _, self.class_centres_ = class_centres(self._embed(data.select(0), view=0), codes)
         return self
 
     def transform(self, X: Any) -> np.ndarray:
-        """Embeddings (unit norm, float32) of shape ``(n, n_components)``."""
+        """Embeddings (unit norm, float32) of shape ``(n, n_components)``.
+
+        For a two-crop Dataset, of the first crop of each item.
+        """
         check_is_fitted(self, "net_")
-        X = validate_data(self, X, reset=False, dtype=[np.float32, np.float64])
-        return self._embed(torch.from_numpy(X.astype(np.float32, copy=False)), view=0)
+        return self._embed(read_input(self, X, self.input_spec_).select(0), view=0)
 
     def score(self, X: Any, y: Any) -> float:
         """Nearest-class-centre accuracy of ``X`` against the training class centres."""

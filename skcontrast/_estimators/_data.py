@@ -1,0 +1,514 @@
+"""What ``X`` is: every input form the estimators accept, turned into one kind of dataset.
+
+The estimators take flat feature arrays (scikit-learn's 2-D form, and ``(n, 2, d)``
+pairs), N-D arrays or tensors (image pairs ``(n, 2, C, H, W)``, single images with an
+augmentation), a dict of two modalities of any shapes and dtypes, and map-style
+``torch.utils.data.Dataset`` objects. This module is the only place that knows about
+these forms: :func:`read_fit_input` turns any of them into a :class:`ViewData` (a torch
+``Dataset`` fetched a whole batch at a time) and an :class:`InputSpec` (what the views
+look like), and :func:`read_input` checks later input (``transform``, ``score``) against
+that spec. Training, inference and the adaptive selectors' embedding pass all iterate
+over a :class:`ViewData`, so they never branch on the form.
+
+A batch of a :class:`ViewData` is ``(views, labels)``: ``views`` is a tensor (one view)
+or a tuple of two tensors (two views), ``labels`` a tensor or ``None``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.sparse import issparse
+from sklearn.utils.validation import validate_data
+from torch.utils.data import Dataset, IterableDataset
+
+from .._validation import describe
+
+
+@dataclass(frozen=True)
+class View:
+    """One view (modality) of the data: its name, per-item shape and kind of values."""
+
+    name: Any
+    shape: tuple[int, ...]
+    integer: bool
+
+    @property
+    def size(self) -> int:
+        """Number of values per item (the width a flat encoder sees)."""
+        return math.prod(self.shape)
+
+    def describe(self) -> str:
+        kind = "integer" if self.integer else "float"
+        return f"view {self.name!r} ({kind}, shape {self.shape})"
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """How the training input was given, learned in ``fit`` and enforced afterwards.
+
+    ``form`` is ``'flat'`` (scikit-learn's 2-D form, also reached from ``(n, 2, d)``
+    pairs), ``'array'`` (an N-D array or tensor), ``'dict'`` or ``'dataset'``.
+    ``views`` holds two views for paired data and one for single views (augmented or
+    labelled). ``split`` is, for flat paired data, the column where view 1 starts.
+    ``items_paired`` says whether each item (row, Dataset item) carries two views, which
+    can differ from ``len(views)`` only for SupCon's two-crop Datasets.
+    """
+
+    form: str
+    views: tuple[View, ...]
+    split: int | None = None
+    items_paired: bool = False
+
+    @property
+    def paired(self) -> bool:
+        return len(self.views) == 2
+
+    def view_index(self, view: Any) -> int:
+        """Position of ``view`` given as an index (0 or 1) or a view name."""
+        names = [v.name for v in self.views]
+        if isinstance(view, str):
+            if view in names:
+                return names.index(view)
+        elif isinstance(view, int | np.integer) and not isinstance(view, bool) and view in (0, 1):
+            return min(int(view), len(self.views) - 1)
+        expected = "0 or 1" + "".join(f" or {n!r}" for n in names if isinstance(n, str))
+        raise ValueError(f"view must be {expected}; got {describe(view)}")
+
+
+# --------------------------------------------------------------------------------------
+# Datasets
+# --------------------------------------------------------------------------------------
+
+class ViewData(Dataset):
+    """Items of one or two views (and optional labels), fetched a batch at a time."""
+
+    labels: torch.Tensor | None
+
+    def __getitems__(self, indices: Sequence[int]) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def __getitem__(self, i: int) -> tuple[Any, Any]:
+        views, labels = self.__getitems__([i])
+        views = tuple(v[0] for v in views) if isinstance(views, tuple) else views[0]
+        return views, None if labels is None else labels[0]
+
+    def select(self, view: int) -> ViewData:
+        """The same items restricted to one view."""
+        raise NotImplementedError
+
+    @property
+    def resident_device(self) -> torch.device | None:
+        """The device the data lives on, when it is held there whole; else ``None``."""
+        return None
+
+
+class TensorViews(ViewData):
+    """Views held as tensors of ``n`` rows each; a batch is one index per view.
+
+    A view given as ``None`` is absent (a dict passed to ``transform`` with the first
+    modality only); selecting it is an error.
+    """
+
+    def __init__(self, views: tuple[torch.Tensor | None, ...],
+                 labels: torch.Tensor | None = None, names: tuple = ()) -> None:
+        self.views = views
+        self.labels = labels
+        self.names = names
+
+    def __len__(self) -> int:
+        return len(next(v for v in self.views if v is not None))
+
+    def __getitems__(self, indices: Any) -> tuple[Any, Any]:
+        index = torch.as_tensor(indices, dtype=torch.long, device=self.views[0].device)
+        return self.gather(index)
+
+    def gather(self, index: torch.Tensor) -> tuple[Any, Any]:
+        """The batch at ``index`` (a long tensor on the data's device)."""
+        xs = tuple(v[index] for v in self.views)
+        labels = None if self.labels is None else self.labels[index]
+        return (xs if len(xs) > 1 else xs[0]), labels
+
+    def select(self, view: int) -> TensorViews:
+        if self.views[view] is None:
+            raise ValueError(f"X lacks the view {self.names[view]!r}, which is needed here")
+        return TensorViews((self.views[view],), self.labels)
+
+    def nbytes(self) -> int:
+        return sum(v.element_size() * v.nelement() for v in self.views)
+
+    def to(self, device: Any) -> TensorViews:
+        """A copy held whole on ``device``."""
+        labels = None if self.labels is None else self.labels.to(device)
+        return TensorViews(tuple(v.to(device) for v in self.views), labels)
+
+    @property
+    def resident_device(self) -> torch.device | None:
+        device = next(v for v in self.views if v is not None).device
+        return device if device.type != "cpu" else None
+
+
+class ItemViews(ViewData):
+    """A user's map-style Dataset; each batch is fetched, checked and stacked here.
+
+    Items are ``(x0, x1)`` pairs or single views (``spec.items_paired``), each view an
+    array or tensor of the shape and kind recorded in ``spec``; ``pick`` keeps one view
+    of paired items. Checks run in the DataLoader's workers, on the CPU.
+    """
+
+    def __init__(self, dataset: Any, spec: InputSpec, labels: torch.Tensor | None = None,
+                 pick: int | None = None) -> None:
+        self.dataset = dataset
+        self.spec = spec
+        self.labels = labels
+        self.pick = pick
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitems__(self, indices: Any) -> tuple[Any, Any]:
+        indices = [int(i) for i in indices]
+        fetch = getattr(self.dataset, "__getitems__", None)
+        items = fetch(indices) if fetch is not None else [self.dataset[i] for i in indices]
+        columns = [[] for _ in range(2 if self.spec.items_paired else 1)]
+        for i, item in zip(indices, items, strict=True):
+            for column, x in zip(columns, _item_views(item, i, self.spec.items_paired),
+                                 strict=True):
+                column.append(x)
+        views = self.spec.views
+        if self.spec.items_paired and len(views) == 1:  # two crops of one view
+            views = views * 2
+        xs = tuple(_stack(column, indices, view) for column, view in zip(columns, views,
+                                                                         strict=True))
+        if self.pick is not None:
+            xs = (xs[self.pick],)
+        labels = None if self.labels is None else self.labels[torch.as_tensor(indices)]
+        return (xs if len(xs) > 1 else xs[0]), labels
+
+    def select(self, view: int) -> ItemViews:
+        if not self.spec.items_paired:
+            return self
+        return ItemViews(self.dataset, self.spec, self.labels, pick=view)
+
+
+def _item_views(item: Any, i: int, paired: bool) -> tuple[Any, ...]:
+    if paired:
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise ValueError(f"X[{i}] must be a pair (x0, x1) of the two views of item {i}; "
+                             f"got {_describe_item(item)}")
+        return tuple(item)
+    if isinstance(item, tuple | list):
+        raise ValueError(f"X[{i}] must be a single view (an array or tensor); got "
+                         f"{_describe_item(item)}. A Dataset that returns (x, label) "
+                         "pairs must be wrapped to return x alone: labels go through y")
+    return (item,)
+
+
+def _describe_item(item: Any) -> str:
+    if isinstance(item, tuple | list):
+        inner = ", ".join(describe(x) if hasattr(x, "shape") else type(x).__name__
+                          for x in item[:3])
+        return f"a {type(item).__name__} of {len(item)} ({inner})"
+    return describe(item)
+
+
+def _stack(column: list, indices: list[int], view: View) -> torch.Tensor:
+    tensors = []
+    for i, x in zip(indices, column, strict=True):
+        t = _as_tensor(x, f"view {view.name!r} of X[{i}]")
+        if tuple(t.shape) != view.shape:
+            raise ValueError(f"view {view.name!r} of X[{i}] has shape {tuple(t.shape)}; every "
+                             f"item must match the first item's shape {view.shape}")
+        tensors.append(t)
+    batch = torch.stack(tensors)
+    return _conform(batch, view, lambda: f"view {view.name!r} of X[{indices}]")
+
+
+# --------------------------------------------------------------------------------------
+# Reading the input
+# --------------------------------------------------------------------------------------
+
+def is_view_dict(X: Any) -> bool:
+    """A dict of views (scipy's ``dok_matrix`` is a dict too, but a sparse matrix)."""
+    return isinstance(X, Mapping) and not issparse(X)
+
+
+def is_dataset(X: Any) -> bool:
+    """A torch ``Dataset`` or skorch's ``SliceDataset`` (what ``GridSearchCV`` can split)."""
+    from skorch.helper import SliceDataset
+
+    return isinstance(X, Dataset | SliceDataset)
+
+
+def read_fit_input(estimator: Any, X: Any, y: Any = None, *, single: bool,
+                   view_split: Any = None, labelled: bool = False) -> tuple[ViewData, InputSpec]:
+    """Turn training input of any accepted form into a dataset and its spec.
+
+    Parameters
+    ----------
+    estimator
+        For the scikit-learn 2-D form: ``validate_data`` records ``n_features_in_`` on it
+        (it is removed for the other forms).
+    single : bool
+        Items are single views (an augmentation makes the pairs, or labels supervise);
+        otherwise items are pairs.
+    view_split : int or None
+        For paired 2-D input: the column where view 1 starts (``None``: half way).
+    labelled : bool
+        SupCon: a Dataset's items may be single views or two crops ``(x0, x1)``.
+    """
+    name = type(estimator).__name__
+    if is_view_dict(X):
+        if single:
+            raise ValueError(f"{name} takes a dict of views only for two modalities "
+                             f"(pairs without an augmentation); got keys {list(X)}")
+        data, spec = _read_dict(X, None)
+    elif is_dataset(X):
+        data, spec = _read_dataset(X, single=single, labelled=labelled)
+    elif isinstance(X, np.ndarray | torch.Tensor) and X.ndim >= 3 and (
+            single or X.ndim > 3):
+        data, spec = _read_array(X, None, single=single)
+    else:
+        data, spec = _read_flat(estimator, X, reset=True, single=single, view_split=view_split)
+    if spec.form != "flat" and hasattr(estimator, "n_features_in_"):
+        del estimator.n_features_in_
+    _check_length(len(data), "X", minimum=2)
+    return data, spec
+
+
+def read_input(estimator: Any, X: Any, spec: InputSpec) -> ViewData:
+    """Check input given after ``fit`` (same form, same view shapes) and read it."""
+    name = type(estimator).__name__
+    if spec.form == "flat":
+        if is_view_dict(X) or is_dataset(X) or (
+                isinstance(X, np.ndarray | torch.Tensor) and X.ndim > 3):
+            raise ValueError(f"{name} was fitted on 2-D feature arrays; got {_form_of(X)}")
+        data, _ = _read_flat(estimator, X, reset=False, single=not spec.paired,
+                             view_split=spec.split)
+        return data
+    if spec.form == "dict":
+        if not is_view_dict(X):
+            raise ValueError(f"{name} was fitted on a dict of views {_names(spec)}; got "
+                             f"{_form_of(X)}")
+        data, _ = _read_dict(X, spec)
+        return data
+    if spec.form == "dataset":
+        if not is_dataset(X):
+            raise ValueError(f"{name} was fitted on a Dataset; got {_form_of(X)}")
+        return ItemViews(_check_map_style(X), spec)
+    if not isinstance(X, np.ndarray | torch.Tensor):
+        X = np.asarray(X)
+    data, _ = _read_array(X, spec, single=not spec.items_paired)
+    return data
+
+
+def read_view(X: Any, view: View, name: str = "X_view") -> ViewData:
+    """One view's items alone (``transform_view``): an array, tensor or Dataset."""
+    if is_dataset(X):
+        single = InputSpec("dataset", (view,))
+        return ItemViews(_check_map_style(X, name), single)
+    x = _as_tensor(X, name)
+    if tuple(x.shape[1:]) != view.shape:
+        raise ValueError(f"{name} for view {view.name!r} must have shape (n, "
+                         f"{', '.join(map(str, view.shape))}); got {describe(x)}")
+    return TensorViews((_conform(x, _array_view(x, view.name, view, name), lambda: name),))
+
+
+def _form_of(X: Any) -> str:
+    if is_view_dict(X):
+        return f"a dict with keys {list(X)}"
+    if is_dataset(X):
+        return f"a {type(X).__name__} (Dataset)"
+    return describe(X)
+
+
+def _names(spec: InputSpec) -> list:
+    return [v.name for v in spec.views]
+
+
+def _read_flat(estimator: Any, X: Any, *, reset: bool, single: bool,
+               view_split: Any) -> tuple[TensorViews, InputSpec]:
+    """scikit-learn's 2-D form (``(n, 2, d)`` pairs are flattened to it), floats only."""
+    pair_split = None
+    if hasattr(X, "ndim") and X.ndim == 3:
+        if X.shape[1] != 2:
+            raise ValueError(f"paired X must have shape (n, 2, d); got {describe(X)}")
+        if isinstance(X, torch.Tensor):
+            X = X.detach().cpu().numpy()
+        pair_split = X.shape[2]
+        X = np.asarray(X).reshape(len(X), -1)
+    X = validate_data(estimator, X, reset=reset, dtype=[np.float32, np.float64],
+                      ensure_min_samples=2 if reset else 1)
+    X = torch.from_numpy(X.astype(np.float32, copy=False))
+    width = X.shape[1]
+    if single:
+        return TensorViews((X,)), InputSpec("flat", (View(0, (width,), False),))
+    split = pair_split if pair_split is not None else _flat_split(estimator, width, view_split)
+    views = (View(0, (split,), False), View(1, (width - split,), False))
+    return TensorViews((X[:, :split], X[:, split:])), InputSpec("flat", views, split, True)
+
+
+def _flat_split(estimator: Any, width: int, view_split: Any) -> int:
+    from .._validation import check_int
+
+    if width < 2:
+        raise ValueError(
+            f"{type(estimator).__name__} needs two views, but X has {width} feature(s): "
+            "pass pairs (n, 2, d), two views side by side (n, d0 + d1), or single "
+            "views with an augmentation")
+    if view_split is None:
+        return width // 2
+    return check_int(view_split, "view_split", minimum=1, maximum=width - 1)
+
+
+def _read_array(X: Any, spec: InputSpec | None, *, single: bool) -> tuple[TensorViews,
+                                                                          InputSpec]:
+    """N-D arrays: ``(n, 2, *view_shape)`` pairs or ``(n, *shape)`` single views."""
+    x = _as_tensor(X, "X")
+    if single:
+        expected = None if spec is None else spec.views[0]
+        view = _array_view(x, 0, expected, "X")
+        return TensorViews((_conform(x, view, lambda: "X"),)), InputSpec("array", (view,))
+    if x.ndim < 3 or x.shape[1] != 2:
+        raise ValueError(f"paired X must have shape (n, 2, *view_shape), the two views of "
+                         f"each item on axis 1; got {describe(x)}")
+    views = []
+    for i in (0, 1):
+        expected = None if spec is None else spec.views[i]
+        views.append(_array_view(x[:, i], i, expected, "X"))
+    x = _conform(x, views[0], lambda: "X")
+    return (TensorViews((x[:, 0], x[:, 1])),
+            InputSpec("array", tuple(views), items_paired=True))
+
+
+def _read_dict(X: Mapping, spec: InputSpec | None) -> tuple[TensorViews, InputSpec]:
+    """Two modalities as ``{name: array}``; after ``fit`` only the named views are needed."""
+    if spec is None:
+        names = list(X.keys())  # len() of skorch's SliceDict counts items, not keys
+        if len(names) != 2:
+            raise ValueError(f"a dict X must hold exactly two views (e.g. {{'image': ..., "
+                             f"'text': ...}}); got {len(names)} key(s): {names}")
+    else:
+        names = _names(spec)
+        if not X or any(k not in names for k in X):
+            raise ValueError(f"X must have the keys seen in fit, {names} (or some of them); "
+                             f"got {list(X)}")
+    tensors, views = [], []
+    for i, key in enumerate(names):
+        if key not in X:
+            tensors.append(None)
+            views.append(spec.views[i])
+            continue
+        x = _as_tensor(X[key], f"X[{key!r}]")
+        expected = None if spec is None else spec.views[i]
+        view = _array_view(x, key, expected, f"X[{key!r}]")
+        tensors.append(_conform(x, view, lambda key=key: f"X[{key!r}]"))
+        views.append(view)
+    lengths = {key: len(t) for key, t in zip(names, tensors, strict=True) if t is not None}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"the views of X must hold equally many items; got {lengths}")
+    return (TensorViews(tuple(tensors), names=tuple(names)),
+            InputSpec("dict", tuple(views), items_paired=True))
+
+
+def _read_dataset(X: Any, *, single: bool, labelled: bool) -> tuple[ItemViews, InputSpec]:
+    """A map-style Dataset: the first item tells the structure, every batch is checked."""
+    dataset = _check_map_style(X)
+    _check_length(len(dataset), "X", minimum=2)
+    first = dataset[0]
+    paired_item = isinstance(first, tuple | list)
+    if labelled:
+        items_paired = paired_item  # SupCon: one view, or two crops of it
+    else:
+        items_paired = not single
+    parts = _item_views(first, 0, items_paired)
+    for i, part in enumerate(parts):
+        if np.ndim(part) == 0:
+            raise ValueError(f"view {i} of X[0] is a scalar ({type(part).__name__}); each view "
+                             "must be an array or tensor. A Dataset that returns (x, label) "
+                             "must be wrapped to return x alone: labels go through y")
+    views = tuple(_array_view(_as_tensor(p, f"view {i} of X[0]")[None], i, None,
+                              f"X[0][{i}]") for i, p in enumerate(parts))
+    if labelled and items_paired:
+        if (views[0].shape, views[0].integer) != (views[1].shape, views[1].integer):
+            raise ValueError(f"the two crops of a SupCon item must be alike; got "
+                             f"{views[0].describe()} and {views[1].describe()}")
+        views = views[:1]
+    spec = InputSpec("dataset", views, items_paired=items_paired)
+    return ItemViews(dataset, spec), spec
+
+
+def _check_map_style(X: Any, name: str = "X") -> Any:
+    if isinstance(X, IterableDataset):
+        raise ValueError(f"{name} is an IterableDataset; batch selection needs random "
+                         "access: pass a map-style Dataset (with __len__ and __getitem__)")
+    try:
+        len(X)
+    except TypeError as exc:
+        raise ValueError(f"{name} ({type(X).__name__}) has no __len__; pass a map-style "
+                         "Dataset with __len__ and __getitem__") from exc
+    return X
+
+
+def _check_length(n: int, name: str, minimum: int) -> None:
+    if n < minimum:
+        raise ValueError(f"{name} holds {n} sample(s); at least {minimum} are needed to "
+                         "contrast")
+
+
+def _array_view(x: torch.Tensor, name: Any, expected: View | None, label: str) -> View:
+    """The :class:`View` of an array whose rows are items; checked against ``expected``."""
+    if x.ndim < 2:
+        raise ValueError(f"{label} must have one row per item and at least one feature "
+                         f"axis; got {describe(x)}")
+    if x.dtype.is_complex or x.dtype == torch.bool:
+        raise ValueError(f"{label} must hold real numbers; got {describe(x)}")
+    integer = not x.is_floating_point()
+    view = View(name, tuple(x.shape[1:]), integer)
+    if expected is not None:
+        if view.shape != expected.shape:
+            raise ValueError(f"{label} has items of shape {view.shape}, but the estimator "
+                             f"was fitted on {expected.describe()}")
+        if expected.integer and not integer:
+            raise ValueError(f"{label} holds floats, but {expected.describe()} held "
+                             "integers in fit (e.g. token ids)")
+        view = expected
+    return view
+
+
+def _as_tensor(x: Any, label: str) -> torch.Tensor:
+    """An array, tensor or sequence as a tensor (NumPy memory shared, never copied)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach()
+    array = np.asarray(x)
+    if array.dtype.kind not in "biuf":
+        raise ValueError(f"{label} must hold numbers; got {describe(array)}")
+    if array.dtype.kind == "u" and array.dtype != np.uint8:
+        array = array.astype(np.int64)  # torch has no uint16/32/64 arithmetic
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def _conform(x: torch.Tensor, view: View, label: Any) -> torch.Tensor:
+    """Floats become float32 and must be finite; integers stay integers."""
+    if view.integer:
+        return x
+    x = x if x.dtype == torch.float32 else x.to(torch.float32)
+    if not bool(torch.isfinite(x).all()):
+        bad = int((~torch.isfinite(x)).sum())
+        raise ValueError(f"{label()} contains {bad} NaN or infinite value(s); clean or impute "
+                         "them first")
+    return x
+
+
+def with_labels(data: ViewData, labels: np.ndarray | None) -> ViewData:
+    """The same data carrying per-item labels (for the loss), or none."""
+    tensor = None if labels is None else torch.as_tensor(labels)
+    if isinstance(data, TensorViews):
+        return TensorViews(data.views, tensor)
+    return ItemViews(data.dataset, data.spec, tensor, data.pick)
+
