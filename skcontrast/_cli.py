@@ -44,6 +44,9 @@ def _run_demo(args: argparse.Namespace) -> int:
     print(result.table())
     print(f"\nCCA baseline (sklearn.cross_decomposition, 16 components): test recall@1 "
           f"{result.baseline:.3f}")
+    if result.simclr_rows:
+        print("\nSimCLR on the digit images (test split): kNN and linear-probe accuracy")
+        print(result.simclr_table())
     for path in result.figures:
         print(f"figure: {path}")
     print(f"done in {time.perf_counter() - start:.0f} s; table in {args.out}/table.txt")

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import geometry, metrics
 from ._estimators import ContrastiveEmbedder, SupConEmbedder
-from .datasets import load_digit_views
+from .datasets import digit_augmentation, digit_cnn, load_digit_images, load_digit_views
 from .selectors import (
     BindingSelector,
     FixedBatchSelector,
@@ -24,6 +24,26 @@ from .selectors import (
 BATCH = 64
 COLUMNS = ("method", "R@1 u->v", "R@1 v->u", "alignment", "uniformity", "eff. rank",
            "NCC acc.", "Delta_GM", "fit s", "select s")
+SIMCLR_COLUMNS = ("representation", "dim", "kNN acc.", "linear probe", "fit s")
+SIMCLR_DIM = 32
+
+
+def _format_table(rows: list[dict], columns: tuple[str, ...]) -> str:
+    def cell(value: Any) -> str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, int | np.integer):
+            return str(value)
+        return "—" if value is None or np.isnan(value) else f"{value:.3f}"
+
+    widths = [max(len(c), 9) for c in columns]
+    widths[0] = max([len(r[columns[0]]) for r in rows] + [len(columns[0])])
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    for row in rows:
+        lines.append("  ".join(cell(row[c]).rjust(w) for c, w in zip(columns, widths,
+                                                                     strict=True)))
+    return "\n".join(lines)
 
 
 @dataclass
@@ -34,21 +54,15 @@ class DemoResult:
     estimators: dict[str, Any] = field(default_factory=dict)
     figures: list[str] = field(default_factory=list)
     baseline: float = float("nan")
+    simclr_rows: list[dict] = field(default_factory=list)
 
     def table(self) -> str:
-        def cell(value: Any) -> str:
-            if isinstance(value, str):
-                return value
-            return "—" if value is None or np.isnan(value) else f"{value:.3f}"
+        """The selector comparison on split-view digits."""
+        return _format_table(self.rows, COLUMNS)
 
-        widths = [max(len(c), 9) for c in COLUMNS]
-        widths[0] = max(len(r["method"]) for r in self.rows) if self.rows else 10
-        lines = ["  ".join(c.rjust(w) for c, w in zip(COLUMNS, widths, strict=True))]
-        lines.append("  ".join("-" * w for w in widths))
-        for row in self.rows:
-            lines.append("  ".join(cell(row[c]).rjust(w)
-                                   for c, w in zip(COLUMNS, widths, strict=True)))
-        return "\n".join(lines)
+    def simclr_table(self) -> str:
+        """SimCLR on the digit images against raw pixels and PCA (empty if skipped)."""
+        return _format_table(self.simclr_rows, SIMCLR_COLUMNS) if self.simclr_rows else ""
 
 
 def _split(seed: int) -> tuple[np.ndarray, ...]:
@@ -124,7 +138,7 @@ def run_demo(out: str | Path = "skcontrast-demo", *, quick: bool = False, seed: 
         "SupCon, shuffled": ShuffledBatchSelector(BATCH),
         "SupCon, fixed + binding": BindingSelector(FixedBatchSelector(BATCH)),
     }
-    total = len(contrastive) + len(supervised)
+    total = len(contrastive) + len(supervised) + 1  # and SimCLR
     for i, (name, selector) in enumerate(contrastive.items(), start=1):
         report(f"[{i}/{total}] ContrastiveEmbedder, {name} batches ...")
         start = time.perf_counter()
@@ -144,10 +158,50 @@ def run_demo(out: str | Path = "skcontrast-demo", *, quick: bool = False, seed: 
         report(f"      test NCC accuracy {row['NCC acc.']:.3f} in {row['fit s']:.1f} s")
         result.rows.append(row)
         result.estimators[name] = est
+    report(f"[{total}/{total}] SimCLR: a CNN on the digit images, kornia "
+           "augmentations on the training device ...")
+    try:
+        result.simclr_rows = simclr_digits(epochs, seed, report)
+    except ImportError as exc:
+        report(f"      skipped: {exc}")
     result.figures = _figures(result, X_train, X_test, y_test, out)
-    (out / "table.txt").write_text(result.table() + f"\nCCA baseline recall@1 (16 "
-                                   f"components): {result.baseline:.3f}\n")
+    text = result.table() + f"\nCCA baseline recall@1 (16 components): {result.baseline:.3f}\n"
+    if result.simclr_rows:
+        text += "\nSimCLR on the digit images (test split)\n" + result.simclr_table() + "\n"
+    (out / "table.txt").write_text(text)
     return result
+
+
+def simclr_digits(epochs: int, seed: int = 0, report: Any = print) -> list[dict]:
+    """SimCLR on the 8x8 digit images: a small CNN trained on kornia batch augmentations
+    made on the training device, its embedding scored by kNN and a linear probe against
+    raw pixels and PCA (train/test split of the demo). Needs the ``vision`` extra."""
+    from sklearn.decomposition import PCA
+    from sklearn.model_selection import train_test_split
+
+    images, y = load_digit_images()
+    train, test, y_train, y_test = train_test_split(images, y, test_size=0.3,
+                                                    random_state=seed, stratify=y)
+    flat_train, flat_test = train.reshape(len(train), -1), test.reshape(len(test), -1)
+    pca = PCA(SIMCLR_DIM, random_state=seed).fit(flat_train)
+    start = time.perf_counter()
+    est = ContrastiveEmbedder(module=digit_cnn(SIMCLR_DIM), augmentation=digit_augmentation(),
+                              n_components=SIMCLR_DIM, batch_size=256, max_epochs=epochs,
+                              temperature=0.2, lr=3e-3, random_state=seed).fit(train)
+    seconds = time.perf_counter() - start
+    rows = []
+    for name, H_train, H_test, fit_seconds in (
+            ("raw pixels", flat_train, flat_test, None),
+            (f"PCA ({SIMCLR_DIM})", pca.transform(flat_train), pca.transform(flat_test), None),
+            (f"SimCLR CNN, {epochs} epochs", est.transform(train), est.transform(test),
+             seconds)):
+        rows.append({"representation": name, "dim": H_train.shape[1],
+                     "kNN acc.": metrics.knn_accuracy(H_train, y_train, H_test, y_test),
+                     "linear probe": metrics.linear_probe_accuracy(H_train, y_train, H_test,
+                                                                   y_test),
+                     "fit s": fit_seconds})
+    report(f"      SimCLR test kNN accuracy {rows[-1]['kNN acc.']:.3f} in {seconds:.1f} s")
+    return rows
 
 
 def _figures(result: DemoResult, X_train: np.ndarray, X_test: np.ndarray, y_test: np.ndarray,

@@ -113,6 +113,57 @@ def load_digit_views(view: str = "halves", *, return_images: bool = False) -> An
     return (X, digits.target, images) if return_images else (X, digits.target)
 
 
+def load_digit_images() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's bundled handwritten digits as images for a CNN (no download).
+
+    Returns
+    -------
+    images : ndarray of shape (1797, 1, 8, 8), float32
+        One grey channel, scaled to [0, 1].
+    y : ndarray of shape (1797,)
+        The digit (0-9).
+    """
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    return (digits.images / 16.0).astype(np.float32)[:, None], digits.target
+
+
+def digit_augmentation() -> Any:
+    """A kornia batch augmentation for the 8x8 digit images (needs the ``vision`` extra).
+
+    Random resized crop (scale 0.5-1), random affine (15 degrees, 10% shift) and
+    Gaussian noise, with per-sample random parameters, on whole batches on whatever
+    device they live: the SimCLR recipe (Chen et al., 2020) scaled down to 8x8 grey
+    images, where colour jitter has nothing to act on. It is called ``f(x)`` and draws
+    from torch's global generator, which the estimators seed from ``random_state``.
+    """
+    try:
+        import kornia.augmentation as K
+    except ImportError as exc:
+        raise ImportError("digit_augmentation needs kornia: pip install "
+                          "'skcontrast[vision]'") from exc
+    return K.AugmentationSequential(
+        K.RandomResizedCrop((8, 8), scale=(0.5, 1.0), ratio=(0.75, 1.33)),
+        K.RandomAffine(degrees=15, translate=(0.1, 0.1), p=0.8),
+        K.RandomGaussianNoise(std=0.1, p=0.5))
+
+
+def digit_cnn(n_components: int = 32) -> torch.nn.Module:
+    """A small CNN encoder for the 8x8 digit images: three 3x3 convolutions with batch
+    normalisation (one 2x2 max-pool), global average pooling and a two-layer projection
+    head to ``n_components`` (as in SimCLR). About 0.1 M parameters."""
+    from torch import nn
+
+    n_components = check_int(n_components, "n_components", minimum=1)
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, n_components))
+
+
 def _draw_device(x: torch.Tensor, generator: torch.Generator | None) -> torch.device:
     """Where to draw random numbers: on the generator's device (then moved to ``x``'s)."""
     return x.device if generator is None else generator.device

@@ -197,6 +197,56 @@ def ncc_accuracy(H_train: Any, y_train: Any, H_test: Any, y_test: Any) -> float:
     return float(np.mean(predicted == y_test))
 
 
+def _probe_data(H_train: Any, y_train: Any, H_test: Any, y_test: Any) -> tuple[np.ndarray, ...]:
+    H_train = geometry._matrix(H_train, "H_train")
+    H_test = geometry._matrix(H_test, "H_test")
+    y_train, y_test = as_numpy(y_train, "y_train"), as_numpy(y_test, "y_test")
+    for H, y, name in ((H_train, y_train, "train"), (H_test, y_test, "test")):
+        if len(H) != len(y):
+            raise ValueError(f"y_{name} has {len(y)} labels but H_{name} has {len(H)} rows")
+    if H_train.shape[1] != H_test.shape[1]:
+        raise ValueError(f"H_train and H_test must have the same width; got "
+                         f"{H_train.shape[1]} and {H_test.shape[1]}")
+    return H_train, y_train, H_test, y_test
+
+
+def knn_accuracy(H_train: Any, y_train: Any, H_test: Any, y_test: Any, k: int = 5) -> float:
+    """Accuracy of a k-nearest-neighbour classifier (Euclidean) fitted on the training rows.
+
+    The usual evaluation of a self-supervised embedding (e.g. SimCLR, Chen et al. 2020)
+    alongside :func:`linear_probe_accuracy`; rows are used as given, so raw features and
+    PCA scores can be compared with embeddings.
+
+    Returns
+    -------
+    float in [0, 1]
+    """
+    from sklearn.neighbors import KNeighborsClassifier
+
+    H_train, y_train, H_test, y_test = _probe_data(H_train, y_train, H_test, y_test)
+    k = check_int(k, "k", minimum=1, maximum=len(H_train))
+    return float(KNeighborsClassifier(k).fit(H_train, y_train).score(H_test, y_test))
+
+
+def linear_probe_accuracy(H_train: Any, y_train: Any, H_test: Any, y_test: Any) -> float:
+    """Accuracy of a linear classifier trained on frozen features (the *linear probe*).
+
+    Standardised features, multinomial logistic regression (scikit-learn's defaults,
+    ``C=1``), fitted on the training rows and scored on the test rows.
+
+    Returns
+    -------
+    float in [0, 1]
+    """
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    H_train, y_train, H_test, y_test = _probe_data(H_train, y_train, H_test, y_test)
+    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
+    return float(probe.fit(H_train, y_train).score(H_test, y_test))
+
+
 def leave_one_out_ncc(H: Any, y: Any) -> float:
     """NCC accuracy on one labelled set, each row scored against centres without itself."""
     H, _, codes, sums, counts = _class_sums(H, y)

@@ -26,6 +26,11 @@ def test_demo_quick_has_every_column_and_beats_the_cca_baseline(tmp_path):
     recall = 0.5 * (shuffled["R@1 u->v"] + shuffled["R@1 v->u"])
     assert recall > result.baseline  # a real comparison: the CCA baseline is fitted here
     assert all(row["NCC acc."] > 0.9 for row in result.rows[5:])
+    simclr = {row["representation"]: row for row in result.simclr_rows}
+    assert list(simclr) == ["raw pixels", "PCA (32)", "SimCLR CNN, 8 epochs"]
+    learned = simclr["SimCLR CNN, 8 epochs"]
+    assert learned["kNN acc."] > 0.8 and learned["linear probe"] > 0.8  # chance is 0.1
+    assert "SimCLR on the digit images" in (tmp_path / "table.txt").read_text()
     assert all(Path(p).stat().st_size > 10_000 for p in result.figures)
     assert (tmp_path / "table.txt").read_text().startswith(table.splitlines()[0])
 

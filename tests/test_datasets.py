@@ -10,6 +10,9 @@ from skcontrast.datasets import (
     GaussianNoise,
     RandomFeatureMask,
     RandomShift,
+    digit_augmentation,
+    digit_cnn,
+    load_digit_images,
     load_digit_views,
     make_paired_gaussians,
 )
@@ -60,3 +63,44 @@ def test_noise_and_mask_are_seeded():
     assert (a == 0).any() and not torch.equal(a, x)
     with pytest.raises(ValueError, match="p must be in"):
         RandomFeatureMask(1.0)
+
+
+def test_digit_images_cnn_and_augmentation():
+    images, y = load_digit_images()
+    assert images.shape == (1797, 1, 8, 8) and images.dtype == np.float32
+    np.testing.assert_allclose(images[:, 0], load_digit_views(return_images=True)[2])
+    np.testing.assert_array_equal(y, load_digits().target)
+    assert digit_cnn(7)(torch.from_numpy(images[:5])).shape == (5, 7)
+    pytest.importorskip("kornia")
+    augment = digit_augmentation()
+    x = torch.from_numpy(images[:64])
+    torch.manual_seed(0)
+    a = augment(x)
+    torch.manual_seed(0)
+    assert torch.equal(a, augment(x)) and a.shape == x.shape
+    assert not torch.equal(a, x)
+    per_sample = (a - x).flatten(1).abs().sum(1)
+    assert len(set(per_sample.round(decimals=4).tolist())) > 32  # per-sample parameters
+
+
+def test_digit_augmentation_without_kornia_names_the_extra(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_kornia(name, *args, **kwargs):
+        if name.startswith("kornia"):
+            raise ImportError("No module named 'kornia'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_kornia)
+    with pytest.raises(ImportError, match=r"skcontrast\[vision\]"):
+        digit_augmentation()
+
+
+def test_augmentations_draw_on_the_generators_device():
+    x = torch.ones(3, 4)
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    for augmentation in (GaussianNoise(0.1), RandomFeatureMask(0.5), RandomShift((2, 2))):
+        assert augmentation(x, generator).device == x.device
+        assert augmentation(x).shape == x.shape  # no generator: torch's global one

@@ -209,6 +209,30 @@ def test_ncc_accuracy():
     assert M.ncc_accuracy(h, y, h, np.roll(y, 5)) == 0.0
 
 
+def test_knn_and_linear_probe_accuracy_against_brute_force():
+    rng = np.random.default_rng(0)
+    H_train, H_test = rng.normal(size=(40, 3)), rng.normal(size=(15, 3))
+    y_train, y_test = rng.integers(0, 3, 40), rng.integers(0, 3, 15)
+    for k in (1, 5):
+        predicted = []
+        for h in H_test:
+            nearest = np.argsort(((H_train - h) ** 2).sum(1), kind="stable")[:k]
+            votes = np.bincount(y_train[nearest], minlength=3)
+            predicted.append(votes.argmax())
+        expected = np.mean(np.array(predicted) == y_test)
+        assert M.knn_accuracy(H_train, y_train, H_test, y_test, k=k) == pytest.approx(expected)
+    separable = np.repeat(np.eye(3), 10, axis=0) + 0.01 * rng.normal(size=(30, 3))
+    labels = np.repeat([0, 1, 2], 10)
+    assert M.linear_probe_accuracy(separable, labels, separable, labels) == 1.0
+    assert M.linear_probe_accuracy(separable, labels, separable, np.roll(labels, 10)) == 0.0
+    with pytest.raises(ValueError, match="y_test has 3 labels but H_test has 15 rows"):
+        M.knn_accuracy(H_train, y_train, H_test, y_test[:3])
+    with pytest.raises(ValueError, match="same width; got 3 and 2"):
+        M.linear_probe_accuracy(H_train, y_train, H_test[:, :2], y_test)
+    with pytest.raises(ValueError, match="k must be <= 40"):
+        M.knn_accuracy(H_train, y_train, H_test, y_test, k=41)
+
+
 def test_metric_bad_input():
     with pytest.raises(ValueError, match="same shape"):
         M.recall_at_k(np.ones((4, 2)), np.ones((5, 2)))

@@ -551,5 +551,5 @@ def test_cuda_training_with_and_without_resident_data(digits, data_on_device):
     single = ContrastiveEmbedder(module=tiny_cnn(), device="cuda",
                                  data_on_device=data_on_device,
                                  augmentation=GaussianNoise(0.05), **SMALL).fit(images)
-    assert single.net_.generator_.device.type == "cuda"
+    assert single.net_.augmentation.generator.device.type == "cuda"
     assert single.transform(images).shape == (96, 4)

@@ -17,7 +17,7 @@ from ..selectors import BatchSelector, ShuffledBatchSelector
 from ..selectors._base import resolve_seed
 from ._data import InputSpec, TensorViews, ViewData, with_labels
 from ._modules import ContrastiveCriterion, EncoderFactory
-from ._net import PRECISIONS, SelectorNet, move_net
+from ._net import PRECISIONS, Augmentation, SelectorNet, move_net
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 DEFAULT_BATCH_SIZE = 64
@@ -198,7 +198,8 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             lr=self.lr, max_epochs=self.max_epochs, batch_size=DEFAULT_BATCH_SIZE,
             train_split=None, callbacks=callbacks, warm_start=self.warm_start,
             verbose=self.verbose, device=device, selector=selector, labels=labels,
-            augmentation=self.augmentation, seed=seed, precision=self.precision,
+            augmentation=None if self.augmentation is None else Augmentation(self.augmentation),
+            seed=seed, precision=self.precision,
             num_workers=int(self.num_workers), labelled=self._labelled, **criterion,
             **optimizer_params)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -13,7 +12,7 @@ from .._validation import describe
 from ..metrics import recall_at_k
 from ._base import BaseEmbedder
 from ._data import read_fit_input, read_input, read_view
-from ._net import augment, augmentation_generator
+from ._net import Augmentation
 
 
 class ContrastiveEmbedder(BaseEmbedder):
@@ -242,8 +241,7 @@ class ContrastiveEmbedder(BaseEmbedder):
         data = read_input(self, X, self.input_spec_)
         if self.input_spec_.paired:
             return self._embed(data.select(0), view=0), self._embed(data.select(1), view=1)
-        generator = augmentation_generator(self.augmentation, self.net_.device, 0)
-        views = functools.partial(augment, self.augmentation, generator=generator)
+        views = Augmentation(self.augmentation).seed(self.net_.device, 0)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             return self._embed(data, view=0, augment=views), self._embed(data, view=0,

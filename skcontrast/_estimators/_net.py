@@ -72,17 +72,31 @@ def takes_generator(augmentation: Any) -> bool:
     return sum(p.default is p.empty for p in positional) >= 2
 
 
-def augmentation_generator(augmentation: Any, device: Any, seed: int) -> Any:
-    """A generator on ``device`` for ``f(x, generator)`` augmentations (``None`` for ``f(x)``,
-    which draw from torch's global generator, seeded by ``fit``)."""
-    if augmentation is None or not takes_generator(augmentation):
-        return None
-    return torch.Generator(device=device).manual_seed(seed)
+class Augmentation:
+    """The user's augmentation with its random source, as the net holds it.
 
+    ``f(x, generator)`` augmentations draw from a generator on the training device;
+    ``f(x)`` ones (kornia) from torch's global generator, which ``fit`` seeds. The
+    wrapper also keeps an ``nn.Module`` augmentation out of skorch's sight (skorch
+    would take it for a component of the network).
+    """
 
-def augment(augmentation: Any, x: torch.Tensor, generator: Any) -> torch.Tensor:
-    """One random view of the batch ``x``."""
-    return augmentation(x) if generator is None else augmentation(x, generator)
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.takes_generator = takes_generator(fn)
+        self.generator: torch.Generator | None = None
+
+    def seed(self, device: Any, seed: int) -> Augmentation:
+        """Start (again) from ``seed``, drawing on ``device``."""
+        if self.takes_generator:
+            self.generator = torch.Generator(device=device).manual_seed(seed)
+        return self
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x, self.generator) if self.takes_generator else self.fn(x)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "generator": None}  # re-seeded by every fit
 
 
 class SelectorBatchSampler(Sampler):
@@ -137,9 +151,9 @@ class SelectorNet(NeuralNet):
     selector : BatchSelector
     labels : ndarray or None
         Labels handed to the selector (and, in the dataset, to the loss).
-    augmentation : callable or None
-        ``f(x)`` or ``f(x, generator)`` returning one random view of a batch already on
-        the training device; applied twice per training batch.
+    augmentation : Augmentation or None
+        One random view of a batch already on the training device; applied twice per
+        training batch.
     seed : int
         Seeds the augmentations' generator (per ``fit`` call and epoch count).
     precision : {'float32', 'bfloat16', 'float16'}
@@ -218,10 +232,10 @@ class SelectorNet(NeuralNet):
         device_type = torch.device(self.device).type
         # A fresh generator per fit call, seeded from the epochs trained so far, so that
         # warm starts (also after unpickling on another device) stay reproducible.
-        state = np.random.SeedSequence([self.seed, 2, len(self.history)])
-        self.generator_ = augmentation_generator(
-            self.augmentation, self.device,
-            int(state.generate_state(1, dtype=np.uint64)[0] % 2**63))
+        if self.augmentation is not None:
+            state = np.random.SeedSequence([self.seed, 2, len(self.history)])
+            self.augmentation.seed(self.device,
+                                   int(state.generate_state(1, dtype=np.uint64)[0] % 2**63))
         scaler = getattr(self, "grad_scaler_", None)
         if self.precision != "float16":
             self.grad_scaler_ = None
@@ -237,8 +251,7 @@ class SelectorNet(NeuralNet):
         Xi, yi = batch
         Xi = to_device(Xi, self.device)
         if self.augmentation is not None:
-            Xi = (augment(self.augmentation, Xi, self.generator_),
-                  augment(self.augmentation, Xi, self.generator_))
+            Xi = (self.augmentation(Xi), self.augmentation(Xi))
         with self.autocast():
             y_pred = self.infer(Xi, **fit_params)
         loss = self.get_loss(y_pred, yi, X=Xi, training=True)
@@ -345,7 +358,7 @@ class SelectorNet(NeuralNet):
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
-        for transient in ("generator_", "_batch_terms", "training_data"):
+        for transient in ("_batch_terms", "training_data"):
             state.pop(transient, None)  # rebuilt by every fit
         return state
 
