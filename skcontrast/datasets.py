@@ -71,6 +71,71 @@ def make_paired_gaussians(n_samples: int = 1000, n_features: int = 16, *,
     return (views / scale).astype(np.float32), y
 
 
+STRUCTURES = ("clustered", "near_duplicate", "isotropic")
+
+
+def make_paired_embeddings(n_samples: int = 1000, n_features: int = 128, *,
+                           structure: str = "clustered", n_groups: int | None = None,
+                           noise: float | None = None,
+                           random_state: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Unit-norm paired embeddings ``(u_i, v_i)`` with a chosen structure, to study selectors.
+
+    What a batch selector sees inside an estimator are the current embeddings; these
+    makers give the three regimes the selector documentation measures:
+
+    - ``'clustered'``: ``n_groups`` random unit centres (default ``n_samples // 100``);
+      both views of item ``i`` are its centre plus independent Gaussian noise of norm
+      about ``noise`` (default 0.8), normalised. Items of a cluster are hard negatives
+      of each other, the regime of trained networks, where batch choice matters;
+    - ``'near_duplicate'``: groups of about 8 items (``n_groups`` default
+      ``n_samples // 8``) that are near copies (``noise`` default 0.2);
+    - ``'isotropic'``: ``u_i`` and ``v_i`` independent and uniform on the sphere (no
+      structure; ``noise`` and ``n_groups`` are unused).
+
+    Parameters
+    ----------
+    n_samples, n_features : int
+    structure : {'clustered', 'near_duplicate', 'isotropic'}, default='clustered'
+    n_groups : int or None
+    noise : float or None
+        Norm of the noise relative to the unit centre.
+    random_state : int, numpy Generator or None
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, 2, n_features), float32, unit rows
+    y : ndarray of shape (n_samples,)
+        The group of each item (the item itself for ``'isotropic'``).
+
+    Examples
+    --------
+    >>> from skcontrast.datasets import make_paired_embeddings
+    >>> X, y = make_paired_embeddings(1000, 16, random_state=0)
+    >>> X.shape, y.max() + 1
+    ((1000, 2, 16), np.int64(10))
+    """
+    n = check_int(n_samples, "n_samples", minimum=1)
+    d = check_int(n_features, "n_features", minimum=1)
+    check_choice(structure, "structure", STRUCTURES)
+    rng = np.random.default_rng(random_state)
+    if structure == "isotropic":
+        X = rng.normal(size=(n, 2, d))
+        return _unit(X).astype(np.float32), np.arange(n)
+    default_groups, default_noise = (n // 100, 0.8) if structure == "clustered" else (n // 8, 0.2)
+    k = max(1, default_groups) if n_groups is None else check_int(n_groups, "n_groups",
+                                                                  minimum=1)
+    spread = default_noise if noise is None else noise
+    check_nonnegative(spread, "noise")
+    centres = _unit(rng.normal(size=(k, d)))
+    y = rng.integers(k, size=n) if structure == "clustered" else np.arange(n) * k // n
+    X = centres[y][:, None, :] + spread / np.sqrt(d) * rng.normal(size=(n, 2, d))
+    return _unit(X).astype(np.float32), y
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
 VIEWS = ("halves", "top_bottom", "interleaved")
 
 

@@ -14,6 +14,7 @@ from skcontrast.datasets import (
     digit_cnn,
     load_digit_images,
     load_digit_views,
+    make_paired_embeddings,
     make_paired_gaussians,
 )
 
@@ -104,3 +105,21 @@ def test_augmentations_draw_on_the_generators_device():
     for augmentation in (GaussianNoise(0.1), RandomFeatureMask(0.5), RandomShift((2, 2))):
         assert augmentation(x, generator).device == x.device
         assert augmentation(x).shape == x.shape  # no generator: torch's global one
+
+
+@pytest.mark.parametrize("structure", ["clustered", "near_duplicate", "isotropic"])
+def test_paired_embeddings_have_the_asked_structure(structure):
+    X, y = make_paired_embeddings(400, 16, structure=structure, random_state=0)
+    assert X.shape == (400, 2, 16) and X.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(X, axis=2), 1, rtol=1e-5)
+    same = y[:, None] == y[None, :]
+    cosine = X[:, 0] @ X[:, 0].T
+    off = ~np.eye(400, dtype=bool)
+    if structure == "isotropic":
+        assert np.abs(cosine[off]).mean() < 0.25 and len(set(y.tolist())) == 400
+    else:  # items of a group are far closer to each other than to the rest
+        assert cosine[same & off].mean() > 0.5 > 0.3 > np.abs(cosine[~same]).mean()
+    assert np.array_equal(X, make_paired_embeddings(400, 16, structure=structure,
+                                                    random_state=0)[0])
+    with pytest.raises(ValueError, match="structure"):
+        make_paired_embeddings(10, structure="blobs")

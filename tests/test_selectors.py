@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 from sklearn.base import clone
 
+from skcontrast.datasets import make_paired_embeddings
 from skcontrast.exceptions import DegenerateEmbeddingWarning
-from skcontrast.losses import batch_losses, symmetric_info_nce
+from skcontrast.losses import batch_losses, pair_affinity, symmetric_info_nce
 from skcontrast.losses._incremental import GrowingBatches
 from skcontrast.selectors import (
     BatchSelector,
@@ -33,7 +34,9 @@ from skcontrast.selectors import (
     balanced_assignment,
     batch_interaction_graph,
     check_corollary_2_1,
+    spectral_batches,
 )
+from skcontrast.selectors._assignment import balanced_assignments
 
 
 def embeddings(n, d=6, seed=0, paired=True):
@@ -191,13 +194,13 @@ def test_spectral_chunks_never_form_an_n_by_n_matrix(monkeypatch):
     from skcontrast.selectors import _spectral
 
     sizes = []
-    original = _spectral._laplacian
+    original = _spectral._operator
 
     def spy(u, v, *args):
-        sizes.append(len(u))
+        sizes.append(u.shape[1])
         return original(u, v, *args)
 
-    monkeypatch.setattr(_spectral, "_laplacian", spy)
+    monkeypatch.setattr(_spectral, "_operator", spy)
     X = embeddings(200, seed=2)
     batches = list(SpectralBatchSelector(8, chunk_size=60, random_state=0).split(X))
     assert max(sizes) == 56  # chunk_size rounded down to a multiple of the batch size
@@ -212,11 +215,13 @@ def test_spectral_falls_back_on_collapsed_embeddings_with_a_warning():
 
 
 def test_spectral_falls_back_on_a_disconnected_graph():
-    # two far-apart groups at a tiny temperature: cross affinities underflow to zero
+    # two far-apart groups at a tiny temperature: the cross pair terms w underflow to zero
+    # (exp(w) >= 1 never does: that graph is always complete)
     X, _ = planted_groups(n_groups=2, b=8, spread=0.0)
     X = X / np.linalg.norm(X, axis=-1, keepdims=True)
     with pytest.warns(DegenerateEmbeddingWarning):
-        batches = list(SpectralBatchSelector(4, temperature=0.001, random_state=0).split(X))
+        batches = list(SpectralBatchSelector(4, temperature=0.001, affinity="bound",
+                                             random_state=0).split(X))
     assert_partition(batches, 16, 4)
 
 
@@ -231,15 +236,146 @@ def test_spectral_auto_backend_falls_back_silently_and_cupy_is_refused():
             list(SpectralBatchSelector(4, backend="cupy").split(embeddings(16)))
 
 
+def brute_force_operator(u, v, b, t, affinity, laplacian):
+    """Seed 002 Eq. 5 and Alg. 3 by loops: the matrix whose top eigenvectors are wanted."""
+    m = len(u)
+    w = np.zeros((m, m))
+    for p in range(m):
+        for q in range(m):
+            if p != q:
+                for i, j in ((p, q), (q, p)):
+                    w[p, q] += math.log(1 + (b - 1) * math.exp(u[i] @ (v[j] - v[i]) / t))
+                    w[p, q] += math.log(1 + (b - 1) * math.exp(v[i] @ (u[j] - u[i]) / t))
+    a = np.exp(w) if affinity == "exp" else w
+    np.fill_diagonal(a, 0)
+    degree = a.sum(1)
+    if laplacian == "unnormalized":
+        return a - np.diag(degree)  # -L, L = D - A
+    return a / np.sqrt(np.outer(degree, degree))
+
+
+@pytest.mark.parametrize("laplacian", ["normalized", "unnormalized"])
+@pytest.mark.parametrize("affinity", ["exp", "bound"])
+def test_spectral_operator_against_brute_force(affinity, laplacian):
+    from skcontrast.selectors._spectral import _operator, _settings
+
+    X = embeddings(7, d=3, seed=11)
+    expected = brute_force_operator(X[:, 0], X[:, 1], 3, 0.5, affinity, laplacian)
+    settings = _settings(3, 0.5, affinity, laplacian, "dense", "numpy", 10)
+    got, degenerate = _operator(torch.from_numpy(X[None, :, 0]), torch.from_numpy(X[None, :, 1]),
+                                settings)
+    got = got[0].numpy()
+    if affinity == "exp" and laplacian == "unnormalized":
+        got = got / got[0, 1] * expected[0, 1]  # a global shift before exp: a constant factor
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+    assert not degenerate[0]
+
+
+def test_spectral_operator_is_stable_at_temperature_001():
+    from skcontrast.selectors._spectral import _operator, _settings
+
+    X, _ = make_paired_embeddings(160, 16, n_groups=8, random_state=0)
+    u, v = (torch.from_numpy(X[None, :, i]) for i in (0, 1))
+    settings = _settings(8, 0.01, "exp", "normalized", "krylov", "numpy", 10)
+    got, degenerate = _operator(u, v, settings)
+    assert torch.isfinite(got).all() and not degenerate[0]
+    # the same in float64, in the log domain by hand: exp(w - lse_k / 2 - lse_l / 2)
+    w = pair_affinity(u[0].double(), v[0].double(), 8, temperature=0.01).numpy()
+    np.fill_diagonal(w, -np.inf)
+    half = 0.5 * np.logaddexp.reduce(w, axis=1)
+    reference = np.exp(w - half[:, None] - half[None, :])
+    np.testing.assert_allclose(got[0].numpy(), reference, rtol=2e-3, atol=1e-7)
+    assert np.exp(w[np.isfinite(w)]).max() > np.finfo(np.float32).max  # exp(w) would overflow
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        batches = list(SpectralBatchSelector(8, temperature=0.01, random_state=0).split(X))
+    assert_partition(batches, 160, 8)
+
+
+@pytest.mark.parametrize("solver", ["krylov", "dense", "ritz"])
+def test_spectral_batches_do_not_depend_on_stacking_or_jobs(solver, monkeypatch):
+    """All chunks of an epoch at once, in smaller stacks, in 2 joblib jobs, or one chunk
+    at a time through spectral_batches with the chunk's seed: the same batches."""
+    from skcontrast.selectors import _spectral
+
+    X, _ = make_paired_embeddings(1280, 16, random_state=3)
+    params = {"chunk_size": 320, "temperature": 0.1, "eigen_solver": solver,
+              "random_state": 5}
+
+    def epoch(**extra):
+        return sorted(tuple(sorted(b.tolist())) for b in
+                      SpectralBatchSelector(32, **params, **extra).split(X))
+
+    together = epoch()
+    assert epoch(n_jobs=2) == together
+    monkeypatch.setitem(_spectral.GROUP_BYTES, "cpu", 1)  # one operator at a time
+    assert epoch() == together
+    rng = np.random.default_rng([5, 0])  # the selector's epoch 0
+    order = rng.permutation(1280)
+    seeds = rng.integers(2**63, size=4)
+    one_by_one = []
+    for c, seed in enumerate(seeds):
+        idx = order[320 * c:320 * (c + 1)]
+        local, _ = spectral_batches(X[idx, 0], X[idx, 1], 32, temperature=0.1,
+                                    eigen_solver=solver, random_state=int(seed))
+        one_by_one += [tuple(sorted(idx[b].tolist())) for b in local]
+    assert sorted(one_by_one) == together
+
+
+def test_exp_affinity_makes_harder_batches_on_clustered_embeddings():
+    """Seed 002's reference code clusters exp(w); Alg. 3 as written clusters w, which
+    made much less hard batches on clustered embeddings (the default follows the code)."""
+    X, _ = make_paired_embeddings(1280, 64, n_groups=500, random_state=0)  # ~2.6 per cluster
+
+    def hardness(**params):
+        batches = list(SpectralBatchSelector(32, temperature=0.1, random_state=0,
+                                             **params).split(X))
+        return batch_losses(X[:, 0], X[:, 1], batches, temperature=0.1).mean().item()
+
+    shuffled = batch_losses(X[:, 0], X[:, 1], list(ShuffledBatchSelector(
+        32, random_state=0).split(X)), temperature=0.1).mean().item()
+    default = hardness()
+    as_written = hardness(affinity="bound", laplacian="unnormalized", eigen_solver="dense")
+    exact = hardness(eigen_solver="dense")
+    assert default > 1.4 * as_written > 2 * shuffled  # measured: 6.05, 3.75 and 1 (x shuffled)
+    assert default > 0.94 * exact  # the Krylov solver loses little against the exact one
+
+
+@given(data=st.data(), seed=st.integers(0, 10_000))
+def test_stacked_assignment_matches_each_problem_alone(data, seed):
+    G = data.draw(st.integers(1, 4))
+    m = data.draw(st.integers(2, 25))
+    k = data.draw(st.integers(1, min(m, 5)))
+    rng = np.random.default_rng(seed)
+    capacity = np.stack([np.diff(np.concatenate([[0], np.sort(rng.choice(
+        np.arange(1, m), size=k - 1, replace=False)), [m]])) for _ in range(G)])
+    cost = rng.random((G, m, k))
+    stacked = balanced_assignments(torch.from_numpy(cost), torch.from_numpy(capacity)).numpy()
+    for g in range(G):
+        np.testing.assert_array_equal(stacked[g], balanced_assignment(cost[g], capacity[g]))
+
+
 @requires_cuda
 @pytest.mark.gpu
 def test_spectral_cupy_backend_on_gpu():
-    pytest.importorskip("cupy", reason="the 'gpu' extra (cupy-cuda12x) is not installed")
+    pytest.importorskip("cupy", reason="no CuPy: install the 'gpu' or 'gpu-cuda13' extra")
     X, truth = planted_groups(n_groups=8, b=6)
-    batches = list(SpectralBatchSelector(6, temperature=0.1, backend="cupy",
-                                         random_state=0).split(X))
-    assert all(len(set(truth[b].tolist())) == 1 for b in batches)
-    assert_partition(batches, 48, 6)
+    for solver in ("krylov", "dense", "ritz"):
+        batches = list(SpectralBatchSelector(6, temperature=0.1, backend="cupy",
+                                             eigen_solver=solver, random_state=0).split(X))
+        assert all(len(set(truth[b].tolist())) == 1 for b in batches)
+        assert_partition(batches, 48, 6)
+    Y, _ = make_paired_embeddings(6400, 32, random_state=0)
+    gpu = list(SpectralBatchSelector(32, temperature=0.1, backend="cupy",
+                                     random_state=0).split(Y))
+    cpu = list(SpectralBatchSelector(32, temperature=0.1, backend="scipy",
+                                     random_state=0).split(Y))
+    assert_partition(gpu, 6400, 32)
+
+    def mean_loss(batches):
+        return batch_losses(Y[:, 0], Y[:, 1], batches, temperature=0.1).mean().item()
+
+    assert mean_loss(gpu) == pytest.approx(mean_loss(cpu), rel=0.03)
 
 
 @given(data=st.data(), seed=st.integers(0, 10_000))

@@ -173,14 +173,17 @@ def pair_affinity(u: Any, v: Any, batch_size: int, *, temperature: Any = 1.0,
     u, v = check_views(u, v, normalize=normalize)
     logits = similarity(u, v, temperature)
     positive = torch.diagonal(logits, dim1=-2, dim2=-1).clone()
-    shifted = logits + math.log(batch_size - 1)
+    shifted = logits.add_(math.log(batch_size - 1))
     # With x = u v^T / t and s = log(B-1), p_ij = sp(x_ij - x_ii + s) + sp(x_ji - x_ii + s).
     # Grouping the four terms of w_ij = p_ij + p_ji by x_ij and x_ji gives w = f + f^T with
     # f_ij = sp(x_ij - x_ii + s) + sp(x_ij - x_jj + s): one transposed pass instead of two.
+    # In-place steps only touch tensors that no backward pass reads (the matmul's and
+    # the additions' outputs), which saves full-size allocations on large chunks.
     f = F.softplus(shifted - positive[..., :, None])
-    f = f + F.softplus(shifted - positive[..., None, :])
+    f = f.add_(F.softplus(shifted - positive[..., None, :]))
     w = f + f.transpose(-1, -2)
-    return w.masked_fill(torch.eye(w.shape[-1], dtype=torch.bool, device=w.device), 0.0)
+    w.diagonal(dim1=-2, dim2=-1).zero_()
+    return w
 
 
 def pairwise_lower_bound(u: Any, v: Any, batch_size: int | None = None, *,

@@ -1,28 +1,67 @@
-"""Spectral-clustering batch selection (seed 002, Sec. 5.3, Eq. 5 and Appendix C.1 Alg. 3)."""
+"""Spectral-clustering batch selection (seed 002, Sec. 5.3, Eq. 5 and Appendix C.1 Alg. 3).
+
+All the chunks of an epoch are clustered together, as stacks of arrays: affinities and
+their Laplacian operators, eigenvectors, k-means and the equal-size assignment are
+batched torch operations on the CPU or the GPU (the dense eigensolver is LAPACK on the
+CPU and CuPy's cuSOLVER on the GPU). A chunk's batches depend only on its points and its
+own seed, never on which chunks share its stack, so the stacked path gives the batches of
+the chunk-by-chunk path (:func:`spectral_batches`) and any ``n_jobs`` gives the same
+epoch.
+"""
 
 from __future__ import annotations
 
+import numbers
 import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
+from joblib import Parallel, delayed, effective_n_jobs
 from threadpoolctl import threadpool_limits
 
-from .._backend import array_module, resolve_backend, to_numpy
+from .._backend import resolve_backend
 from .._validation import check_choice, check_int
 from ..exceptions import DegenerateEmbeddingWarning
 from ..losses import pair_affinity
 from ._adaptive import _temperature
-from ._assignment import balanced_assignment
+from ._assignment import balanced_assignments
 from ._base import BatchSelector, check_batch_size, n_partition_batches, partition, views
 
 DEFAULT_CHUNK_SIZE = 1280  # 40 batches of 32, seed 002 Appendix D.3
-EIGEN_SOLVERS = ("dense", "ritz")
+AFFINITIES = ("exp", "bound")
+LAPLACIANS = ("normalized", "unnormalized")
+EIGEN_SOLVERS = ("krylov", "dense", "ritz")
+KRYLOV_STEPS = 4
+CHECK_EVERY = 4  # k-means checks convergence every few iterations (a sync on the GPU)
+# Memory for the operators computed at once. On the CPU it is kept under glibc's 32 MiB
+# mmap threshold, so that the temporaries are recycled by malloc instead of page-faulted
+# afresh (which made stacks of 8 chunks 1.6x slower per chunk than stacks of 2).
+GROUP_BYTES = {"cpu": 16 * 2**20, "cuda": 512 * 2**20}
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """What clustering a chunk needs besides its points and seed."""
+
+    batch_size: int
+    temperature: float
+    affinity: str
+    laplacian: str
+    eigen_solver: str
+    backend: str
+    kmeans_iter: int
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.backend == "cupy" else "cpu"
 
 
 def spectral_batches(u: Any, v: Any, batch_size: int, *, temperature: float = 0.1,
-                     backend: str = "auto", eigen_solver: str = "dense",
+                     affinity: str = "exp", laplacian: str = "normalized",
+                     backend: str = "auto", eigen_solver: str = "krylov",
                      random_state: Any = None,
                      kmeans_iter: int = 50) -> tuple[list[np.ndarray], bool]:
     """Equal-size spectral clustering of one chunk of pairs into batches (seed 002 Alg. 3).
@@ -38,13 +77,12 @@ def spectral_batches(u: Any, v: Any, batch_size: int, *, temperature: float = 0.
         ``B``; the chunk is cut into ``ceil(m / B)`` batches.
     temperature : float, default=0.1
         Temperature applied to the inner products of the affinity (Eq. 5).
-    backend : {'auto', 'numpy', 'scipy', 'cupy'}, default='auto'
-    eigen_solver : {'dense', 'ritz'}, default='dense'
+    affinity, laplacian, backend, eigen_solver, kmeans_iter
         See :class:`SpectralBatchSelector`.
     random_state : int, numpy Generator or None
-        Seeds k-means and the fallback partition.
-    kmeans_iter : int, default=50
-        Maximum Lloyd iterations.
+        Seeds k-means, the Krylov start and the fallback partition. An int is the
+        chunk's own seed: with the seed the selector drew for a chunk, this gives that
+        chunk's batches of the epoch.
 
     Returns
     -------
@@ -54,144 +92,278 @@ def spectral_batches(u: Any, v: Any, batch_size: int, *, temperature: float = 0.
         True when the chunk carried no structure (all affinities equal, or a
         disconnected graph) and a random equal-size partition was returned instead.
     """
-    rng = np.random.default_rng(random_state)
-    backend = resolve_backend(backend)
-    m = len(u)
-    k = n_partition_batches(m, batch_size, False)
+    settings = _settings(batch_size, temperature, affinity, laplacian, eigen_solver,
+                         backend, kmeans_iter)
+    u, v = np.asarray(u, dtype=np.float32), np.asarray(v, dtype=np.float32)
+    seed = random_state if isinstance(random_state, numbers.Integral) else \
+        np.random.default_rng(random_state).integers(2**63)
+    [(batches, degenerate)] = _cluster_chunks(u[None], v[None], [seed], settings)
+    return batches, degenerate
+
+
+def _settings(batch_size: int, temperature: float, affinity: str, laplacian: str,
+              eigen_solver: str, backend: str, kmeans_iter: int) -> _Settings:
+    return _Settings(check_int(batch_size, "batch_size", minimum=2), float(temperature),
+                     check_choice(affinity, "affinity", AFFINITIES),
+                     check_choice(laplacian, "laplacian", LAPLACIANS),
+                     check_choice(eigen_solver, "eigen_solver", EIGEN_SOLVERS),
+                     resolve_backend(backend),
+                     check_int(kmeans_iter, "kmeans_iter", minimum=1))
+
+
+# --------------------------------------------------------------------------------------
+# One stack of equally long chunks
+# --------------------------------------------------------------------------------------
+
+def _cluster_chunks(u: np.ndarray, v: np.ndarray, seeds: list[int],
+                    settings: _Settings) -> list[tuple[list[np.ndarray], bool]]:
+    """Batches of each chunk of a stack ``u, v`` of shape ``(G, m, d)``, and whether the
+    chunk was degenerate (then its batches are a random equal-size partition).
+
+    The operators and their eigenvectors are computed a few chunks at a time (bounded
+    memory); k-means and the assignment, small and made of many short operations, run
+    on the whole stack at once.
+    """
+    G, m, _ = u.shape
+    b = settings.batch_size
+    k = n_partition_batches(m, b, False)
+    rngs = [np.random.default_rng(seed) for seed in seeds]
     if k == 1:
-        return [np.arange(m, dtype=np.int64)], False
-    xp = array_module(backend)
-    laplacian = _laplacian(u, v, batch_size, temperature, backend)
-    if laplacian is None:
-        return partition(rng.permutation(m), batch_size, drop_last=False), True
-    if eigen_solver == "ritz":
-        embedding = _ritz_vectors(laplacian, u, v, k, xp)
+        return [([np.arange(m, dtype=np.int64)], False) for _ in range(G)]
+    device = settings.device
+    # every draw of a chunk comes from its own generator, in a fixed order
+    uniforms = torch.as_tensor(np.stack([rng.random(k) for rng in rngs]), device=device)
+    width = k + max(k // 5, 8)
+    krylov = settings.eigen_solver == "krylov" and (KRYLOV_STEPS + 1) * width <= m // 2
+    starts = [rng.standard_normal((m, width), dtype=np.float32) if krylov else None
+              for rng in rngs]
+    stack = max(1, GROUP_BYTES[device] // (m * m * 4))
+    # The linear algebra of a chunk is small: OpenBLAS and torch's OpenMP pool both
+    # spinning on the same cores made it twice as slow, so BLAS keeps one thread and
+    # chunks run side by side instead (the same setting everywhere also keeps the
+    # results identical however the chunks are grouped).
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _cluster_stack(u, v, rngs, starts, uniforms, k, krylov, stack, settings)
+
+
+def _cluster_stack(u: np.ndarray, v: np.ndarray, rngs: list, starts: list,
+                   uniforms: torch.Tensor, k: int, krylov: bool, stack: int,
+                   settings: _Settings) -> list[tuple[list[np.ndarray], bool]]:
+    """:func:`_cluster_chunks` once the draws are made: operators and eigenvectors
+    ``stack`` chunks at a time, then k-means and the assignment on all of them."""
+    G, m, _ = u.shape
+    b, device = settings.batch_size, settings.device
+    parts, flags = [], []
+    for first in range(0, G, stack):
+        group = slice(first, first + stack)
+        u_t = torch.tensor(u[group], device=device)  # a copy: joblib may pass read-only
+        v_t = torch.tensor(v[group], device=device)  # memory maps
+        operator, degenerate = _operator(u_t, v_t, settings)
+        if krylov:
+            start = torch.as_tensor(np.stack(starts[group]), device=device)
+            parts.append(_krylov_vectors(operator, start, k))
+        elif settings.eigen_solver == "ritz":
+            parts.append(_ritz_vectors(operator, u_t, v_t, k, settings.backend))
+        else:
+            parts.append(_top_eigenvectors(operator, k, settings.backend))
+        flags.append(degenerate)
+        del operator
+    embedding, degenerate = torch.cat(parts), np.concatenate(flags)
+    embedding = embedding / embedding.norm(dim=2, keepdim=True).clamp_min(1e-30)
+    centres, counts = _kmeans(embedding, k, uniforms, settings.kmeans_iter)
+    capacity = torch.full((G, k), b, dtype=torch.long, device=device)
+    capacity.scatter_(1, counts.argmin(1, keepdim=True), m - b * (k - 1))
+    labels = balanced_assignments(torch.cdist(embedding.double(), centres.double()), capacity)
+    labels = labels.cpu().numpy()
+    out = []
+    for g in range(G):
+        if degenerate[g]:
+            out.append((partition(rngs[g].permutation(m), b, drop_last=False), True))
+            continue
+        order = np.argsort(labels[g], kind="stable")
+        bounds = np.cumsum(np.bincount(labels[g], minlength=k))[:-1]
+        out.append(([c.astype(np.int64) for c in np.split(order, bounds)], False))
+    return out
+
+
+def _operator(u: torch.Tensor, v: torch.Tensor, settings: _Settings) -> tuple[torch.Tensor,
+                                                                               np.ndarray]:
+    """The symmetric matrix whose top eigenvectors Alg. 3 wants, for each chunk.
+
+    With ``A`` the affinity (``w`` of Eq. 5, or ``exp(w)`` as the authors' code) and
+    ``D`` its degrees: ``D^-1/2 A D^-1/2`` (normalised Laplacian ``I - D^-1/2 A D^-1/2``,
+    Ng, Jordan & Weiss) or ``A - D`` (the unnormalised ``L = D - A`` of Alg. 3, negated).
+    ``exp(w)`` is formed stably: in the normalised case as
+    ``exp(w_kl - lse_k / 2 - lse_l / 2)`` with ``lse`` the log-degrees, never above 1; in
+    the unnormalised case after a global shift by the chunk's largest ``w`` (a constant
+    factor, which leaves the eigenvectors unchanged). Also returns which chunks are
+    degenerate: all affinities equal, or a graph split into components.
+    """
+    w = pair_affinity(u, v, settings.batch_size, temperature=settings.temperature)
+    # in place from here on: the chunks are large and no gradient is needed
+    diagonal = w.diagonal(dim1=1, dim2=2)
+    largest = w.amax((1, 2))  # w >= 0 with a zero diagonal
+    diagonal.fill_(torch.inf)
+    smallest = w.amin((1, 2))
+    flat = (largest - smallest <= 1e-6 * largest.clamp_min(1e-30)).cpu().numpy()
+    normalized = settings.laplacian == "normalized"
+    if settings.affinity == "exp":
+        diagonal.fill_(-torch.inf)
+        if normalized:
+            half = 0.5 * torch.logsumexp(w, 2)
+            a = w.sub_(half[:, :, None]).sub_(half[:, None, :]).exp_()
+        else:
+            a = w.sub_(largest[:, None, None]).exp_()
     else:
-        embedding = _first_eigenvectors(laplacian, k, backend)
-    norms = xp.linalg.norm(embedding, axis=1, keepdims=True)
-    embedding = embedding / xp.where(norms > 0, norms, 1)
-    centres, counts = _kmeans(embedding, k, rng, xp, kmeans_iter)
-    cost = to_numpy(_pairwise_distances(embedding, centres, xp))
-    capacity = np.full(k, batch_size, dtype=np.int64)
-    capacity[int(np.argmin(counts))] = m - batch_size * (k - 1)
-    labels = balanced_assignment(cost, capacity)
-    order = np.argsort(labels, kind="stable")
-    bounds = np.cumsum(np.bincount(labels, minlength=k))[:-1]
-    return [b.astype(np.int64) for b in np.split(order, bounds)], False
+        diagonal.zero_()
+        a = w
+    m = a.shape[-1]
+    zeros = ((a == 0).sum((1, 2)) > m).cpu().numpy()  # beyond the m zeros of the diagonal
+    degenerate = flat | np.array([bool(zeros[g]) and not _connected(a[g])
+                                  for g in range(len(a))], dtype=bool)
+    degree = a.sum(2)
+    if not normalized:
+        a.diagonal(dim1=1, dim2=2).sub_(degree)
+    elif settings.affinity != "exp":  # exp(w) was normalised in the log domain above
+        scale = degree.clamp_min(torch.finfo(a.dtype).tiny).rsqrt()
+        a.mul_(scale[:, :, None]).mul_(scale[:, None, :])
+    return a, degenerate
 
 
-def _laplacian(u: Any, v: Any, batch_size: int, temperature: float, backend: str) -> Any:
-    """L = D - A for the affinity of Eq. 5, or ``None`` if the graph is degenerate."""
-    device = "cuda" if backend == "cupy" else "cpu"
-    u_t = torch.as_tensor(np.asarray(u, dtype=np.float32), device=device)
-    v_t = torch.as_tensor(np.asarray(v, dtype=np.float32), device=device)
-    w = pair_affinity(u_t, v_t, batch_size, temperature=temperature)
-    w.diagonal().fill_(float("inf"))
-    smallest = float(w.min())
-    w.diagonal().fill_(0.0)
-    largest = float(w.max())
-    if largest - smallest <= 1e-6 * max(largest, 1e-30):
-        return None
-    if smallest == 0.0 and not _connected(w):
-        return None
-    degree = w.sum(1)
-    w.neg_()
-    w.diagonal().add_(degree)
-    if backend == "cupy":
-        import cupy
-
-        return cupy.from_dlpack(w)
-    return w.numpy()
-
-
-def _connected(w: torch.Tensor) -> bool:
-    """Whether the graph with edges ``w > 0`` is connected (softplus can underflow to 0)."""
+def _connected(a: torch.Tensor) -> bool:
+    """Whether the graph with edges ``a > 0`` is connected (affinities can underflow to 0)."""
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import connected_components
 
-    n_components, _ = connected_components(csr_matrix((w > 0).cpu().numpy()), directed=False)
+    n_components, _ = connected_components(csr_matrix((a > 0).cpu().numpy()), directed=False)
     return n_components == 1
 
 
-def _first_eigenvectors(laplacian: Any, k: int, backend: str) -> Any:
-    """Eigenvectors of the ``k`` smallest eigenvalues.
+def _top_eigenvectors(operator: torch.Tensor, k: int, backend: str) -> torch.Tensor:
+    """Exact eigenvectors of the ``k`` largest eigenvalues of each matrix of the stack.
 
-    Dense symmetric solvers: the chunk is small (m ~ 1e3) and dense, only the bottom
-    ~m/B of the spectrum is wanted, and for unstructured embeddings those eigenvalues
-    are tightly clustered, which is where Krylov methods (ARPACK ``eigsh``) and LOBPCG
-    need many iterations while a dense solver's cost does not change (measured on
-    1280-point chunks: ``eigh`` with a subset 60 ms, ``eigsh`` 80-150 ms, SciPy's LOBPCG
-    not converged after 30 iterations). ``'scipy'`` computes only the wanted eigenpairs
-    (LAPACK ``syevx`` via ``subset_by_index``), ``'numpy'`` the full decomposition,
-    ``'cupy'`` uses cuSOLVER's ``syevd`` on the GPU.
+    ``'scipy'`` computes only the wanted eigenpairs (LAPACK ``syevr`` through
+    ``subset_by_index``), one matrix per thread; ``'numpy'`` the full stacked
+    decomposition; ``'cupy'`` cuSOLVER's batched solver on the GPU.
     """
-    if backend == "scipy":
-        import scipy.linalg
+    if backend == "cupy":
+        import cupy
 
-        _, vectors = scipy.linalg.eigh(laplacian, subset_by_index=(0, k - 1), driver="evx",
-                                       overwrite_a=True, check_finite=False)
-        return vectors
-    xp = array_module(backend)
-    _, vectors = xp.linalg.eigh(laplacian)
-    return vectors[:, :k]
+        _, vectors = cupy.linalg.eigh(cupy.from_dlpack(operator.contiguous()))
+        return torch.from_dlpack(vectors[..., ::-1][..., :k].copy())
+    matrices = operator.numpy()
+    if backend == "numpy":
+        return torch.from_numpy(np.linalg.eigh(matrices)[1][..., ::-1][..., :k].copy())
+    import scipy.linalg
+
+    m = matrices.shape[-1]
+
+    def top(matrix: np.ndarray) -> np.ndarray:
+        _, vectors = scipy.linalg.eigh(matrix, subset_by_index=(m - k, m - 1), driver="evr",
+                                       check_finite=False)
+        return vectors[:, ::-1]
+
+    with ThreadPoolExecutor(max(1, min(torch.get_num_threads(), len(matrices)))) as pool:
+        return torch.from_numpy(np.stack(list(pool.map(top, matrices))))
 
 
-def _ritz_vectors(laplacian: Any, u: Any, v: Any, k: int, xp: Any) -> Any:
-    """Rayleigh-Ritz approximation of the first ``k`` eigenvectors on span{1, u, v}.
+def _krylov_vectors(operator: torch.Tensor, start: torch.Tensor, k: int) -> torch.Tensor:
+    """Top-``k`` eigenvectors from a randomised block Krylov space (block Lanczos).
+
+    From a random block of ``k + max(k // 5, 8)`` columns, :data:`KRYLOV_STEPS` products
+    with the operator build the space ``[Q, S Q, S^2 Q, ...]``, kept orthonormal block by
+    block (classical Gram-Schmidt, twice, then QR); the Rayleigh-Ritz step then solves
+    the small projected problem exactly, reusing the products already made. For the
+    same number of matrix products this converges far faster than subspace (power)
+    iteration (Musco & Musco, *Randomized block Krylov methods for stronger and faster
+    approximate singular value decomposition*, NeurIPS 2015); on 1280-point chunks it
+    gave batches as hard as 8 power iterations at half their cost
+    (``benchmarks/bench_selectors.py`` reports the hardness against the exact solver
+    and the published pipeline).
+    """
+    blocks = [torch.linalg.qr(start.to(operator.dtype)).Q]
+    images = []
+    for step in range(KRYLOV_STEPS + 1):
+        image = operator @ blocks[-1]
+        images.append(image)
+        if step == KRYLOV_STEPS:
+            break
+        basis = torch.cat(blocks, 2)
+        for _ in range(2):
+            image = image - basis @ (basis.transpose(1, 2) @ image)
+        blocks.append(torch.linalg.qr(image).Q)
+    basis = torch.cat(blocks, 2)
+    projected = basis.transpose(1, 2) @ torch.cat(images, 2)
+    _, small = torch.linalg.eigh(0.5 * (projected + projected.transpose(1, 2)))
+    return basis @ small.flip(2)[:, :, :k]
+
+
+def _ritz_vectors(operator: torch.Tensor, u: torch.Tensor, v: torch.Tensor, k: int,
+                  backend: str) -> torch.Tensor:
+    """Rayleigh-Ritz approximation of the top ``k`` eigenvectors on span{1, u, v}.
 
     The affinity depends on the data only through inner products of the embeddings, so
     its smooth (low-frequency) eigenvectors are close to low-degree functions of the
     coordinates; the ``2d + 1`` columns ``[1, u, v]`` are projected on, and the small
-    projected problem is solved exactly. Falls back to the dense solver when that basis
+    projected problem is solved exactly. Falls back to the exact solver when that basis
     has fewer than ``k`` columns.
     """
-    m = laplacian.shape[0]
-    basis = xp.concatenate([xp.ones((m, 1), dtype=laplacian.dtype),
-                            xp.asarray(u, dtype=laplacian.dtype),
-                            xp.asarray(v, dtype=laplacian.dtype)], axis=1)
-    q, _ = xp.linalg.qr(basis)
-    if q.shape[1] < k or q.shape[1] >= m:
-        _, vectors = xp.linalg.eigh(laplacian)
-        return vectors[:, :k]
-    _, small = xp.linalg.eigh(q.T @ (laplacian @ q))
-    return q @ small[:, :k]
+    G, m, _ = operator.shape
+    ones = torch.ones(G, m, 1, dtype=operator.dtype, device=operator.device)
+    basis = torch.cat([ones, u.to(operator.dtype), v.to(operator.dtype)], dim=2)
+    if basis.shape[2] < k or basis.shape[2] >= m:
+        return _top_eigenvectors(operator, k, backend)
+    q = torch.linalg.qr(basis).Q
+    _, small = torch.linalg.eigh(q.transpose(1, 2) @ operator @ q)
+    return q @ small.flip(2)[:, :, :k]
 
 
-def _pairwise_distances(x: Any, centres: Any, xp: Any) -> Any:
-    sq = (x * x).sum(1)[:, None] + (centres * centres).sum(1)[None, :] - 2 * x @ centres.T
-    return xp.sqrt(xp.maximum(sq, 0))
+def _kmeans(x: torch.Tensor, k: int, uniforms: torch.Tensor,
+            max_iter: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lloyd's k-means with k-means++ seeding on a stack ``(G, m, p)`` of point sets.
 
-
-def _kmeans(x: Any, k: int, rng: np.random.Generator, xp: Any,
-            max_iter: int) -> tuple[Any, np.ndarray]:
-    """Lloyd's k-means with k-means++ seeding, on NumPy or CuPy arrays.
-
-    Returns the centres and the size of each cluster under the final assignment.
+    ``uniforms[g]`` holds the ``k`` uniform draws of chunk ``g``'s seeding (inverse-CDF
+    sampling), so no draw depends on the other chunks. Convergence is checked every
+    :data:`CHECK_EVERY` iterations (a device synchronisation on the GPU); iterations
+    after convergence change nothing. Returns the centres and the size of each cluster
+    under the final assignment.
     """
-    m = x.shape[0]
-    sq_norms = (x * x).sum(1)
-    picks = [int(rng.integers(m))]
-    closest = xp.maximum(sq_norms + sq_norms[picks[0]] - 2 * x @ x[picks[0]], 0)
-    for _ in range(1, k):
-        weights = to_numpy(closest).astype(np.float64)
-        total = weights.sum()
-        pick = int(rng.choice(m, p=weights / total)) if total > 0 else int(rng.integers(m))
-        picks.append(pick)
-        closest = xp.minimum(closest, xp.maximum(sq_norms + sq_norms[pick] - 2 * x @ x[pick], 0))
-    centres = x[xp.asarray(picks)]
-    labels = None
-    for _ in range(max_iter):
-        new_labels = ((centres * centres).sum(1)[None, :] - 2 * x @ centres.T).argmin(1)
-        if labels is not None and bool((new_labels == labels).all()):
-            break
-        labels = new_labels
-        one_hot = xp.zeros((k, m), dtype=x.dtype)
-        one_hot[labels, xp.arange(m)] = 1
-        sizes = one_hot.sum(1)
-        sums = one_hot @ x
-        centres = xp.where((sizes > 0)[:, None], sums / xp.maximum(sizes, 1)[:, None], centres)
-    return centres, np.bincount(to_numpy(labels), minlength=k)
+    G, m, _ = x.shape
+    rows = torch.arange(G, device=x.device)
+    sq = (x * x).sum(2)
 
+    def distances(centre: torch.Tensor) -> torch.Tensor:
+        d = sq + (centre * centre).sum(1)[:, None] - 2 * (x @ centre[:, :, None])[:, :, 0]
+        return d.clamp_min(0)
+
+    picks = [(uniforms[:, 0] * m).long().clamp(max=m - 1)]
+    closest = distances(x[rows, picks[0]])
+    for j in range(1, k):
+        cumulative = closest.double().cumsum(1)
+        total = cumulative[:, -1]
+        drawn = (cumulative <= (uniforms[:, j] * total)[:, None]).sum(1).clamp(max=m - 1)
+        pick = torch.where(total > 0, drawn, (uniforms[:, j] * m).long().clamp(max=m - 1))
+        picks.append(pick)
+        closest = torch.minimum(closest, distances(x[rows, pick]))
+    centres = x[rows[:, None], torch.stack(picks, 1)]
+    clusters = torch.arange(k, device=x.device)[None, :, None]
+    labels = None
+    for iteration in range(max_iter):
+        new = ((centres * centres).sum(2)[:, None, :] - 2 * x @ centres.transpose(1, 2)).argmin(2)
+        if labels is not None and iteration % CHECK_EVERY == 0 and bool((new == labels).all()):
+            break
+        labels = new
+        one_hot = (labels[:, None, :] == clusters).to(x.dtype)
+        sizes = one_hot.sum(2, keepdim=True)
+        centres = torch.where(sizes > 0, (one_hot @ x) / sizes.clamp_min(1), centres)
+    counts = torch.zeros(G, k, dtype=torch.long, device=x.device)
+    return centres, counts.scatter_add_(1, labels, torch.ones_like(labels))
+
+
+
+# --------------------------------------------------------------------------------------
+# The selector
+# --------------------------------------------------------------------------------------
 
 class SpectralBatchSelector(BatchSelector):
     """Batches from equal-size spectral clustering of the loss graph (seed 002 Sec. 5.3, Alg. 3).
@@ -201,38 +373,44 @@ class SpectralBatchSelector(BatchSelector):
     maximise the total within-batch pair weight is a min-cut problem, relaxed here by
     spectral clustering:
 
-    1. affinity ``A[k, l] = w(k, l)`` (Eq. 5) with the loss temperature applied to the
-       inner products, computed stably as ``softplus`` (no overflow at temperature
-       0.01);
-    2. Laplacian ``L = D - A`` and its first ``k = ceil(m / B)`` eigenvectors (dense
-       symmetric solver, see below), rows normalised to unit length;
+    1. affinity ``A[k, l] = exp(w(k, l))`` (``affinity='exp'``, the default, as the
+       authors' code clusters) or ``A = w`` (``affinity='bound'``, Alg. 3 as written),
+       with ``w`` the pair terms of Eq. 5 and the loss temperature applied to the inner
+       products; both are computed stably (no overflow at temperature 0.01);
+    2. the first ``k = ceil(m / B)`` eigenvectors of the normalised Laplacian
+       ``I - D^-1/2 A D^-1/2`` (``laplacian='normalized'``, the default) or of
+       ``L = D - A`` (``'unnormalized'``, Alg. 3), rows normalised to unit length;
     3. k-means (Lloyd, k-means++ seeding) on those rows;
     4. an **exactly equal-size** assignment of points to the k centres at minimum
        total distance: every batch gets ``B`` points, except one per chunk that gets
        the remainder ``m mod B``. This transportation problem is solved exactly by
        successive shortest paths on the ``k``-node graph of centres (see
-       ``skcontrast.selectors._assignment``): milliseconds instead of the seconds of
-       the published dense ``m x m`` Hungarian problem.
+       :func:`~skcontrast.selectors.balanced_assignment`), instead of the published
+       dense ``m x m`` Hungarian problem.
+
+    Why these defaults: on clustered embeddings, the regime where batch choice matters,
+    clustering ``w`` itself makes batches much less hard than the authors' code, which
+    clusters ``exp(w)``; ``exp(w)`` closes that gap, and the normalised Laplacian is its
+    numerically stable form and as hard or harder in every regime measured (the
+    selectors page of the user guide tables hardness for clustered, near-duplicate and
+    isotropic embeddings).
 
     For large ``n`` the samples are randomly cut into chunks of ``chunk_size`` points
     (rounded down to a multiple of ``B``) each epoch, and each chunk is clustered on its
     own (seed 002 Appendix D.3): memory is O(chunk_size^2), never O(n^2), and time
     grows linearly with ``n``. Only the last chunk can be shorter, so an epoch has at
-    most one batch smaller than ``B``. Chunks are independent; see
-    :func:`spectral_batches` to select batches shard by shard.
+    most one batch smaller than ``B``. The chunks of an epoch are processed together, as
+    stacks (groups bounded in memory), with batched affinities, eigensolvers, k-means
+    and assignment; each chunk draws from its own generator, seeded from the epoch's
+    (``random_state`` and epoch) and the chunk's index, so the batches do not depend on
+    the grouping nor on ``n_jobs``.
 
-    The eigensolver (``eigen_solver='dense'``, the default) is a dense symmetric one:
-    ``'scipy'`` computes only the ``k`` wanted eigenpairs (LAPACK ``syevx``), ``'numpy'``
-    the full decomposition, ``'cupy'`` cuSOLVER on the GPU. A chunk is small and
-    dense, and the bottom of the spectrum of unstructured embeddings is tightly
-    clustered, which is where ``eigsh`` and LOBPCG need many iterations; a dense solver
-    costs the same whatever the spectrum (measured on 1280-point chunks: ``eigh`` with a
-    subset 60-75 ms, ``eigsh`` 80-150 ms, LOBPCG 10 ms per iteration and 8 iterations to
-    reach 0.1%). ``eigen_solver='ritz'`` trades exactness for speed: a Rayleigh-Ritz
-    projection on span{1, u, v} (the affinity depends on the embeddings only through
-    inner products, so its smooth eigenvectors lie close to functions of the
-    coordinates), about 4 times cheaper; its eigenvalues are approximate, and
-    ``benchmarks/bench_selectors.py`` reports the loss of the batches it gives.
+    Eigensolvers: ``'krylov'`` (default) is a randomised block Krylov (block Lanczos)
+    method with a Rayleigh-Ritz finish, five batched matrix products per chunk (chunks
+    too small for it, under about 10 k + 80 points, use the exact solver);
+    ``'dense'`` the exact dense symmetric solver (LAPACK ``syevr`` for the wanted
+    eigenpairs only with ``backend='scipy'``, the full decomposition with ``'numpy'``,
+    cuSOLVER with ``'cupy'``); ``'ritz'`` a Rayleigh-Ritz projection on span{1, u, v}.
 
     Degenerate chunks (all affinities equal, e.g. collapsed embeddings, or a graph split
     into components because affinities underflowed) fall back to a random equal-size
@@ -246,13 +424,19 @@ class SpectralBatchSelector(BatchSelector):
     temperature : float or None, default=None
         Loss temperature of the affinity; ``None``: the estimator's when used inside
         one, else 0.1.
+    affinity : {'exp', 'bound'}, default='exp'
+        ``exp(w)`` (the authors' code) or ``w`` (Alg. 3 as written).
+    laplacian : {'normalized', 'unnormalized'}, default='normalized'
+    eigen_solver : {'krylov', 'dense', 'ritz'}, default='krylov'
     backend : {'auto', 'numpy', 'scipy', 'cupy'}, default='auto'
-        ``'auto'`` uses CuPy when a GPU is usable and SciPy otherwise, silently; an
-        explicit ``'cupy'`` without a usable GPU raises ``ValueError``.
-    eigen_solver : {'dense', 'ritz'}, default='dense'
-        Exact dense eigenvectors, or the faster Rayleigh-Ritz approximation.
+        ``'auto'`` uses the GPU (CuPy) when one is usable and SciPy otherwise, silently;
+        an explicit ``'cupy'`` without a usable GPU raises ``ValueError``.
     kmeans_iter : int, default=50
         Maximum Lloyd iterations per chunk.
+    n_jobs : int or None, default=None
+        Groups of chunks processed in parallel through joblib (any joblib backend,
+        Dask included); ``None`` is one job unless a ``joblib.parallel_backend``
+        context says otherwise. The batches are the same for any value.
     random_state : int, numpy Generator or None, default=None
 
     Examples
@@ -268,15 +452,19 @@ class SpectralBatchSelector(BatchSelector):
     _adaptive = True
 
     def __init__(self, batch_size: int = 32, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 temperature: float | None = None, backend: str = "auto",
-                 eigen_solver: str = "dense", kmeans_iter: int = 50,
+                 temperature: float | None = None, affinity: str = "exp",
+                 laplacian: str = "normalized", eigen_solver: str = "krylov",
+                 backend: str = "auto", kmeans_iter: int = 50, n_jobs: int | None = None,
                  random_state: Any = None) -> None:
         self.batch_size = batch_size
         self.chunk_size = chunk_size
         self.temperature = temperature
-        self.backend = backend
+        self.affinity = affinity
+        self.laplacian = laplacian
         self.eigen_solver = eigen_solver
+        self.backend = backend
         self.kmeans_iter = kmeans_iter
+        self.n_jobs = n_jobs
         self.random_state = random_state
 
     def _chunk_length(self, n: int) -> tuple[int, int]:
@@ -289,32 +477,48 @@ class SpectralBatchSelector(BatchSelector):
     def _select(self, X, y, groups, rng):
         n = len(X)
         b, chunk = self._chunk_length(n)
-        backend = resolve_backend(self.backend)
-        check_choice(self.eigen_solver, "eigen_solver", EIGEN_SOLVERS)
-        check_int(self.kmeans_iter, "kmeans_iter", minimum=1)
-        temperature = _temperature(self)
+        settings = _settings(b, _temperature(self), self.affinity, self.laplacian,
+                             self.eigen_solver, self.backend, self.kmeans_iter)
         u, v = views(X)
+        u, v = u.astype(np.float32, copy=False), v.astype(np.float32, copy=False)
         order = rng.permutation(n)
-        batches, degenerate, chunks = [], 0, 0
-        # The per-chunk linear algebra is small; letting OpenBLAS and torch's OpenMP pool
-        # both spin on the same cores made it twice as slow on a 2-core machine.
-        with threadpool_limits(limits=1, user_api="blas"):
-            for start in range(0, n, chunk):
-                idx = order[start:start + chunk]
-                local, fell_back = spectral_batches(
-                    u[idx], v[idx], b, temperature=temperature, backend=backend,
-                    eigen_solver=self.eigen_solver, random_state=rng,
-                    kmeans_iter=self.kmeans_iter)
-                batches.extend(idx[batch] for batch in local)
-                degenerate += fell_back
-                chunks += 1
+        starts = list(range(0, n, chunk))
+        seeds = rng.integers(2**63, size=len(starts))
+        results = self._cluster_all(u, v, order, starts, chunk, seeds, settings)
+        batches, degenerate = [], 0
+        for start, (local, fell_back) in zip(starts, results, strict=True):
+            idx = order[start:start + chunk]
+            batches.extend(idx[batch] for batch in local)
+            degenerate += fell_back
         if degenerate:
             warnings.warn(
-                f"SpectralBatchSelector: {degenerate} of {chunks} chunk(s) had no structure "
-                "to cluster (equal affinities or a disconnected graph, e.g. collapsed "
-                "embeddings); used a random equal-size partition for them",
+                f"SpectralBatchSelector: {degenerate} of {len(starts)} chunk(s) had no "
+                "structure to cluster (equal affinities or a disconnected graph, e.g. "
+                "collapsed embeddings); used a random equal-size partition for them",
                 DegenerateEmbeddingWarning, stacklevel=4)
         return [batches[i] for i in rng.permutation(len(batches))]
+
+    def _cluster_all(self, u: np.ndarray, v: np.ndarray, order: np.ndarray, starts: list,
+                     chunk: int, seeds: np.ndarray,
+                     settings: _Settings) -> list[tuple[list[np.ndarray], bool]]:
+        """Cluster every chunk: the full chunks in ``n_jobs`` stacks, the shorter last
+        chunk on its own."""
+        full = [i for i, s in enumerate(starts) if len(order[s:s + chunk]) == chunk]
+        n_stacks = min(len(full), effective_n_jobs(self.n_jobs)) or 1
+        groups = [part.tolist() for part in np.array_split(full, n_stacks) if len(part)]
+        groups += [[i] for i in range(len(starts)) if i not in full]
+
+        def stack(group: list[int]) -> tuple[np.ndarray, np.ndarray]:
+            idx = np.stack([order[starts[i]:starts[i] + chunk] for i in group])
+            return u[idx], v[idx]
+
+        jobs = [(*stack(group), [int(seeds[i]) for i in group], settings) for group in groups]
+        outputs = Parallel(n_jobs=self.n_jobs)(delayed(_cluster_chunks)(*job) for job in jobs)
+        results: list = [None] * len(starts)
+        for group, output in zip(groups, outputs, strict=True):
+            for i, result in zip(group, output, strict=True):
+                results[i] = result
+        return results
 
     def _n_batches(self, n, y):
         b, chunk = self._chunk_length(n)
