@@ -2,8 +2,7 @@
 
 Run:  python benchmarks/bench_selectors.py [--sizes 10000 50000] [--quick]
 
-Side by side in one process on the same random unit-norm embeddings (u_i, v_i drawn
-independently, d=128), temperature 0.1, B=32, CPU:
+Side by side in one process, d=128, temperature 0.1, B=32, chunks of 1280:
 
 - "published": the pipeline of the authors' code (krafton-ai/mini-batch-cl, utils.py
   ``sc_even_kb_loose`` / ``sc_naive``) per 1280-point chunk: their affinity, ``exp`` of
@@ -11,13 +10,20 @@ independently, d=128), temperature 0.1, B=32, CPU:
   dense ``linear_sum_assignment`` on the centres repeated B times. Like their code it
   only uses whole chunks (the remainder of n is dropped). It runs in float64, because
   in float32 the ``exp`` of the affinity overflows at this temperature.
-- ``SpectralBatchSelector`` with the exact dense eigensolver (the default) and with the
-  Rayleigh-Ritz approximation, and shuffled batches for reference.
+- ``SpectralBatchSelector`` with its defaults (exp affinity, normalised Laplacian,
+  block Krylov eigensolver), with the exact dense eigensolver, with the Rayleigh-Ritz
+  approximation, and as Alg. 3 is written (affinity w, unnormalised Laplacian, the
+  previous release's default); shuffled batches for reference.
 
-Printed: seconds per epoch of batches, peak extra memory, mean within-batch
-``symmetric_info_nce`` (higher = harder batches), and ratios to the published pipeline.
-Then the other adaptive selectors: OSGD (k=1500, q=150), ScB (n=10,000, B=100) and BcS
-(n=5,000, B=50).
+"hardness" is the mean within-batch ``symmetric_info_nce`` divided by that of shuffled
+batches (higher = harder batches, seed 002 Fig. 3). The embeddings come from
+:func:`skcontrast.datasets.make_paired_embeddings`: clustered (500 centres, noise 0.8,
+so about 2.6 items of a cluster per chunk; where batch choice matters), near-duplicate
+groups of 8, isotropic. The first
+table times one epoch (median of interleaved runs, on the CPU; and with the CuPy
+backend when a GPU is usable); the second compares the affinity and Laplacian choices
+in the three regimes. Then the other adaptive selectors: OSGD (k=1500, q=150), ScB
+(n=10,000, B=100) and BcS (n=5,000, B=50).
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from _harness import fmt_mib, peak_memory_mib, set_threads, table
 
+from skcontrast._backend import cupy_usable
+from skcontrast.datasets import make_paired_embeddings
 from skcontrast.losses import batch_losses
 from skcontrast.selectors import (
     BcSSelector,
@@ -45,12 +53,27 @@ from skcontrast.selectors import (
 )
 
 TEMPERATURE, BATCH, CHUNK, DIM = 0.1, 32, 1280, 128
+VARIANTS = {
+    "spectral (default)": {},
+    "spectral, dense eigh": {"eigen_solver": "dense"},
+    "spectral, ritz": {"eigen_solver": "ritz"},
+    "spectral, Alg. 3 as written": {"affinity": "bound", "laplacian": "unnormalized",
+                                    "eigen_solver": "dense"},
+}
+OPTIONS = {  # affinity x Laplacian, exact eigenvectors
+    "exp(w), normalised": {"eigen_solver": "dense"},
+    "exp(w), unnormalised": {"laplacian": "unnormalized", "eigen_solver": "dense"},
+    "w, normalised": {"affinity": "bound", "eigen_solver": "dense"},
+    "w, unnormalised": {"affinity": "bound", "laplacian": "unnormalized",
+                        "eigen_solver": "dense"},
+}
 
 
-def random_pairs(n: int, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, 2, DIM)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=2, keepdims=True)
+def pairs(n: int, structure: str, seed: int = 0) -> np.ndarray:
+    """500 centres when clustered: about 2.6 items of a cluster in each chunk, at any n."""
+    groups = 500 if structure == "clustered" else None
+    return make_paired_embeddings(n, DIM, structure=structure, n_groups=groups,
+                                  random_state=seed)[0]
 
 
 def published_epoch(X: np.ndarray, seed: int = 0) -> list[np.ndarray]:
@@ -93,34 +116,70 @@ def timed(fn):
     return out, time.perf_counter() - t0
 
 
-def spectral_rows(sizes: list[int], repeats: int) -> list[list[str]]:
+def spectral(X: np.ndarray, backend: str = "scipy", **params) -> list[np.ndarray]:
+    return list(SpectralBatchSelector(BATCH, temperature=TEMPERATURE, backend=backend,
+                                      random_state=0, **params).split(X))
+
+
+def speed_rows(sizes: list[int], structures: list[str], repeats: int) -> list[list[str]]:
     """Median over ``repeats`` interleaved runs: this machine's timings drift by up to 2x."""
     rows = []
-    for n in sizes:
-        X = random_pairs(n)
-        runs = {
-            "published": lambda X=X: published_epoch(X),
-            "spectral (dense)": lambda X=X: list(SpectralBatchSelector(
-                BATCH, temperature=TEMPERATURE, backend="scipy", random_state=0).split(X)),
-            "spectral (ritz)": lambda X=X: list(SpectralBatchSelector(
-                BATCH, temperature=TEMPERATURE, backend="scipy", eigen_solver="ritz",
-                random_state=0).split(X)),
-            "shuffled": lambda X=X: list(ShuffledBatchSelector(BATCH, random_state=0).split(X)),
-        }
-        seconds = {name: [] for name in runs}
-        batches = {}
-        for _ in range(repeats):
+    for structure in structures:
+        for n in sizes:
+            X = pairs(n, structure)
+            runs = {"published": lambda X=X: published_epoch(X)}
+            runs.update({name: lambda X=X, p=params: spectral(X, **p)
+                         for name, params in VARIANTS.items()})
+            runs["shuffled"] = lambda X=X: list(ShuffledBatchSelector(
+                BATCH, random_state=0).split(X))
+            seconds = {name: [] for name in runs}
+            batches = {}
+            for _ in range(repeats):
+                for name, fn in runs.items():
+                    batches[name], elapsed = timed(fn)
+                    seconds[name].append(elapsed)
+            shuffled = mean_loss(X, batches["shuffled"])
+            ref_t = statistics.median(seconds["published"])
+            ref_h = mean_loss(X, batches["published"]) / shuffled
             for name, fn in runs.items():
-                batches[name], elapsed = timed(fn)
-                seconds[name].append(elapsed)
-        results = {name: (statistics.median(seconds[name]), peak_memory_mib(fn),
-                          mean_loss(X, batches[name]), sum(len(b) for b in batches[name]))
-                   for name, fn in runs.items()}
-        ref_t, _, ref_loss, _ = results["published"]
-        for name, (seconds, mem, loss, covered) in results.items():
-            rows.append([f"n={n:,}", name, f"{seconds:8.2f} s", fmt_mib(mem),
-                         f"{loss:.4f}", f"{ref_t / seconds:7.1f}x",
-                         f"{100 * (loss / ref_loss - 1):+6.2f}%", f"{covered:,}"])
+                t = statistics.median(seconds[name])
+                h = mean_loss(X, batches[name]) / shuffled
+                rows.append([structure, f"n={n:,}", name, f"{t:8.2f} s",
+                             fmt_mib(peak_memory_mib(fn)), f"{h:.2f}",
+                             f"{100 * h / ref_h:5.1f}%", f"{ref_t / t:7.1f}x",
+                             f"{sum(len(b) for b in batches[name]):,}"])
+    return rows
+
+
+def gpu_rows(sizes: list[int], structure: str, repeats: int) -> list[list[str]]:
+    """The CuPy backend on the GPU (after one warm-up epoch), when one is usable."""
+    rows = []
+    for n in sizes:
+        X = pairs(n, structure)
+        shuffled = mean_loss(X, list(ShuffledBatchSelector(BATCH, random_state=0).split(X)))
+        for name, params in (("spectral (default)", {}),
+                             ("spectral, dense eigh", {"eigen_solver": "dense"})):
+            spectral(X, backend="cupy", **params)
+            times = []
+            for _ in range(repeats):
+                torch.cuda.synchronize()
+                batches, elapsed = timed(lambda X=X, p=params: spectral(X, backend="cupy", **p))
+                times.append(elapsed)
+            rows.append([structure, f"n={n:,}", name, f"{statistics.median(times):8.3f} s",
+                         f"{mean_loss(X, batches) / shuffled:.2f}"])
+    return rows
+
+
+def option_rows(n: int, structures: list[str]) -> list[list[str]]:
+    """Hardness of the affinity and Laplacian choices, with the published pipeline."""
+    rows = []
+    for structure in structures:
+        X = pairs(n, structure, seed=2)
+        shuffled = mean_loss(X, list(ShuffledBatchSelector(BATCH, random_state=0).split(X)))
+        cells = [structure, f"{mean_loss(X, published_epoch(X)) / shuffled:.2f}"]
+        cells += [f"{mean_loss(X, spectral(X, **p)) / shuffled:.2f}" for p in OPTIONS.values()]
+        cells.append(f"{mean_loss(X, spectral(X)) / shuffled:.2f}")
+        rows.append(cells)
     return rows
 
 
@@ -135,7 +194,7 @@ def other_rows(quick: bool) -> list[list[str]]:
     ]
     rows = []
     for name, n, selector in cases:
-        X = random_pairs(n, seed=1)
+        X = pairs(n, "isotropic", seed=1)
         batches, seconds = timed(lambda X=X, s=selector: list(s.split(X)))
         shuffled = list(ShuffledBatchSelector(selector.batch_size, random_state=0).split(X))
         rows.append([name, f"n={n:,}", f"{seconds:8.2f} s", f"{len(batches)}",
@@ -146,6 +205,9 @@ def other_rows(quick: bool) -> list[list[str]]:
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 50_000])
+    parser.add_argument("--structures", nargs="+", default=["clustered", "isotropic"])
+    parser.add_argument("--options-n", type=int, default=12_800,
+                        help="n of the affinity/Laplacian comparison")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
@@ -153,13 +215,26 @@ def main(argv: list[str] | None = None) -> str:
     set_threads(args.threads)
     warnings.simplefilter("ignore")
     sizes = [2_560] if args.quick else args.sizes
+    repeats = 1 if args.quick else args.repeats
     text = (f"Spectral batch selection, d={DIM}, temperature={TEMPERATURE}, B={BATCH}, "
             f"chunks of {CHUNK}, CPU, {torch.get_num_threads()} threads; median of "
-            f"{1 if args.quick else args.repeats} interleaved run(s)\n")
-    repeats = 1 if args.quick else args.repeats
-    text += table(spectral_rows(sizes, repeats), ["n", "method", "time/epoch", "peak mem",
-                                         "mean loss", "speed-up", "loss vs pub.", "samples"])
-    text += "\n\nOther adaptive selectors (one epoch)\n"
+            f"{repeats} interleaved run(s); hardness = mean batch loss / shuffled's\n")
+    text += table(speed_rows(sizes, args.structures, repeats),
+                  ["embeddings", "n", "method", "time/epoch", "peak mem", "hardness",
+                   "vs pub.", "speed-up", "samples"])
+    if cupy_usable():
+        text += (f"\n\nGPU ({torch.cuda.get_device_name()}), backend='cupy', median of "
+                 f"{repeats} epochs after a warm-up\n")
+        text += table(gpu_rows(sizes, "clustered", repeats),
+                      ["embeddings", "n", "method", "time/epoch", "hardness"])
+    else:
+        text += "\n\n(no usable GPU with CuPy here: the GPU rows are not measured)"
+    n_options = 2_560 if args.quick else args.options_n
+    text += (f"\n\nHardness of the affinity and Laplacian choices (exact eigenvectors), "
+             f"n={n_options:,}\n")
+    text += table(option_rows(n_options, ["clustered", "near_duplicate", "isotropic"]),
+                  ["embeddings", "published", *OPTIONS, "default"])
+    text += "\n\nOther adaptive selectors (one epoch, isotropic embeddings)\n"
     text += table(other_rows(args.quick), ["selector", "n", "time/epoch", "batches",
                                            "mean loss", "shuffled loss"])
     print(text)

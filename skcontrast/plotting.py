@@ -98,6 +98,8 @@ def plot_batch_losses(X: Any, selectors: Mapping[str, Any], ax: Any = None, *,
     scores = {name: score_batches(X, list(selector.split(X, y)), y, loss=loss,
                                   temperature=temperature, **loss_kwargs)
               for name, selector in selectors.items()}
+    # a batch of one sample has no loss (NaN)
+    scores = {name: values[np.isfinite(values)] for name, values in scores.items()}
     edges = np.histogram_bin_edges(np.concatenate(list(scores.values())), bins=bins)
     for name, values in scores.items():
         ax.hist(values, bins=edges, alpha=0.55, label=f"{name} (mean {values.mean():.3f})")

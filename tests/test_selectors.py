@@ -603,3 +603,12 @@ def test_given_batches_are_checked():
         check_corollary_2_1([], [0, 1, 1])
     # a single-sample batch is a legal (edgeless) part of an interaction graph
     assert batch_interaction_graph([[0], [1, 2]], n=3).nnz == 2
+
+
+def test_osgd_ranks_a_single_sample_batch_last():
+    X = embeddings(17, seed=1)  # 17 = 4 x 4 + 1: the partition ends with one sample
+    selector = OSGDSelector(4, k=5, q=4, temperature=0.2, random_state=0)
+    batches = list(selector.split(X))
+    assert [len(b) for b in batches] == [4, 4, 4, 4]  # the singleton scored NaN, dropped
+    scores = selector.score(X, [[0, 1], [2]])
+    assert np.isfinite(scores[0]) and np.isnan(scores[1])

@@ -49,17 +49,25 @@ def score_batches(X: np.ndarray, batches: Any, y: Any = None, *, loss: Any,
 
     Paired embeddings, and single views without labels (each row its own positive), go
     to the paired form of :func:`~skcontrast.losses.batch_losses`; single views with
-    labels ``y`` to its label form.
+    labels ``y`` to its label form. A batch of a single sample has nothing to contrast:
+    its score is NaN (ranked last by OSGD).
     """
     u, v = views(X)
+    batches = list(batches)
+    scorable = [i for i, b in enumerate(batches) if len(b) >= 2]
+    out = np.full(len(batches), np.nan)
+    if not scorable:
+        return out
+    chosen = [batches[i] for i in scorable]
     with torch.no_grad():
         if X.ndim == 2 and y is not None:
-            out = batch_losses(torch.from_numpy(u), batches=batches, y=y, loss=loss,
-                               **loss_kwargs)
+            values = batch_losses(torch.from_numpy(u), batches=chosen, y=y, loss=loss,
+                                  **loss_kwargs)
         else:
-            out = batch_losses(torch.from_numpy(u), torch.from_numpy(v), batches, loss=loss,
-                               **loss_kwargs)
-    return out.cpu().numpy()
+            values = batch_losses(torch.from_numpy(u), torch.from_numpy(v), chosen, loss=loss,
+                                  **loss_kwargs)
+    out[scorable] = values.cpu().numpy()
+    return out
 
 
 def check_index_batches(batches: Any, n: int, *, min_size: int = 0) -> list[np.ndarray]:

@@ -11,6 +11,8 @@ epoch.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import numbers
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -202,11 +204,12 @@ def _operator(u: torch.Tensor, v: torch.Tensor, settings: _Settings) -> tuple[to
     w = pair_affinity(u, v, settings.batch_size, temperature=settings.temperature)
     # in place from here on: the chunks are large and no gradient is needed
     diagonal = w.diagonal(dim1=1, dim2=2)
-    largest = w.amax((1, 2))  # w >= 0 with a zero diagonal
-    diagonal.fill_(torch.inf)
-    smallest = w.amin((1, 2))
-    flat = (largest - smallest <= 1e-6 * largest.clamp_min(1e-30)).cpu().numpy()
+    diagonal.copy_(w[:, 0, 1:2].expand_as(diagonal))  # an off-diagonal value: one pass
+    smallest, largest = torch.aminmax(w.flatten(1), dim=1)  # finds the off-diagonal range
+    spread = (largest - smallest).cpu().numpy()
+    flat = spread <= 1e-6 * np.maximum(largest.cpu().numpy(), 1e-30)
     normalized = settings.laplacian == "normalized"
+    m = w.shape[-1]
     if settings.affinity == "exp":
         diagonal.fill_(-torch.inf)
         if normalized:
@@ -214,11 +217,16 @@ def _operator(u: torch.Tensor, v: torch.Tensor, settings: _Settings) -> tuple[to
             a = w.sub_(half[:, :, None]).sub_(half[:, None, :]).exp_()
         else:
             a = w.sub_(largest[:, None, None]).exp_()
+        # exponents stay above -(spread + log m): below float32's smallest subnormal only
+        # when the spread is large, and only then can entries underflow to zero
+        may_vanish = spread + math.log(m) > 100
     else:
         diagonal.zero_()
         a = w
-    m = a.shape[-1]
-    zeros = ((a == 0).sum((1, 2)) > m).cpu().numpy()  # beyond the m zeros of the diagonal
+        may_vanish = (smallest == 0).cpu().numpy()
+    zeros = np.zeros(len(a), dtype=bool)
+    if may_vanish.any():
+        zeros = ((a == 0).sum((1, 2)) > m).cpu().numpy() & may_vanish  # beyond the diagonal
     degenerate = flat | np.array([bool(zeros[g]) and not _connected(a[g])
                                   for g in range(len(a))], dtype=bool)
     degree = a.sum(2)
@@ -228,6 +236,29 @@ def _operator(u: torch.Tensor, v: torch.Tensor, settings: _Settings) -> tuple[to
         scale = degree.clamp_min(torch.finfo(a.dtype).tiny).rsqrt()
         a.mul_(scale[:, :, None]).mul_(scale[:, None, :])
     return a, degenerate
+
+
+@contextlib.contextmanager
+def _lapack_one_thread() -> Any:
+    """torch's QR and symmetric eigensolver on the CPU give results that depend on its
+    thread count; on one thread, a chunk's batches are the same in every process and
+    for any ``n_jobs`` (the matrix products, the costly part, are thread-independent)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _qr(x: torch.Tensor) -> torch.Tensor:
+    with _lapack_one_thread():
+        return torch.linalg.qr(x).Q
+
+
+def _eigh(x: torch.Tensor) -> torch.Tensor:
+    with _lapack_one_thread():
+        return torch.linalg.eigh(x)[1]
 
 
 def _connected(a: torch.Tensor) -> bool:
@@ -281,7 +312,7 @@ def _krylov_vectors(operator: torch.Tensor, start: torch.Tensor, k: int) -> torc
     (``benchmarks/bench_selectors.py`` reports the hardness against the exact solver
     and the published pipeline).
     """
-    blocks = [torch.linalg.qr(start.to(operator.dtype)).Q]
+    blocks = [_qr(start.to(operator.dtype))]
     images = []
     for step in range(KRYLOV_STEPS + 1):
         image = operator @ blocks[-1]
@@ -291,10 +322,10 @@ def _krylov_vectors(operator: torch.Tensor, start: torch.Tensor, k: int) -> torc
         basis = torch.cat(blocks, 2)
         for _ in range(2):
             image = image - basis @ (basis.transpose(1, 2) @ image)
-        blocks.append(torch.linalg.qr(image).Q)
+        blocks.append(_qr(image))
     basis = torch.cat(blocks, 2)
     projected = basis.transpose(1, 2) @ torch.cat(images, 2)
-    _, small = torch.linalg.eigh(0.5 * (projected + projected.transpose(1, 2)))
+    small = _eigh(0.5 * (projected + projected.transpose(1, 2)))
     return basis @ small.flip(2)[:, :, :k]
 
 
@@ -313,8 +344,8 @@ def _ritz_vectors(operator: torch.Tensor, u: torch.Tensor, v: torch.Tensor, k: i
     basis = torch.cat([ones, u.to(operator.dtype), v.to(operator.dtype)], dim=2)
     if basis.shape[2] < k or basis.shape[2] >= m:
         return _top_eigenvectors(operator, k, backend)
-    q = torch.linalg.qr(basis).Q
-    _, small = torch.linalg.eigh(q.transpose(1, 2) @ operator @ q)
+    q = _qr(basis)
+    small = _eigh(q.transpose(1, 2) @ operator @ q)
     return q @ small.flip(2)[:, :, :k]
 
 
