@@ -5,8 +5,8 @@ Which samples share a mini-batch is a first-class, pluggable choice: batch selec
 the training of the estimators.
 """
 
-from ._estimators import ContrastiveEmbedder, SupConEmbedder
+from ._estimators import AcceleratorCheckpoint, ContrastiveEmbedder, SupConEmbedder
 
 __version__ = "0.1.0"
 
-__all__ = ["ContrastiveEmbedder", "SupConEmbedder", "__version__"]
+__all__ = ["AcceleratorCheckpoint", "ContrastiveEmbedder", "SupConEmbedder", "__version__"]

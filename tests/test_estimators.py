@@ -398,3 +398,14 @@ def test_y_is_ignored_by_contrastive_embedder():
 def test_supcon_requires_y():
     with pytest.raises(ValueError, match="requires y"):
         SupConEmbedder(max_epochs=1).fit(np.zeros((10, 3)), None)
+
+
+def test_a_batch_of_one_sample_is_skipped_with_a_warning():
+    X, _ = make_paired_gaussians(17, 4, random_state=0)  # 17 = 2 x 8 + 1
+    est = ContrastiveEmbedder(n_components=2, hidden_layer_sizes=(4,), max_epochs=3,
+                              batch_size=8, random_state=0)
+    with pytest.warns(UserWarning, match=r"1 batch\(es\) of a single sample .*n=17") as seen:
+        est.fit(X)
+    assert len([w for w in seen if "single sample" in str(w.message)]) == 1  # once per fit
+    assert est.history_[:, "n_batches"] == [2, 2, 2]
+    assert np.isfinite(est.history_[:, "train_loss"]).all()

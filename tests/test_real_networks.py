@@ -353,9 +353,10 @@ def test_mixed_precision_on_the_cpu(digits, precision):
     out = est.transform(X)
     assert out.dtype == np.float32
     reference = ContrastiveEmbedder(module=cnn, temperature=0.01, **SMALL).fit(X)
-    # same start, same batches: low precision changes the numbers but not the course
-    assert est.history_[0, "train_loss"] == pytest.approx(reference.history_[0, "train_loss"],
-                                                          rel=0.05)
+    # same start, same batches: low precision changes the numbers but not the course (the
+    # float16 gradient scaler starts at 2**16 and skips the first, overflowing steps)
+    assert est.history_[0, "train_loss"] == pytest.approx(
+        reference.history_[0, "train_loss"], rel=0.02 if precision == "bfloat16" else 0.15)
     assert (est.net_.grad_scaler_ is not None) == (precision == "float16")
 
 

@@ -1,6 +1,7 @@
 """The scikit-learn estimators (private implementation; import from ``skcontrast``)."""
 
 from ._contrastive import ContrastiveEmbedder
+from ._distributed import AcceleratorCheckpoint
 from ._supcon import SupConEmbedder
 
-__all__ = ["ContrastiveEmbedder", "SupConEmbedder"]
+__all__ = ["AcceleratorCheckpoint", "ContrastiveEmbedder", "SupConEmbedder"]

@@ -68,7 +68,25 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             raise ValueError(f"augmentation must be a callable f(x) or f(x, generator); got "
                              f"{describe(self.augmentation)}")
         check_choice(self.precision, "precision", tuple(PRECISIONS))
+        self._check_accelerator()
         check_int(self.num_workers, "num_workers", minimum=0)
+
+    def _check_accelerator(self) -> None:
+        """An ``accelerate.Accelerator`` whose mixed precision agrees with ``precision``."""
+        accelerator = self.accelerator
+        if accelerator is None:
+            return
+        from ._distributed import PRECISION_OF_ACCELERATE
+
+        if not hasattr(accelerator, "prepare") or not hasattr(accelerator, "backward"):
+            raise ValueError(f"accelerator must be an accelerate.Accelerator or None; got "
+                             f"{describe(accelerator)}")
+        mixed = str(getattr(accelerator, "mixed_precision", "no"))
+        implied = PRECISION_OF_ACCELERATE.get(mixed, mixed)
+        if self.precision != "float32" and self.precision != implied:
+            raise ValueError(f"precision={self.precision!r} disagrees with the accelerator's "
+                             f"mixed_precision={mixed!r}: with an accelerator, set the "
+                             "precision on it (Accelerator(mixed_precision='bf16'))")
 
     def _optimizer(self) -> Any:
         if isinstance(self.optimizer, str):
@@ -120,7 +138,9 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         seeded, so that their initialisation is reproducible from ``random_state``.
         """
         self._check_params()
-        device = resolve_device(self.device)
+        accelerator = self.accelerator
+        device = str(accelerator.device) if accelerator is not None else \
+            resolve_device(self.device)
         seed = self._seed()
         net = getattr(self, "net_", None)
         reuse = self.warm_start and net is not None
@@ -135,7 +155,10 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             torch.manual_seed(seed)
             if reuse:
                 net.labels = labels
-                move_net(net, device)
+                if accelerator is None:
+                    move_net(net, device)
+                else:
+                    net.accelerator = accelerator
                 net.partial_fit(data, None, epochs=self.max_epochs)
             else:
                 factory = EncoderFactory(self.module, spec.views,
@@ -193,13 +216,21 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             "temperature": float(self.temperature),
             "learn_temperature": bool(self.learn_temperature), "lambda_pos": self.lambda_pos,
             "lambda_ent": self.lambda_ent, "loss_params": self.loss_params}.items()}
-        return SelectorNet(
+        kind, placement = SelectorNet, {"device": device}
+        if self.accelerator is not None:
+            from ._distributed import DistributedSelectorNet
+
+            # the accelerator's print shows the table on process 0 only, and only verbose
+            sink = self.accelerator.print if self.verbose else print
+            kind, placement = DistributedSelectorNet, {"accelerator": self.accelerator,
+                                                       "callbacks__print_log__sink": sink}
+        return kind(
             module=factory, criterion=ContrastiveCriterion, optimizer=self._optimizer(),
             lr=self.lr, max_epochs=self.max_epochs, batch_size=DEFAULT_BATCH_SIZE,
             train_split=None, callbacks=callbacks, warm_start=self.warm_start,
-            verbose=self.verbose, device=device, selector=selector, labels=labels,
+            verbose=self.verbose, selector=selector, labels=labels, **placement,
             augmentation=None if self.augmentation is None else Augmentation(self.augmentation),
-            seed=seed, precision=self.precision,
+            seed=seed, precision=self.precision if self.accelerator is None else "float32",
             num_workers=int(self.num_workers), labelled=self._labelled, **criterion,
             **optimizer_params)
 
@@ -211,6 +242,12 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         if (self.loss_params or {}).get("normalize", True):
             out = torch.nn.functional.normalize(out, dim=-1)
         return out.numpy().astype(np.float32, copy=False)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        if state.get("accelerator") is not None:  # a process-local handle
+            state = {**state, "accelerator": None}
+        return state
 
     @property
     def _n_features_out(self) -> int:

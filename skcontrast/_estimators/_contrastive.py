@@ -104,6 +104,14 @@ class ContrastiveEmbedder(BaseEmbedder):
         Hold array training data whole on the training GPU, so that no batch is copied
         from the host; ``'auto'`` does so when it takes at most half the free GPU
         memory. The adaptive selectors' embedding pass always goes batch by batch.
+    accelerator : accelerate.Accelerator or None, default=None
+        Data-parallel training on several processes, GPUs or nodes (launch the script
+        with ``accelerate launch`` or ``torchrun``). The global batch stays the
+        selector's batch: every process trains on its slice of it and the embeddings
+        are gathered, so the loss and the update are those of the whole batch (see the
+        user guide, "Scaling out"). Mixed precision is then the accelerator's
+        (``Accelerator(mixed_precision='bf16')``) and ``device`` is ignored. Not
+        pickled: ``None`` after unpickling.
     device : {'auto', 'cpu', 'cuda'}, default='auto'
     random_state : int or None, default=None
         Seeds the module, the selector (when it has none) and the augmentations;
@@ -153,7 +161,7 @@ class ContrastiveEmbedder(BaseEmbedder):
                  optimizer: Any = "adam", optimizer_params: dict | None = None,
                  view_split: int | None = None, shared_encoder: Any = "auto",
                  augmentation: Any = None, precision: str = "float32", num_workers: int = 0,
-                 data_on_device: Any = False, device: str = "auto",
+                 data_on_device: Any = False, accelerator: Any = None, device: str = "auto",
                  random_state: Any = None, verbose: int = 0, callbacks: list | None = None,
                  warm_start: bool = False) -> None:
         self.module = module
@@ -177,6 +185,7 @@ class ContrastiveEmbedder(BaseEmbedder):
         self.precision = precision
         self.num_workers = num_workers
         self.data_on_device = data_on_device
+        self.accelerator = accelerator
         self.device = device
         self.random_state = random_state
         self.verbose = verbose

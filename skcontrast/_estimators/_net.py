@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -113,7 +114,7 @@ class SelectorBatchSampler(Sampler):
         # A generator: the selection runs at the first batch, not when ``iter`` is called
         # (a multi-worker DataLoader calls ``iter`` twice when it starts).
         for batch in self.net.epoch_batches():
-            yield batch.tolist()
+            yield self.net.local_part(batch).tolist()
 
 
 class DeviceBatches:
@@ -131,7 +132,7 @@ class DeviceBatches:
         return self.net.selector.get_n_splits(len(self.data), self.net.labels)
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        batches = self.net.epoch_batches()
+        batches = [self.net.local_part(b) for b in self.net.epoch_batches()]
         if not batches:
             return
         flat = torch.from_numpy(np.concatenate(batches))
@@ -178,8 +179,17 @@ class SelectorNet(NeuralNet):
 
     # -- data -------------------------------------------------------------------------
 
+    @property
+    def compute_device(self) -> torch.device:
+        """Where the module computes (the accelerator's device in distributed training)."""
+        return torch.device(self.device)
+
     def _on_gpu(self) -> bool:
-        return torch.device(self.device).type == "cuda"
+        return self.compute_device.type == "cuda"
+
+    def local_part(self, batch: np.ndarray) -> np.ndarray:
+        """The rows of a selected batch this process trains on (all of them here)."""
+        return batch
 
     def _loader(self, data: ViewData, batch_sampler: Any) -> DataLoader:
         # Workers load a Dataset's items; array rows are one index away, in this process.
@@ -196,28 +206,44 @@ class SelectorNet(NeuralNet):
             return DeviceBatches(self, dataset)
         return self._loader(dataset, SelectorBatchSampler(self, len(dataset)))
 
-    def inference_batches(self, data: ViewData) -> Any:
-        """Consecutive batches of ``data`` in order (never the whole set on the GPU)."""
-        n = len(data)
-        starts = range(0, n, INFERENCE_BATCH)
-        if data.resident_device is not None:
-            return (data.gather(torch.arange(s, min(s + INFERENCE_BATCH, n),
-                                             device=data.resident_device)) for s in starts)
-        return self._loader(data, [list(range(s, min(s + INFERENCE_BATCH, n)))
-                                   for s in starts])
+    def inference_batches(self, data: ViewData, indices: np.ndarray | None = None) -> Any:
+        """Consecutive batches of ``data`` (or of its rows ``indices``), in order; never the
+        whole set on the GPU at once."""
+        indices = np.arange(len(data)) if indices is None else indices
+        parts = [indices[s:s + INFERENCE_BATCH] for s in range(0, len(indices), INFERENCE_BATCH)]
+        device = data.resident_device
+        if device is not None:
+            return (data.gather(torch.as_tensor(part, device=device)) for part in parts)
+        return self._loader(data, [part.tolist() for part in parts])
 
     def epoch_batches(self) -> list[np.ndarray]:
         """The selector's batches of the next epoch; records the time spent choosing."""
         start = time.perf_counter()
-        if getattr(self.selector, "_adaptive", False):
-            X = self.selection_embeddings()
-        else:
-            X = np.zeros((len(self.training_data), 1), dtype=np.float32)
-        batches = self.selector.epoch_batches(X, self.labels)
+        batches = self.select_batches()
+        lone = [b for b in batches if len(b) < 2]
+        if lone:
+            batches = [b for b in batches if len(b) >= 2]
+            if not self._warned_lone:
+                self._warned_lone = True
+                warnings.warn(
+                    f"the selector made {len(lone)} batch(es) of a single sample in an epoch "
+                    f"(e.g. n={len(self.training_data)} leaves a remainder of 1 after the "
+                    "full batches): one pair has nothing to contrast, so such batches are "
+                    "skipped (a shuffling selector skips a different sample each epoch, a "
+                    "fixed partition always the same); choose a batch size that leaves no "
+                    "remainder of 1, or drop_last=True", UserWarning, stacklevel=2)
         if self.history:
             self.history.record("select_time", time.perf_counter() - start)
             self.history.record("n_batches", len(batches))
         return batches
+
+    def select_batches(self) -> list[np.ndarray]:
+        """Ask the selector (adaptive ones get the current embeddings first)."""
+        if getattr(self.selector, "_adaptive", False):
+            X = self.selection_embeddings()
+        else:
+            X = np.zeros((len(self.training_data), 1), dtype=np.float32)
+        return self.selector.epoch_batches(X, self.labels)
 
     # -- training step ----------------------------------------------------------------
 
@@ -225,16 +251,17 @@ class SelectorNet(NeuralNet):
         dtype = PRECISIONS[self.precision]
         if dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(torch.device(self.device).type, dtype=dtype)
+        return torch.autocast(self.compute_device.type, dtype=dtype)
 
     def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
         super().on_train_begin(net, X=X, y=y, **kwargs)
-        device_type = torch.device(self.device).type
+        self._warned_lone = False
+        device_type = self.compute_device.type
         # A fresh generator per fit call, seeded from the epochs trained so far, so that
         # warm starts (also after unpickling on another device) stay reproducible.
         if self.augmentation is not None:
             state = np.random.SeedSequence([self.seed, 2, len(self.history)])
-            self.augmentation.seed(self.device,
+            self.augmentation.seed(self.compute_device,
                                    int(state.generate_state(1, dtype=np.uint64)[0] % 2**63))
         scaler = getattr(self, "grad_scaler_", None)
         if self.precision != "float16":
@@ -249,7 +276,7 @@ class SelectorNet(NeuralNet):
     def train_step_single(self, batch: Any, **fit_params: Any) -> dict:
         self._set_training(True)
         Xi, yi = batch
-        Xi = to_device(Xi, self.device)
+        Xi = to_device(Xi, self.compute_device)
         if self.augmentation is not None:
             Xi = (self.augmentation(Xi), self.augmentation(Xi))
         with self.autocast():
@@ -320,20 +347,22 @@ class SelectorNet(NeuralNet):
     # -- inference --------------------------------------------------------------------
 
     @torch.no_grad()
-    def embed(self, data: ViewData, view: int | None = None, augment: Any = None) -> torch.Tensor:
+    def embed(self, data: ViewData, view: int | None = None, augment: Any = None,
+              indices: np.ndarray | None = None) -> torch.Tensor:
         """Embeddings of ``data`` in inference mode, batch by batch, on the net's device.
 
         ``view=None`` runs the module's own ``forward`` (both views of pairs); an int
         embeds single-view data with that view's encoder. ``augment`` is applied to each
-        batch on the device first. Returns float32 on the CPU.
+        batch on the device first; ``indices`` restricts the pass to those rows. Returns
+        float32 on the CPU.
         """
-        module = self.module_
+        module = self.inference_module()
         was_training = module.training
         module.eval()
         out = []
         try:
-            for xb, _ in self.inference_batches(data):
-                xb = to_device(xb, self.device)
+            for xb, _ in self.inference_batches(data, indices):
+                xb = to_device(xb, self.compute_device)
                 if augment is not None:
                     xb = augment(xb)
                 with self.autocast():
@@ -345,20 +374,24 @@ class SelectorNet(NeuralNet):
             return torch.empty(0)
         return torch.cat(out).cpu()
 
-    def selection_embeddings(self) -> np.ndarray:
-        """What adaptive selectors look at: current embeddings of the training set.
+    def inference_module(self) -> torch.nn.Module:
+        return self.module_
+
+    def selection_embeddings(self, indices: np.ndarray | None = None) -> np.ndarray:
+        """What adaptive selectors look at: current embeddings of the training set (or of
+        its rows ``indices``).
 
         Paired data gives ``(n, 2, k)``; single views (augmented, or SupCon's) ``(n, k)``,
         from the first view of SupCon's two-crop items.
         """
         data = self.training_data
         if self.labelled:
-            return self.embed(data.select(0), view=0).numpy()
-        return self.embed(data).numpy()
+            return self.embed(data.select(0), view=0, indices=indices).numpy()
+        return self.embed(data, indices=indices).numpy()
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
-        for transient in ("_batch_terms", "training_data"):
+        for transient in ("_batch_terms", "training_data", "_warned_lone"):
             state.pop(transient, None)  # rebuilt by every fit
         return state
 

@@ -1,0 +1,246 @@
+"""Data-parallel training on several processes through Hugging Face Accelerate.
+
+The net mixes skorch's ``AccelerateMixin`` (which prepares the module, criterion and
+optimizer with the ``accelerate.Accelerator``: DDP underneath, mixed precision, device
+placement) into :class:`SelectorNet`, and changes what a step sees so that **the global
+batch is the selector's batch**:
+
+- every process draws the same global batches: the embeddings an adaptive selector
+  looks at are computed shard by shard (each process embeds ``n / world`` rows) and
+  gathered; process 0 selects and broadcasts the batches, the others advance their
+  selector's epoch;
+- each process trains on its own contiguous slice of every global batch (the
+  DataLoader is *not* handed to ``accelerator.prepare``, which would deal whole batches
+  out to the processes instead);
+- the embeddings of the slices are gathered across processes (``all_gather``, own slice
+  kept with its gradient, as open_clip's ``gather_features``), so every process
+  computes the contrastive loss of the whole global batch, and the loss is multiplied
+  by the number of processes before the backward pass: DDP averages the gradients, and
+  the sum of the processes' partial gradients is the gradient of the global batch's
+  loss. The update therefore equals the single-process update on that batch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from skorch.callbacks import Callback
+from skorch.hf import AccelerateMixin
+from skorch.history import History
+
+from .._validation import check_int
+from ._net import SelectorNet, to_device
+
+META = "skcontrast_state.json"
+
+PRECISION_OF_ACCELERATE = {"no": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def _world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+def gather_rows(local: torch.Tensor) -> torch.Tensor:
+    """Rows of every process's ``local``, concatenated in process order.
+
+    Processes may hold different numbers of rows; the own rows keep their autograd
+    history, the others are received without gradient (their process backpropagates
+    through them).
+    """
+    world, rank = _world()
+    if world == 1:
+        return local
+    sizes = torch.tensor([len(local)], device=local.device)
+    all_sizes = [torch.zeros_like(sizes) for _ in range(world)]
+    dist.all_gather(all_sizes, sizes)
+    counts = [int(s) for s in all_sizes]
+    padded = local.new_zeros((max(counts), *local.shape[1:]))
+    padded[:len(local)] = local.detach()
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    parts = [part[:count] for part, count in zip(parts, counts, strict=True)]
+    parts[rank] = local
+    return torch.cat(parts)
+
+
+class DistributedSelectorNet(AccelerateMixin, SelectorNet):
+    """:class:`SelectorNet` trained data-parallel by an ``accelerate.Accelerator``."""
+
+    @property
+    def compute_device(self) -> torch.device:
+        if self.accelerator is None:  # unpickled: the net is a plain, trained one
+            return torch.device(self.device)
+        return torch.device(self.accelerator.device)
+
+    def _initialize_accelerator(self) -> DistributedSelectorNet:
+        # Every process computes the criterion on the whole gathered batch, so it is not
+        # wrapped in DDP (which also refuses modules without trainable parameters); the
+        # gradient of a learned temperature is corrected in train_step_single.
+        criteria, self._criteria = self._criteria, []
+        try:
+            return super()._initialize_accelerator()
+        finally:
+            self._criteria = criteria
+
+    def local_part(self, batch: np.ndarray) -> np.ndarray:
+        world, rank = _world()
+        return np.array_split(batch, world)[rank]
+
+    def get_iterator(self, dataset: Any, training: bool = False) -> Any:
+        # SelectorNet's iterator, not the mixin's: accelerate would shard the batch list
+        return SelectorNet.get_iterator(self, dataset, training=training)
+
+    def inference_module(self) -> torch.nn.Module:
+        if self.accelerator is None:
+            return self.module_
+        return self.accelerator.unwrap_model(self.module_)
+
+    def select_batches(self) -> list[np.ndarray]:
+        """Process 0 selects (on embeddings gathered shard by shard) and broadcasts."""
+        world, rank = _world()
+        if world == 1:
+            return super().select_batches()
+        if getattr(self.selector, "_adaptive", False):
+            n = len(self.training_data)
+            shard = np.array_split(np.arange(n), world)[rank]
+            local = torch.from_numpy(self.selection_embeddings(shard))
+            self._gathered_embeddings = gather_rows(local.to(self.compute_device)).cpu()
+        if rank == 0:
+            batches = super().select_batches()
+        else:  # the same epoch count everywhere, for checkpoints and resumption
+            self.selector.set_epoch(self.selector.current_epoch + 1)
+            batches = None
+        box = [batches]
+        dist.broadcast_object_list(box, src=0)
+        self._gathered_embeddings = None
+        return box[0]
+
+    def selection_embeddings(self, indices: np.ndarray | None = None) -> np.ndarray:
+        gathered = getattr(self, "_gathered_embeddings", None)
+        if indices is None and gathered is not None:
+            return gathered.numpy()
+        return super().selection_embeddings(indices)
+
+    def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
+        self._initialize_accelerator()  # a warm start after unwrapping prepares again
+        super().on_train_begin(net, X=X, y=y, **kwargs)
+
+    def on_train_end(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
+        """Unwrap (the mixin unwraps the module) and hand the accelerator back clean.
+
+        The optimizer is unwrapped too, so that the fitted estimator pickles, and
+        ``accelerator.free_memory()`` drops the accelerator's references to what this
+        fit prepared, as Accelerate asks between two trainings: the next fit (another
+        estimator, or a warm start) then saves and loads checkpoints of its own objects
+        only.
+        """
+        super().on_train_end(net, X=X, y=y, **kwargs)
+        with self._current_init_context("optimizer"):
+            for name in self._optimizers:
+                optimizer = getattr(self, name + "_")
+                setattr(self, name + "_", getattr(optimizer, "optimizer", optimizer))
+        self.accelerator.free_memory()
+
+    def train_step_single(self, batch: Any, **fit_params: Any) -> dict:
+        self._set_training(True)
+        Xi, yi = batch
+        Xi = to_device(Xi, self.compute_device)
+        if self.augmentation is not None:
+            Xi = (self.augmentation(Xi), self.augmentation(Xi))
+        with self.accelerator.autocast():
+            y_pred = self.infer(Xi, **fit_params)
+        loss = self.get_loss(y_pred, yi, X=Xi, training=True)
+        world, _ = _world()
+        self.accelerator.backward(loss * world)
+        for parameter in self.criterion_.parameters():  # not averaged by DDP: undo the scale
+            if parameter.grad is not None:
+                parameter.grad.div_(world)
+        terms = self._batch_terms
+        return {"loss": loss, "y_pred": y_pred, "positive": terms.positive.detach(),
+                "entropy": terms.entropy.detach()}
+
+    def get_loss(self, y_pred: torch.Tensor, y_true: Any, X: Any = None,
+                 training: bool = False) -> torch.Tensor:
+        if y_true is not None:
+            y_true = gather_rows(y_true.to(y_pred.device))
+        return super().get_loss(gather_rows(y_pred.float()), y_true, X=X, training=training)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["accelerator"] = None  # a process-local handle
+        state["device"] = str(self.compute_device)  # where the weights are
+        return state
+
+
+class AcceleratorCheckpoint(Callback):
+    """Save the training state with Accelerate after every epoch, and resume from it.
+
+    ``accelerator.save_state`` stores what the accelerator prepared (the module and the
+    optimizer, and the random number generators of every process); this callback adds
+    the selector's epoch counter and the history, so that a resumed fit draws the very
+    batches the interrupted one would have drawn next (:meth:`BatchSelector.set_epoch`).
+
+    Parameters
+    ----------
+    dirname : str or path
+        Where the state is written (overwritten every ``every`` epochs).
+    every : int, default=1
+    resume : bool, default=False
+        Load the state from ``dirname`` when training starts, if one is there. Give the
+        resumed estimator ``max_epochs`` = the epochs still to train.
+
+    Examples
+    --------
+    >>> from skcontrast import AcceleratorCheckpoint, ContrastiveEmbedder
+    >>> est = ContrastiveEmbedder(callbacks=[AcceleratorCheckpoint("ckpt")])  # doctest: +SKIP
+    """
+
+    def __init__(self, dirname: Any = "skcontrast-checkpoint", every: int = 1,
+                 resume: bool = False) -> None:
+        self.dirname = dirname
+        self.every = every
+        self.resume = resume
+
+    def _require_accelerator(self, net: Any) -> Any:
+        accelerator = getattr(net, "accelerator", None)
+        if accelerator is None:
+            raise ValueError("AcceleratorCheckpoint needs an estimator with accelerator="
+                             "accelerate.Accelerator(...); without one, use warm_start=True "
+                             "or skorch's Checkpoint")
+        return accelerator
+
+    def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
+        accelerator = self._require_accelerator(net)
+        check_int(self.every, "every", minimum=1)
+        meta = Path(self.dirname) / META
+        if not (self.resume and meta.exists()):
+            return
+        accelerator.load_state(str(self.dirname))
+        state = json.loads(meta.read_text())
+        net.selector.set_epoch(state["selector_epoch"])
+        net.history = History(state["history"])
+
+    def on_epoch_end(self, net: Any, **kwargs: Any) -> None:
+        accelerator = self._require_accelerator(net)
+        if len(net.history) % self.every:
+            return
+        accelerator.save_state(str(self.dirname))
+        if accelerator.is_main_process:
+            state = {"selector_epoch": net.selector.current_epoch,
+                     "history": net.history.to_list()}
+            (Path(self.dirname) / META).write_text(json.dumps(state, default=_plain))
+        accelerator.wait_for_everyone()
+
+
+def _plain(value: Any) -> Any:
+    """NumPy scalars in the history as Python numbers, for JSON."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"cannot store {type(value).__name__} in a checkpoint")

@@ -1,0 +1,64 @@
+"""Fit small estimators data-parallel on the processes of a torchrun launch.
+
+    python -m torch.distributed.run --standalone --nproc_per_node=2 \
+        tests/scripts/distributed_fit.py OUT.pt
+
+Every case of CASES is fitted with an ``accelerate.Accelerator`` (gloo on the CPU); the
+checkpoint case trains one epoch with AcceleratorCheckpoint, then resumes for a second
+in a fresh estimator. Process 0 saves the weights and per-batch losses;
+tests/test_distributed.py compares them with single-process fits on the same global
+batches (``fit(case)`` below, without an accelerator).
+"""
+
+import sys
+import tempfile
+
+import torch
+
+from skcontrast import AcceleratorCheckpoint, ContrastiveEmbedder, SupConEmbedder
+from skcontrast.datasets import make_paired_gaussians
+from skcontrast.selectors import OSGDSelector, ShuffledBatchSelector, SpectralBatchSelector
+
+CASES = {
+    "shuffled": {"selector": lambda: ShuffledBatchSelector(16)},
+    "osgd, learned temperature": {"selector": lambda: OSGDSelector(16, k=3, q=2),
+                                  "learn_temperature": True},
+    "supcon, spectral": {"selector": lambda: SpectralBatchSelector(16, chunk_size=64),
+                         "supervised": True},
+}
+
+
+def fit(case: str, accelerator=None, max_epochs: int = 2, callbacks=None):
+    settings = dict(CASES[case])
+    kind = SupConEmbedder if settings.pop("supervised", False) else ContrastiveEmbedder
+    selector = settings.pop("selector")()
+    est = kind(n_components=4, hidden_layer_sizes=(16,), max_epochs=max_epochs, lr=1e-2,
+               selector=selector, random_state=0, device="cpu", accelerator=accelerator,
+               callbacks=callbacks, **settings)
+    X, y = make_paired_gaussians(90, 6, n_clusters=3, random_state=0)
+    return est.fit(X[:, 0], y) if kind is SupConEmbedder else est.fit(X)
+
+
+def summary(est) -> dict:
+    return {"weights": {k: v.detach().cpu().clone()
+                        for k, v in est.net_.module_.state_dict().items()},
+            "temperature": est.temperature_,
+            "losses": [b["train_loss"] for epoch in est.history_ for b in epoch["batches"]],
+            "n_batches": list(est.history_[:, "n_batches"])}
+
+
+if __name__ == "__main__":
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    results = {case: summary(fit(case, accelerator)) for case in CASES}
+    with tempfile.TemporaryDirectory() as scratch:
+        # the same directory on every process (one machine here)
+        box = [scratch]
+        torch.distributed.broadcast_object_list(box, src=0)
+        fit("shuffled", accelerator, 1, [AcceleratorCheckpoint(box[0])])
+        resumed = fit("shuffled", accelerator, 1, [AcceleratorCheckpoint(box[0], resume=True)])
+        results["resumed"] = summary(resumed)
+        accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        torch.save({"world": accelerator.num_processes, "results": results}, sys.argv[1])

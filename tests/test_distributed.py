@@ -1,0 +1,173 @@
+"""Scale-out: data-parallel training with Accelerate (2 CPU processes, gloo), searches and
+sharded selection under Dask."""
+
+import importlib.util
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.model_selection import GridSearchCV
+
+from skcontrast import AcceleratorCheckpoint, ContrastiveEmbedder
+from skcontrast.datasets import make_paired_embeddings, make_paired_gaussians
+from skcontrast.model_selection import BalanceSearchCV
+from skcontrast.selectors import ShuffledBatchSelector, SpectralBatchSelector
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "tests" / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+needs_accelerate = pytest.mark.skipif(importlib.util.find_spec("accelerate") is None,
+                                      reason="needs the 'distributed' extra (accelerate)")
+needs_dask = pytest.mark.skipif(importlib.util.find_spec("distributed") is None,
+                                reason="needs the 'distributed' extra (dask[distributed])")
+
+
+# --------------------------------------------------------------------------------------
+# Accelerate: two processes train like one
+# --------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def two_process_results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp") / "results.pt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get(
+        "PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         str(SCRIPTS / "distributed_fit.py"), str(out)],
+        capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    return torch.load(out, weights_only=False)
+
+
+@needs_accelerate
+@pytest.mark.parametrize("case", ["shuffled", "osgd, learned temperature",
+                                  "supcon, spectral"])
+def test_two_processes_make_the_single_process_update(two_process_results, case):
+    """Each process trains on its half of every global batch; the embeddings are gathered
+    with their gradients, so after two epochs the weights equal those of one process on
+    the same global batches (the adaptive selectors see embeddings gathered shard by
+    shard)."""
+    from distributed_fit import fit, summary
+
+    assert two_process_results["world"] == 2
+    got = two_process_results["results"][case]
+    expected = summary(fit(case))
+    assert got["n_batches"] == expected["n_batches"]
+    np.testing.assert_allclose(got["losses"], expected["losses"], rtol=1e-5)
+    for name, weight in expected["weights"].items():
+        torch.testing.assert_close(got["weights"][name], weight, rtol=1e-5, atol=1e-6)
+    assert got["temperature"] == pytest.approx(expected["temperature"], rel=1e-5)
+
+
+@needs_accelerate
+def test_a_resumed_checkpoint_continues_the_same_training(two_process_results):
+    """One epoch, AcceleratorCheckpoint, a fresh estimator resumed for one more epoch:
+    the weights of two uninterrupted epochs (the selector resumes at epoch 1)."""
+    from distributed_fit import fit, summary
+
+    got = two_process_results["results"]["resumed"]
+    expected = summary(fit("shuffled"))
+    assert got["n_batches"] == expected["n_batches"]
+    for name, weight in expected["weights"].items():
+        torch.testing.assert_close(got["weights"][name], weight, rtol=1e-5, atol=1e-6)
+
+
+@needs_accelerate
+def test_one_process_with_an_accelerator_and_its_errors(tmp_path):
+    from accelerate import Accelerator
+
+    X, _ = make_paired_gaussians(64, 4, random_state=0)
+    params = {"n_components": 3, "hidden_layer_sizes": (8,), "max_epochs": 2,
+              "batch_size": 16, "random_state": 0, "device": "cpu"}
+    accelerator = Accelerator(cpu=True)
+    est = ContrastiveEmbedder(accelerator=accelerator,
+                              callbacks=[AcceleratorCheckpoint(tmp_path / "state")],
+                              **params).fit(X)
+    plain = ContrastiveEmbedder(**params).fit(X)
+    np.testing.assert_allclose(est.transform(X), plain.transform(X), atol=1e-6)
+    assert (tmp_path / "state" / "skcontrast_state.json").exists()
+    restored = pickle.loads(pickle.dumps(est))  # the accelerator is not pickled
+    assert restored.accelerator is None
+    np.testing.assert_array_equal(restored.transform(X), est.transform(X))
+    with pytest.raises(ValueError, match=r"precision='float16' disagrees with the "
+                                         r"accelerator's mixed_precision='no'"):
+        ContrastiveEmbedder(accelerator=accelerator, precision="float16", **params).fit(X)
+    with pytest.raises(ValueError, match=r"accelerator must be an accelerate\.Accelerator"):
+        ContrastiveEmbedder(accelerator="gpu", **params).fit(X)
+    with pytest.raises(ValueError, match="AcceleratorCheckpoint needs an estimator with "
+                                         "accelerator="):
+        ContrastiveEmbedder(callbacks=[AcceleratorCheckpoint(tmp_path / "x")],
+                            **params).fit(X)
+
+
+# --------------------------------------------------------------------------------------
+# Dask: searches and sharded selection on a cluster
+# --------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def dask_client():
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=None)
+    client = distributed.Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
+
+
+def _drop_times(results):
+    return {k: v for k, v in results.items() if "time" not in k}
+
+
+def _assert_same_results(a, b):
+    a, b = _drop_times(a), _drop_times(b)
+    assert a.keys() == b.keys()
+    for key in a:
+        if isinstance(a[key], np.ndarray) and a[key].dtype.kind == "f":
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-6, err_msg=key)
+        else:
+            assert list(a[key]) == list(b[key]), key
+
+
+@needs_dask
+def test_grid_and_balance_searches_under_the_dask_backend(dask_client):
+    from joblib import parallel_backend
+
+    X, _ = make_paired_gaussians(120, 5, random_state=0)
+    flat = X.reshape(len(X), -1)
+    est = ContrastiveEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=2,
+                              selector=ShuffledBatchSelector(16), random_state=0,
+                              device="cpu")
+    grid = {"temperature": [0.1, 0.5], "lambda_ent": [0.5, 1.0]}
+    local = GridSearchCV(est, grid, cv=2, n_jobs=1).fit(flat)
+    with parallel_backend("dask"):
+        remote = GridSearchCV(est, grid, cv=2, n_jobs=-1).fit(flat)
+    _assert_same_results(local.cv_results_, remote.cv_results_)
+    balance = {"estimator": est, "cv": 2, "budget": 5}
+    local = BalanceSearchCV(n_jobs=1, **balance).fit(flat)
+    with parallel_backend("dask"):
+        remote = BalanceSearchCV(n_jobs=-1, **balance).fit(flat)
+    _assert_same_results(local.cv_results_, remote.cv_results_)
+
+
+@needs_dask
+def test_sharded_spectral_selection_is_the_same_for_any_jobs_and_backend(dask_client):
+    from joblib import parallel_backend
+
+    X, _ = make_paired_embeddings(1600, 16, random_state=0)
+    params = {"chunk_size": 320, "temperature": 0.1, "random_state": 3}
+
+    def epochs(**extra):
+        selector = SpectralBatchSelector(32, **params, **extra)
+        return [[b.tolist() for b in selector.split(X)] for _ in range(2)]
+
+    one = epochs(n_jobs=1)
+    assert epochs(n_jobs=2) == one  # loky processes
+    with parallel_backend("dask"):
+        assert epochs(n_jobs=-1) == one  # the Dask workers
