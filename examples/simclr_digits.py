@@ -75,7 +75,7 @@ row("SimCLR, MLP on flat pixels (shift+noise)", mlp.transform(flat_train),
 
 curves = {}
 for precision in ("float32", "bfloat16"):
-    est = ContrastiveEmbedder(module=digit_cnn(32), augmentation=digit_augmentation(),
+    est = ContrastiveEmbedder(module=digit_cnn, augmentation=digit_augmentation(),
                               precision=precision, max_epochs=every, warm_start=True,
                               **common)
     seconds, curve = 0.0, []

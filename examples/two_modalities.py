@@ -35,6 +35,7 @@ from skcontrast.metrics import recall_at_k
 
 WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 N_DISTRACTORS, LENGTH, PAD = 50, 6, 0
+VOCABULARY = len(WORDS) + 1 + N_DISTRACTORS
 
 
 class BagOfWords(nn.Module):
@@ -47,6 +48,11 @@ class BagOfWords(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.head(self.bag(tokens))
+
+
+def text_encoder(n_in: int, n_out: int) -> BagOfWords:
+    """A module factory f(n_in, n_out): built inside fit, after seeding."""
+    return BagOfWords(VOCABULARY, n_out)
 
 
 def captions(labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -76,8 +82,7 @@ tokens = captions(y, np.random.default_rng(0))
 i_train, i_test = train_test_split(np.arange(len(y)), test_size=0.3, random_state=0,
                                    stratify=y)
 X_train = {"image": images[i_train], "text": tokens[i_train]}
-vocabulary = len(WORDS) + 1 + N_DISTRACTORS
-est = ContrastiveEmbedder(module={"image": digit_cnn(32), "text": BagOfWords(vocabulary, 32)},
+est = ContrastiveEmbedder(module={"image": digit_cnn, "text": text_encoder},
                           n_components=32, batch_size=128, max_epochs=epochs,
                           temperature=0.1, lr=3e-3, random_state=0).fit(X_train)
 

@@ -86,7 +86,9 @@ def _gram_figure(results: dict, geometry: Any, args: argparse.Namespace) -> str 
     kind = geometry.reference_for(args.n, args.d)
     reference = geometry.simplex_etf(args.n, args.d) if kind == "etf" else \
         geometry.cross_polytope(args.n, args.d)
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(2.3 * (len(panels) + 1), 2.6))
+    # constrained layout keeps the two-line titles of the square panels inside the figure
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(2.3 * (len(panels) + 1), 2.9),
+                             layout="constrained")
     plot_gram(reference, ax=axes[0], title=kind.replace("_", "-"), colorbar=False)
     for ax, (name, result) in zip(axes[1:], panels, strict=True):
         plot_gram(result.U, result.V, ax=ax, colorbar=False,
@@ -96,7 +98,6 @@ def _gram_figure(results: dict, geometry: Any, args: argparse.Namespace) -> str 
         ax.set_yticks([])
         ax.set_xlabel("")
         ax.set_ylabel("")
-    fig.tight_layout()
     path = out / f"synthetic_gram_N{args.n}_d{args.d}.png"
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -185,7 +185,7 @@ def simclr_digits(epochs: int, seed: int = 0, report: Any = print) -> list[dict]
     flat_train, flat_test = train.reshape(len(train), -1), test.reshape(len(test), -1)
     pca = PCA(SIMCLR_DIM, random_state=seed).fit(flat_train)
     start = time.perf_counter()
-    est = ContrastiveEmbedder(module=digit_cnn(SIMCLR_DIM), augmentation=digit_augmentation(),
+    est = ContrastiveEmbedder(module=digit_cnn, augmentation=digit_augmentation(),
                               n_components=SIMCLR_DIM, batch_size=256, max_epochs=epochs,
                               temperature=0.2, lr=3e-3, random_state=seed).fit(train)
     seconds = time.perf_counter() - start

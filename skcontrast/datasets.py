@@ -214,13 +214,20 @@ def digit_augmentation() -> Any:
         K.RandomGaussianNoise(std=0.1, p=0.5))
 
 
-def digit_cnn(n_components: int = 32) -> torch.nn.Module:
+def digit_cnn(n_in: int = 64, n_out: int = 32) -> torch.nn.Module:
     """A small CNN encoder for the 8x8 digit images: three 3x3 convolutions with batch
     normalisation (one 2x2 max-pool), global average pooling and a two-layer projection
-    head to ``n_components`` (as in SimCLR). About 0.1 M parameters."""
+    head to ``n_out`` dimensions (as in SimCLR). About 0.1 M parameters.
+
+    Its signature is the estimators' module factory ``f(n_in, n_out)``: pass
+    ``module=digit_cnn`` and the estimator builds it after seeding torch from
+    ``random_state`` (so the initial weights are reproducible) with
+    ``n_out = n_components``. ``n_in`` must be 64 (one 8x8 grey image).
+    """
     from torch import nn
 
-    n_components = check_int(n_components, "n_components", minimum=1)
+    check_int(n_in, "n_in", minimum=64, maximum=64)
+    n_components = check_int(n_out, "n_out", minimum=1)
     return nn.Sequential(
         nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
         nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),

@@ -35,9 +35,27 @@ def test_demo_quick_has_every_column_and_beats_the_cca_baseline(tmp_path):
     assert (tmp_path / "table.txt").read_text().startswith(table.splitlines()[0])
 
 
-def test_synthetic_command(tmp_path, capsys):
+def test_synthetic_command(tmp_path, capsys, monkeypatch):
+    from matplotlib.figure import Figure
+
+    saved = []
+    original = Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+        saved.append(fig)
+        return original(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
     code = main(["synthetic", "--n", "4", "--d", "8", "--steps", "20", "--seeds", "1",
                  "--out", str(tmp_path)])
+    [fig] = saved
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    for ax in fig.axes:  # every panel title inside the figure, none cut off at the top
+        box = ax.title.get_window_extent(renderer)
+        assert box.y1 <= fig.bbox.y1 and box.x0 >= fig.bbox.x0 - 1
     out = capsys.readouterr().out
     assert code == 0
     for method in ("full batch", "all C(N,B)", "fixed", "shuffled", "OSGD", "spectral",

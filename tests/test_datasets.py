@@ -71,7 +71,9 @@ def test_digit_images_cnn_and_augmentation():
     assert images.shape == (1797, 1, 8, 8) and images.dtype == np.float32
     np.testing.assert_allclose(images[:, 0], load_digit_views(return_images=True)[2])
     np.testing.assert_array_equal(y, load_digits().target)
-    assert digit_cnn(7)(torch.from_numpy(images[:5])).shape == (5, 7)
+    assert digit_cnn(n_out=7)(torch.from_numpy(images[:5])).shape == (5, 7)
+    with pytest.raises(ValueError, match="n_in must be >= 64"):
+        digit_cnn(32, 7)
     pytest.importorskip("kornia")
     augment = digit_augmentation()
     x = torch.from_numpy(images[:64])

@@ -132,3 +132,45 @@ def test_supcon_with_the_margin_loss():
 def test_bad_input(kwargs, message):
     with pytest.raises(ValueError, match=message):
         BalanceSearchCV(QuadraticInR(), **kwargs).fit(np.zeros((4, 1)))
+
+
+class SeededQuadratic(QuadraticInR):
+    """A positive score (as R-mAP) from QuadraticInR, scaled a little per random_state."""
+
+    def __init__(self, lambda_pos=1.0, lambda_ent=1.0, batch_size=32, random_state=None):
+        super().__init__(lambda_pos, lambda_ent, batch_size)
+        self.random_state = random_state
+
+    def score(self, X, y=None):
+        return math.exp(super().score(X, y) / 100) * (1 - 0.05 * (self.random_state or 0))
+
+
+def test_searches_compared_at_equal_budget():
+    from skcontrast.model_selection import balance_searches, best_levels, search_curves
+
+    bounds = {"lambda_pos": (1e-2, 1e2), "lambda_ent": (1e-2, 1e2)}
+    searches = balance_searches(SeededQuadratic(), bounds=bounds, budget=9, seeds=(0, 1),
+                                starts={"centre": None, "corner": {"lambda_pos": 50.0,
+                                                                   "lambda_ent": 0.02}})
+    assert list(searches) == ["BalanceSearchCV, centre", "BalanceSearchCV, corner",
+                              "GridSearchCV", "RandomizedSearchCV"]
+    assert all(len(runs) == 2 for runs in searches.values())
+    assert [s.estimator.random_state for s in searches["GridSearchCV"]] == [0, 1]
+    curves = search_curves(searches, np.zeros((8, 1)))
+    for c in curves.values():
+        assert c.curves.shape == (2, 9)
+        assert (np.diff(c.curves, axis=1) >= 0).all()  # best so far never decreases
+    grid = curves["GridSearchCV"]
+    by_hand = np.maximum.accumulate(searches["GridSearchCV"][1].cv_results_["mean_test_score"])
+    np.testing.assert_allclose(grid.curves[1], by_hand)
+    mean, std = grid.auc(4)
+    assert mean == pytest.approx(grid.curves[:, :4].mean(1).mean())
+    assert std == pytest.approx(grid.curves[:, :4].mean(1).std())
+    levels = best_levels(curves)
+    assert levels.shape == (2,)
+    assert levels[1] == pytest.approx(0.95 * max(c.curves[1, -1] for c in curves.values()))
+    best = max(curves.values(), key=lambda c: c.curves[:, -1].sum())
+    first = [np.argmax(best.curves[r] >= levels[r]) + 1 for r in range(2)]
+    assert best.runs_to_reach(levels) == pytest.approx(np.mean(first))
+    assert 1 <= np.mean(first) <= 9
+    assert grid.runs_to_reach(np.inf) == np.inf

@@ -554,3 +554,15 @@ def test_cuda_training_with_and_without_resident_data(digits, data_on_device):
                                  augmentation=GaussianNoise(0.05), **SMALL).fit(images)
     assert single.net_.augmentation.generator.device.type == "cuda"
     assert single.transform(images).shape == (96, 4)
+
+
+def test_kornia_augmentations_on_a_factory_built_cnn_are_reproducible(digits):
+    """kornia draws from torch's global generator, which fit seeds (in a forked state);
+    a module factory is built after seeding, so the whole fit is reproducible."""
+    pytest.importorskip("kornia")
+    from skcontrast.datasets import digit_augmentation, digit_cnn
+
+    images, _, _ = digits
+    fits = [ContrastiveEmbedder(module=digit_cnn, augmentation=digit_augmentation(),
+                                **SMALL).fit(images) for _ in range(2)]
+    np.testing.assert_array_equal(fits[0].transform(images), fits[1].transform(images))
