@@ -2,9 +2,12 @@
 
 import os
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
+
+from skcontrast.selectors import BatchSelector
 
 # Bounded, derandomised examples keep CI fast and free of flakiness; use
 # HYPOTHESIS_PROFILE=dev locally for a deeper search.
@@ -22,3 +25,24 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 
 CUDA = torch.cuda.is_available()
 requires_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU; none is usable here")
+
+
+class RecordingSelector(BatchSelector):
+    """Delegates to another selector and keeps, per epoch, the shape of what it was shown
+    (``shapes_``) and the batches it chose (``seen_``)."""
+
+    def __init__(self, inner=None):
+        self.inner = inner
+
+    @property
+    def _adaptive(self):
+        return self.inner._adaptive
+
+    def epoch_batches(self, X, y=None, groups=None):
+        batches = self.inner.epoch_batches(X, y, groups)
+        self.shapes_ = [*getattr(self, "shapes_", []), np.shape(X)]
+        self.seen_ = [*getattr(self, "seen_", []), [b.tolist() for b in batches]]
+        return batches
+
+    def _n_batches(self, n, y):
+        return self.inner.get_n_splits(n, y)

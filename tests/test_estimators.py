@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from conftest import RecordingSelector
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LogisticRegression
@@ -19,7 +20,6 @@ from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast.datasets import GaussianNoise, load_digit_views, make_paired_gaussians
 from skcontrast.metrics import get_scorer
 from skcontrast.selectors import (
-    BatchSelector,
     BcSSelector,
     BindingSelector,
     ExhaustiveBatchSelector,
@@ -89,25 +89,6 @@ def test_exhaustive_selector_on_a_tiny_problem():
     est = ContrastiveEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=1,
                               selector=ExhaustiveBatchSelector(2), random_state=0).fit(X)
     assert est.history_[-1, "n_batches"] == 28
-
-
-class RecordingSelector(BatchSelector):
-    """Delegates to another selector and keeps a copy of every epoch's batches."""
-
-    def __init__(self, inner=None):
-        self.inner = inner
-
-    @property
-    def _adaptive(self):
-        return self.inner._adaptive
-
-    def epoch_batches(self, X, y=None, groups=None):
-        batches = self.inner.epoch_batches(X, y, groups)
-        self.seen_ = [*getattr(self, "seen_", []), [b.tolist() for b in batches]]
-        return batches
-
-    def _n_batches(self, n, y):
-        return self.inner.get_n_splits(n, y)
 
 
 class BatchRows(Callback):

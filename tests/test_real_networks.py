@@ -9,7 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from conftest import requires_cuda
+from conftest import RecordingSelector, requires_cuda
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV
 from skorch.helper import SliceDataset, SliceDict
@@ -18,7 +18,7 @@ from torch.utils.data import Dataset, IterableDataset
 
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast.datasets import GaussianNoise, load_digit_views
-from skcontrast.selectors import BatchSelector, BindingSelector, OSGDSelector, ShuffledBatchSelector
+from skcontrast.selectors import BindingSelector, OSGDSelector, ShuffledBatchSelector
 
 SMALL = {"n_components": 4, "max_epochs": 2, "batch_size": 16, "random_state": 0}
 
@@ -231,24 +231,6 @@ def test_supcon_with_a_single_class_is_an_error():
 # --------------------------------------------------------------------------------------
 # Datasets
 # --------------------------------------------------------------------------------------
-
-class RecordingSelector(BatchSelector):
-    """Delegates to another selector and keeps what the selector was shown."""
-
-    def __init__(self, inner=None):
-        self.inner = inner
-
-    @property
-    def _adaptive(self):
-        return self.inner._adaptive
-
-    def epoch_batches(self, X, y=None, groups=None):
-        self.shapes_ = [*getattr(self, "shapes_", []), np.shape(X)]
-        return self.inner.epoch_batches(X, y, groups)
-
-    def _n_batches(self, n, y):
-        return self.inner.get_n_splits(n, y)
-
 
 def test_a_dataset_of_pairs_trains_like_the_array(digits):
     images, y, _ = digits
