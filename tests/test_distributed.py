@@ -106,6 +106,37 @@ def test_one_process_with_an_accelerator_and_its_errors(tmp_path):
                             **params).fit(X)
 
 
+BF16_THROUGH_ACCELERATE = """
+import numpy as np
+from accelerate import Accelerator
+from skcontrast import ContrastiveEmbedder
+from skcontrast.datasets import make_paired_gaussians
+
+X, _ = make_paired_gaussians(128, 6, random_state=0)
+params = dict(n_components=3, hidden_layer_sizes=(16,), max_epochs=3, batch_size=32,
+              random_state=0, device="cpu")
+accelerated = ContrastiveEmbedder(accelerator=Accelerator(cpu=True, mixed_precision="bf16"),
+                                  **params).fit(X)
+autocast = ContrastiveEmbedder(precision="bfloat16", **params).fit(X)
+a, b = (np.array(e.history_[:, "train_loss"]) for e in (accelerated, autocast))
+assert np.isfinite(a).all() and a[-1] < a[0], a
+np.testing.assert_allclose(a, b, rtol=1e-6)
+print("ok")
+"""
+
+
+@needs_accelerate
+def test_mixed_precision_goes_through_the_accelerator():
+    """Accelerator(mixed_precision='bf16') trains as precision='bfloat16' does without
+    one. Accelerate's state is per process and cannot change once set, hence the
+    subprocess."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get(
+        "PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", BF16_THROUGH_ACCELERATE],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
 # --------------------------------------------------------------------------------------
 # Dask: searches and sharded selection on a cluster
 # --------------------------------------------------------------------------------------
