@@ -34,7 +34,7 @@ from skorch.hf import AccelerateMixin
 from skorch.history import History
 
 from .._validation import check_int
-from ._net import SelectorNet, to_device
+from ._net import SelectorNet
 
 META = "skcontrast_state.json"
 
@@ -82,7 +82,7 @@ class DistributedSelectorNet(AccelerateMixin, SelectorNet):
     def _initialize_accelerator(self) -> DistributedSelectorNet:
         # Every process computes the criterion on the whole gathered batch, so it is not
         # wrapped in DDP (which also refuses modules without trainable parameters); the
-        # gradient of a learned temperature is corrected in train_step_single.
+        # gradient of a learned temperature is corrected in backward.
         criteria, self._criteria = self._criteria, []
         try:
             return super()._initialize_accelerator()
@@ -148,23 +148,19 @@ class DistributedSelectorNet(AccelerateMixin, SelectorNet):
                 setattr(self, name + "_", getattr(optimizer, "optimizer", optimizer))
         self.accelerator.free_memory()
 
-    def train_step_single(self, batch: Any, **fit_params: Any) -> dict:
-        self._set_training(True)
-        Xi, yi = batch
-        Xi = to_device(Xi, self.compute_device)
-        if self.augmentation is not None:
-            Xi = (self.augmentation(Xi), self.augmentation(Xi))
-        with self.accelerator.autocast():
-            y_pred = self.infer(Xi, **fit_params)
-        loss = self.get_loss(y_pred, yi, X=Xi, training=True)
+    # SelectorNet's step (augmentation, terms for the history) over AccelerateMixin's,
+    # with the accelerator's autocast and backward through the hooks below
+    train_step_single = SelectorNet.train_step_single
+
+    def training_autocast(self) -> Any:
+        return self.accelerator.autocast()
+
+    def backward(self, loss: torch.Tensor) -> None:
         world, _ = _world()
         self.accelerator.backward(loss * world)
         for parameter in self.criterion_.parameters():  # not averaged by DDP: undo the scale
             if parameter.grad is not None:
                 parameter.grad.div_(world)
-        terms = self._batch_terms
-        return {"loss": loss, "y_pred": y_pred, "positive": terms.positive.detach(),
-                "entropy": terms.entropy.detach()}
 
     def get_loss(self, y_pred: torch.Tensor, y_true: Any, X: Any = None,
                  training: bool = False) -> torch.Tensor:

@@ -279,16 +279,24 @@ class SelectorNet(NeuralNet):
         Xi = to_device(Xi, self.compute_device)
         if self.augmentation is not None:
             Xi = (self.augmentation(Xi), self.augmentation(Xi))
-        with self.autocast():
+        with self.training_autocast():
             y_pred = self.infer(Xi, **fit_params)
         loss = self.get_loss(y_pred, yi, X=Xi, training=True)
+        self.backward(loss)
+        terms = self._batch_terms
+        return {"loss": loss, "y_pred": y_pred, "positive": terms.positive.detach(),
+                "entropy": terms.entropy.detach()}
+
+    def training_autocast(self) -> Any:
+        """The mixed-precision context of the training forward pass."""
+        return self.autocast()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backpropagate a training step's loss (through the float16 grad scaler)."""
         if self.grad_scaler_ is not None:
             self.grad_scaler_.scale(loss).backward()
         else:
             loss.backward()
-        terms = self._batch_terms
-        return {"loss": loss, "y_pred": y_pred, "positive": terms.positive.detach(),
-                "entropy": terms.entropy.detach()}
 
     def train_step(self, batch: Any, **fit_params: Any) -> dict:
         scaler = self.grad_scaler_
