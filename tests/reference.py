@@ -163,3 +163,118 @@ def lower_bound(U, V, t, B):
             total += math.log(1 + (B - 1) * math.exp(a_ij))
             total += math.log(1 + (B - 1) * math.exp(b_ij))
     return total / (B * (B - 1))
+
+
+# --------------------------------------------------------------------------------------
+# Memories: re-derivations in float64 torch (autograd for the gradients), anchor by anchor
+# --------------------------------------------------------------------------------------
+
+class LibAUCGCLossV1:
+    """LibAUC 2.0.1's ``GCLoss_v1`` (SogCLR, one process, no iSogCLR) re-derived in float64.
+
+    Its update, read from ``libauc/losses/contrastive.py``: inputs are L2-normalised; for
+    anchor ``a_i`` of view 1 (and likewise view 2) the negatives are the ``2(B-1)`` rows
+    of both views other than ``i``; ``u_i`` (one per sample) is mixed with weight
+    ``gamma`` (1 while the batch's ``u`` are all zero, until ``adjust_gamma`` runs with an
+    epoch > 0) and the two views' values are averaged into the store; the loss is
+    ``-s_pos + sum_j w_j s_j / (2(B-1))`` with detached ``w_j = exp(s_j/tau) / u_i``,
+    summed over the two views and averaged over the ``B`` samples.
+    """
+
+    def __init__(self, n, tau, gamma=0.9, gamma_schedule="constant", gamma_decay_epochs=-1):
+        self.u = [0.0] * n
+        self.tau = tau
+        self.gamma_min = gamma
+        self.gamma = 1.0
+        self.schedule = gamma_schedule
+        self.decay_epochs = gamma_decay_epochs
+
+    def adjust_gamma(self, epoch):
+        if self.schedule == "constant":
+            self.gamma = 1.0 if epoch == 0 else self.gamma_min
+        elif epoch < self.decay_epochs:
+            self.gamma = (1 - self.gamma_min) * 0.5 * (
+                1 + math.cos(math.pi * epoch / self.decay_epochs)) + self.gamma_min
+        else:
+            self.gamma = self.gamma_min
+
+    def __call__(self, h1, h2, index):
+        import torch
+
+        h1 = h1 / h1.norm(dim=1, keepdim=True)
+        h2 = h2 / h2.norm(dim=1, keepdim=True)
+        b = len(h1)
+        index = [int(i) for i in index]
+        if self.schedule == "constant" and self.gamma > self.gamma_min:
+            gamma = 1.0 if sum(self.u[i] for i in index) == 0 else self.gamma_min
+        else:
+            gamma = self.gamma
+        total = torch.zeros((), dtype=h1.dtype)
+        mixed = [[0.0, 0.0] for _ in range(b)]
+        for view, (a, other) in enumerate(((h1, h2), (h2, h1))):
+            for i in range(b):
+                negatives = [a[i] @ other[j] for j in range(b) if j != i]
+                negatives += [a[i] @ a[j] for j in range(b) if j != i]
+                g = sum(math.exp(float(s.detach()) / self.tau) for s in negatives) / (2 * (b - 1))
+                u_i = (1 - gamma) * self.u[index[i]] + gamma * g
+                mixed[i][view] = u_i
+                weighted = sum((math.exp(float(s.detach()) / self.tau) / u_i) * s
+                               for s in negatives)
+                total = total - a[i] @ other[i] + weighted / (2 * (b - 1))
+        for i in range(b):
+            self.u[index[i]] = (mixed[i][0] + mixed[i][1]) / 2
+        return total / b
+
+
+def xbm_queue(batches_of_rows, size):
+    """The contents of a FIFO of ``size`` slots after enqueuing each batch of rows in turn:
+    a list of (slot, row) with the slot a row was written to, oldest writes overwritten."""
+    slots = {}
+    pointer = 0
+    for rows in batches_of_rows:
+        for row in rows:
+            slots[pointer] = row
+            pointer = (pointer + 1) % size
+    return slots
+
+
+def memory_supcon(anchors, keys, self_slots, bank, bank_keys, t, decoupled=False):
+    """Mean over anchors with a positive of SupCon's anchor loss against a memory bank
+    (dict slot -> (embedding, key)), the anchor's own slot left out; float64 torch."""
+    import torch
+
+    total, counted = torch.zeros((), dtype=anchors.dtype), 0
+    for a in range(len(anchors)):
+        z = anchors[a] / anchors[a].norm()
+        others = [s for s in bank if s != self_slots[a]]
+        positives = [s for s in others if bank_keys[s] == keys[a]]
+        if not positives:
+            continue
+        unit = {s: bank[s] / bank[s].norm() for s in others}
+        logits = {s: z @ unit[s] / t for s in others}
+        summed = [s for s in others if not (decoupled and s in positives)]
+        lse_a = torch.logsumexp(torch.stack([logits[s] for s in summed]), 0)
+        total = total + lse_a - sum(logits[s] for s in positives) / len(positives)
+        counted += 1
+    return total / max(counted, 1)
+
+
+def memory_margin(anchors, keys, self_slots, bank, bank_keys, m, averaging="separate"):
+    """Contrastive margin loss (Euclidean, q=1) of anchors against a memory bank."""
+    import torch
+
+    pos, neg = [], []
+    for a in range(len(anchors)):
+        z = anchors[a] / anchors[a].norm()
+        for s in bank:
+            if s == self_slots[a]:
+                continue
+            d = (z - bank[s] / bank[s].norm()).norm()
+            if bank_keys[s] == keys[a]:
+                pos.append(d)
+            else:
+                neg.append(torch.relu(m - d))
+    zero = torch.zeros((), dtype=anchors.dtype)
+    if averaging == "anchor":
+        return (sum(pos, zero) + sum(neg, zero)) / len(anchors)
+    return sum(pos, zero) / max(len(pos), 1) + sum(neg, zero) / max(len(neg), 1)

@@ -47,12 +47,14 @@ def two_process_results(tmp_path_factory):
 
 @needs_accelerate
 @pytest.mark.parametrize("case", ["shuffled", "osgd, learned temperature",
-                                  "supcon, spectral"])
+                                  "supcon, spectral", "sogclr, learned temperature",
+                                  "xbm, supcon"])
 def test_two_processes_make_the_single_process_update(two_process_results, case):
     """Each process trains on its half of every global batch; the embeddings are gathered
     with their gradients, so after two epochs the weights equal those of one process on
     the same global batches (the adaptive selectors see embeddings gathered shard by
-    shard)."""
+    shard). A memory is updated from the gathered batch and its dataset indices, so its
+    state is the single-process state on every process."""
     from distributed_fit import fit, summary
 
     assert two_process_results["world"] == 2
@@ -63,19 +65,34 @@ def test_two_processes_make_the_single_process_update(two_process_results, case)
     for name, weight in expected["weights"].items():
         torch.testing.assert_close(got["weights"][name], weight, rtol=1e-5, atol=1e-6)
     assert got["temperature"] == pytest.approx(expected["temperature"], rel=1e-5)
+    assert_same_memory(got["memory"], expected["memory"])
+
+
+def assert_same_memory(got, expected):
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        if isinstance(value, torch.Tensor):
+            torch.testing.assert_close(got[name], value, rtol=1e-6, atol=1e-6)
+        else:
+            assert got[name] == value
 
 
 @needs_accelerate
 def test_a_resumed_checkpoint_continues_the_same_training(two_process_results):
     """One epoch, AcceleratorCheckpoint, a fresh estimator resumed for one more epoch:
-    the weights of two uninterrupted epochs (the selector resumes at epoch 1)."""
+    the weights of two uninterrupted epochs (the selector resumes at epoch 1), with the
+    learned temperature and the memory restored."""
     from distributed_fit import fit, summary
 
-    got = two_process_results["results"]["resumed"]
-    expected = summary(fit("shuffled"))
-    assert got["n_batches"] == expected["n_batches"]
-    for name, weight in expected["weights"].items():
-        torch.testing.assert_close(got["weights"][name], weight, rtol=1e-5, atol=1e-6)
+    for case, resumed in (("shuffled", "resumed"),
+                          ("sogclr, learned temperature", "resumed with memory")):
+        got = two_process_results["results"][resumed]
+        expected = summary(fit(case))
+        assert got["n_batches"] == expected["n_batches"]
+        for name, weight in expected["weights"].items():
+            torch.testing.assert_close(got["weights"][name], weight, rtol=1e-5, atol=1e-6)
+        assert got["temperature"] == pytest.approx(expected["temperature"], rel=1e-5)
+        assert_same_memory(got["memory"], expected["memory"])
 
 
 @needs_accelerate

@@ -13,7 +13,8 @@ from sklearn.utils.validation import check_is_fitted
 from skorch.callbacks import PassthroughScoring, ProgressBar
 
 from .._validation import check_choice, check_int, check_positive, describe, plain_label
-from ..selectors import BatchSelector, ShuffledBatchSelector
+from ..memory import BaseMemory
+from ..selectors import BatchSelector, FullBatchSelector, ShuffledBatchSelector
 from ..selectors._base import resolve_seed
 from ._data import InputSpec, TensorViews, ViewData, with_labels
 from ._modules import ContrastiveCriterion, EncoderFactory
@@ -64,6 +65,9 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         if self.selector is not None and not isinstance(self.selector, BatchSelector):
             raise ValueError(f"selector must be a BatchSelector from skcontrast.selectors; "
                              f"got {describe(self.selector)}")
+        if self.memory is not None and not isinstance(self.memory, BaseMemory):
+            raise ValueError(f"memory must be None or a memory from skcontrast.memory "
+                             f"(SogCLRMemory, CrossBatchMemory); got {describe(self.memory)}")
         if self.augmentation is not None and not callable(self.augmentation):
             raise ValueError(f"augmentation must be a callable f(x) or f(x, generator); got "
                              f"{describe(self.augmentation)}")
@@ -148,6 +152,11 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             raise ValueError(f"warm_start continues the fitted network, which needs input "
                              f"of the same form and view shapes as before; got {spec}, "
                              f"fitted on {self.input_spec_}")
+        if reuse and net.memory_state is not None and net.memory_state.n_samples != len(data):
+            raise ValueError(f"warm_start continues the fitted memory, which remembers "
+                             f"{net.memory_state.n_samples} samples by their index; got X with "
+                             f"{len(data)} samples. Warm-start on the same training set, or "
+                             "set warm_start=False to start afresh")
         data = with_labels(self._place(data, device), loss_labels)
         cuda = torch.device(device).type == "cuda"
         devices = [torch.device(device).index or 0] if cuda else []
@@ -164,7 +173,8 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                 factory = EncoderFactory(self.module, spec.views,
                                          tuple(self.hidden_layer_sizes), self.n_components,
                                          shared)
-                net = self._make_net(factory, labels, device, seed, len(data))
+                net = self._make_net(factory, labels, device, seed, len(data),
+                                     spec.items_paired)
                 net.fit(data, None)
         self.net_ = net
         self.input_spec_ = spec
@@ -198,8 +208,13 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         return data.to(target)
 
     def _make_net(self, factory: EncoderFactory, labels: Any, device: str, seed: int,
-                  n: int) -> SelectorNet:
+                  n: int, items_paired: bool) -> SelectorNet:
         selector = self._fitting_selector(seed, n)
+        if self.memory is not None:
+            batch = nominal_batch_size(selector, n)
+            if batch is not None:  # pairs and two crops add two embeddings per item
+                paired = not self._labelled or items_paired or self.augmentation is not None
+                self.memory.check_batch_rows(batch * (2 if paired else 1))
         callbacks: list[Any] = [
             ("train_positive", PassthroughScoring(name="train_positive", on_train=True)),
             ("train_entropy", PassthroughScoring(name="train_entropy", on_train=True)),
@@ -215,7 +230,8 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             "loss": self.loss, "labelled": self._labelled,
             "temperature": float(self.temperature),
             "learn_temperature": bool(self.learn_temperature), "lambda_pos": self.lambda_pos,
-            "lambda_ent": self.lambda_ent, "loss_params": self.loss_params}.items()}
+            "lambda_ent": self.lambda_ent, "loss_params": self.loss_params,
+            "memory": self.memory, "n_samples": n}.items()}
         kind, placement = SelectorNet, {"device": device}
         if self.accelerator is not None:
             from ._distributed import DistributedSelectorNet
@@ -261,6 +277,17 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         # initialisation, selector, augmentations and data order are all seeded).
         tags.non_deterministic = False
         return tags
+
+
+def nominal_batch_size(selector: BatchSelector, n: int) -> int | None:
+    """The batch size a selector is set to (``n`` for the full batch), if it says."""
+    if isinstance(selector, FullBatchSelector):
+        return n
+    params = selector.get_params()
+    for key in ("batch_size", "base_selector__batch_size"):
+        if isinstance(params.get(key), numbers.Integral):
+            return min(int(params[key]), n)
+    return None
 
 
 def warn_single_member_classes(y_codes: np.ndarray, classes: np.ndarray, convention: str) -> None:

@@ -79,6 +79,14 @@ class ContrastiveEmbedder(BaseEmbedder):
     selector : BatchSelector or None, default=None
         Which pairs share a batch; ``None`` is ``ShuffledBatchSelector(min(64, n))``. Adaptive
         selectors whose ``temperature``/``loss`` are ``None`` use the estimator's.
+    memory : SogCLRMemory, CrossBatchMemory or None, default=None
+        What each training batch's loss remembers from earlier batches
+        (:mod:`skcontrast.memory`): SogCLR's moving-average estimate of every sample's
+        negative term, or a cross-batch queue of embeddings (XBM). Its state is built
+        in ``fit`` from the dataset indices of the batches, lives with the fitted net
+        (pickled with it, kept by ``warm_start`` on the same training set, started
+        afresh by a new ``fit`` or a ``clone``); the user's object is never changed.
+        Tunable by ``GridSearchCV`` as ``memory__gamma``, ``memory__size``, ...
     max_epochs : int, default=20
     lr : float, default=1e-3
     optimizer : {'adam', 'adamw', 'sgd'} or torch.optim.Optimizer class, default='adam'
@@ -157,7 +165,8 @@ class ContrastiveEmbedder(BaseEmbedder):
                  temperature: float = 0.1, learn_temperature: bool = False,
                  lambda_pos: float | None = None, lambda_ent: float | None = None,
                  loss_params: dict | None = None, batch_size: int | None = None,
-                 selector: Any = None, max_epochs: int = 20, lr: float = 1e-3,
+                 selector: Any = None, memory: Any = None, max_epochs: int = 20,
+                 lr: float = 1e-3,
                  optimizer: Any = "adam", optimizer_params: dict | None = None,
                  view_split: int | None = None, shared_encoder: Any = "auto",
                  augmentation: Any = None, precision: str = "float32", num_workers: int = 0,
@@ -175,6 +184,7 @@ class ContrastiveEmbedder(BaseEmbedder):
         self.loss_params = loss_params
         self.batch_size = batch_size
         self.selector = selector
+        self.memory = memory
         self.max_epochs = max_epochs
         self.lr = lr
         self.optimizer = optimizer

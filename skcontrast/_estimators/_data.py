@@ -10,8 +10,12 @@ look like), and :func:`read_input` checks later input (``transform``, ``score``)
 that spec. Training, inference and the adaptive selectors' embedding pass all iterate
 over a :class:`ViewData`, so they never branch on the form.
 
-A batch of a :class:`ViewData` is ``(views, labels)``: ``views`` is a tensor (one view)
-or a tuple of two tensors (two views), ``labels`` a tensor or ``None``.
+A batch of a :class:`ViewData` is a :class:`Batch` ``(views, labels, index)``: ``views``
+is a tensor (one view) or a tuple of two tensors (two views), ``labels`` a tensor or
+``None``, and ``index`` the dataset indices of the selected batch, so that whatever keeps
+per-sample state across batches (:mod:`skcontrast.memory`) knows which samples it sees.
+The indices travel with the rows they describe, through DataLoader workers and
+prefetching, instead of through a side channel that could fall out of step.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -85,16 +89,46 @@ class InputSpec:
 # Datasets
 # --------------------------------------------------------------------------------------
 
+class Batch(NamedTuple):
+    """One training or inference batch.
+
+    ``views`` and ``labels`` hold the rows this process works on; ``index`` holds the
+    dataset indices of the whole selected batch, in the selector's order. In
+    data-parallel training every process trains on a slice of the batch, and the
+    embeddings gathered from all processes come back in that same order, so ``index``
+    describes the gathered batch on every process.
+    """
+
+    views: Any
+    labels: torch.Tensor | None
+    index: torch.Tensor
+
+
+class Selection(NamedTuple):
+    """What a batch sampler hands the dataset: the ``rows`` to fetch here, and the whole
+    selected ``batch`` they are part of (the same, except in data-parallel training)."""
+
+    rows: list[int]
+    batch: np.ndarray
+
+
+def _rows_and_batch(indices: Any) -> tuple[list[int], np.ndarray]:
+    if isinstance(indices, Selection):
+        return [int(i) for i in indices.rows], np.asarray(indices.batch, dtype=np.int64)
+    rows = [int(i) for i in indices]
+    return rows, np.asarray(rows, dtype=np.int64)
+
+
 class ViewData(Dataset):
     """Items of one or two views (and optional labels), fetched a batch at a time."""
 
     labels: torch.Tensor | None
 
-    def __getitems__(self, indices: Sequence[int]) -> tuple[Any, Any]:
+    def __getitems__(self, indices: Sequence[int] | Selection) -> Batch:
         raise NotImplementedError
 
     def __getitem__(self, i: int) -> tuple[Any, Any]:
-        views, labels = self.__getitems__([i])
+        views, labels, _ = self.__getitems__([i])
         views = tuple(v[0] for v in views) if isinstance(views, tuple) else views[0]
         return views, None if labels is None else labels[0]
 
@@ -124,15 +158,18 @@ class TensorViews(ViewData):
     def __len__(self) -> int:
         return len(next(v for v in self.views if v is not None))
 
-    def __getitems__(self, indices: Any) -> tuple[Any, Any]:
-        index = torch.as_tensor(indices, dtype=torch.long, device=self.views[0].device)
-        return self.gather(index)
+    def __getitems__(self, indices: Any) -> Batch:
+        rows, batch = _rows_and_batch(indices)
+        device = self.views[0].device
+        return self.gather(torch.as_tensor(rows, dtype=torch.long, device=device),
+                           torch.from_numpy(batch).to(device))
 
-    def gather(self, index: torch.Tensor) -> tuple[Any, Any]:
-        """The batch at ``index`` (a long tensor on the data's device)."""
-        xs = tuple(v[index] for v in self.views)
-        labels = None if self.labels is None else self.labels[index]
-        return (xs if len(xs) > 1 else xs[0]), labels
+    def gather(self, rows: torch.Tensor, batch: torch.Tensor | None = None) -> Batch:
+        """The ``rows`` (a long tensor on the data's device) of the selected ``batch``
+        (default: the rows are the whole batch)."""
+        xs = tuple(v[rows] for v in self.views)
+        labels = None if self.labels is None else self.labels[rows]
+        return Batch(xs if len(xs) > 1 else xs[0], labels, rows if batch is None else batch)
 
     def select(self, view: int) -> TensorViews:
         if self.views[view] is None:
@@ -171,8 +208,8 @@ class ItemViews(ViewData):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitems__(self, indices: Any) -> tuple[Any, Any]:
-        indices = [int(i) for i in indices]
+    def __getitems__(self, indices: Any) -> Batch:
+        indices, batch = _rows_and_batch(indices)
         fetch = getattr(self.dataset, "__getitems__", None)
         items = fetch(indices) if fetch is not None else [self.dataset[i] for i in indices]
         columns = [[] for _ in range(2 if self.spec.items_paired else 1)]
@@ -188,7 +225,7 @@ class ItemViews(ViewData):
         if self.pick is not None:
             xs = (xs[self.pick],)
         labels = None if self.labels is None else self.labels[torch.as_tensor(indices)]
-        return (xs if len(xs) > 1 else xs[0]), labels
+        return Batch(xs if len(xs) > 1 else xs[0], labels, torch.from_numpy(batch))
 
     def select(self, view: int) -> ItemViews:
         if not self.spec.items_paired:

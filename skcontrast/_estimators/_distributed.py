@@ -37,6 +37,7 @@ from .._validation import check_int
 from ._net import SelectorNet
 
 META = "skcontrast_state.json"
+CRITERION = "skcontrast_criterion.pt"
 
 PRECISION_OF_ACCELERATE = {"no": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -85,9 +86,11 @@ class DistributedSelectorNet(AccelerateMixin, SelectorNet):
         # gradient of a learned temperature is corrected in backward.
         criteria, self._criteria = self._criteria, []
         try:
-            return super()._initialize_accelerator()
+            super()._initialize_accelerator()
         finally:
             self._criteria = criteria
+        self.criterion_.to(self.accelerator.device)  # its temperature and memory state
+        return self
 
     def local_part(self, batch: np.ndarray) -> np.ndarray:
         world, rank = _world()
@@ -163,10 +166,12 @@ class DistributedSelectorNet(AccelerateMixin, SelectorNet):
                 parameter.grad.div_(world)
 
     def get_loss(self, y_pred: torch.Tensor, y_true: Any, X: Any = None,
-                 training: bool = False) -> torch.Tensor:
+                 training: bool = False, index: torch.Tensor | None = None) -> torch.Tensor:
+        # ``index`` already describes the gathered global batch (see ._data.Batch)
         if y_true is not None:
             y_true = gather_rows(y_true.to(y_pred.device))
-        return super().get_loss(gather_rows(y_pred.float()), y_true, X=X, training=training)
+        return super().get_loss(gather_rows(y_pred.float()), y_true, X=X, training=training,
+                                index=index)
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
@@ -181,7 +186,9 @@ class AcceleratorCheckpoint(Callback):
     ``accelerator.save_state`` stores what the accelerator prepared (the module and the
     optimizer, and the random number generators of every process); this callback adds
     the selector's epoch counter and the history, so that a resumed fit draws the very
-    batches the interrupted one would have drawn next (:meth:`BatchSelector.set_epoch`).
+    batches the interrupted one would have drawn next (:meth:`BatchSelector.set_epoch`),
+    and the loss module's state: a learned temperature and the memory
+    (:mod:`skcontrast.memory`), identical on every process.
 
     Parameters
     ----------
@@ -222,6 +229,9 @@ class AcceleratorCheckpoint(Callback):
         state = json.loads(meta.read_text())
         net.selector.set_epoch(state["selector_epoch"])
         net.history = History(state["history"])
+        criterion = torch.load(Path(self.dirname) / CRITERION, map_location="cpu",
+                               weights_only=True)
+        net.criterion_.load_state_dict(criterion)
 
     def on_epoch_end(self, net: Any, **kwargs: Any) -> None:
         accelerator = self._require_accelerator(net)
@@ -232,6 +242,7 @@ class AcceleratorCheckpoint(Callback):
             state = {"selector_epoch": net.selector.current_epoch,
                      "history": net.history.to_list()}
             (Path(self.dirname) / META).write_text(json.dumps(state, default=_plain))
+            torch.save(net.criterion_.state_dict(), Path(self.dirname) / CRITERION)
         accelerator.wait_for_everyone()
 
 

@@ -143,11 +143,16 @@ class ContrastiveCriterion(nn.Module):
     with labels, or ``(B, 2, k)`` (two augmented views of each row), whose rows are then
     stacked and their labels repeated. A learnable temperature is held as
     ``log_temperature`` so that it stays positive; it is floored at 0.01.
+
+    With a ``memory`` (:mod:`skcontrast.memory`), training batches (``remember=True``,
+    with the dataset ``index`` of their items) go through its state, ``memory_state``,
+    a submodule, so that it is pickled and moved with the criterion.
     """
 
     def __init__(self, loss: Any, *, labelled: bool, temperature: float,
                  learn_temperature: bool, lambda_pos: float | None,
-                 lambda_ent: float | None, loss_params: dict | None) -> None:
+                 lambda_ent: float | None, loss_params: dict | None, memory: Any = None,
+                 n_samples: int | None = None) -> None:
         super().__init__()
         self.loss = loss
         self.labelled = labelled
@@ -162,6 +167,7 @@ class ContrastiveCriterion(nn.Module):
         for name, value in (("lambda_pos", lambda_pos), ("lambda_ent", lambda_ent)):
             if value is not None:
                 self.kwargs[name] = value
+        self.memory_state = None if memory is None else memory.build(n_samples, loss)
 
     @property
     def temperature(self) -> Any:
@@ -169,8 +175,19 @@ class ContrastiveCriterion(nn.Module):
             return self.log_temperature.exp().clamp_min(MIN_TEMPERATURE)
         return self.fixed_temperature
 
-    def forward(self, embeddings: torch.Tensor, y: torch.Tensor | None = None) -> LossTerms:
+    def forward(self, embeddings: torch.Tensor, y: torch.Tensor | None = None,
+                index: torch.Tensor | None = None, remember: bool = False) -> LossTerms:
         kwargs = {"temperature": self.temperature, **self.kwargs}
+        if remember and self.memory_state is not None:
+            structure = "pairs" if not self.labelled else (
+                "crops" if embeddings.ndim == 3 else "single")
+            return self.memory_state(
+                lambda **extra: self._batch_terms(embeddings, y, {**kwargs, **extra}),
+                embeddings, y, index, structure=structure, options=kwargs)
+        return self._batch_terms(embeddings, y, kwargs)
+
+    def _batch_terms(self, embeddings: torch.Tensor, y: torch.Tensor | None,
+                     kwargs: dict) -> LossTerms:
         if self.named:
             kwargs["return_terms"] = True
         if self.labelled:

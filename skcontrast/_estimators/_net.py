@@ -35,7 +35,7 @@ from skorch import NeuralNet
 from skorch.utils import TeeGenerator
 from torch.utils.data import DataLoader, Sampler
 
-from ._data import ItemViews, TensorViews, ViewData
+from ._data import Batch, ItemViews, Selection, TensorViews, ViewData
 
 INFERENCE_BATCH = 1024
 PRECISIONS = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -114,7 +114,7 @@ class SelectorBatchSampler(Sampler):
         # A generator: the selection runs at the first batch, not when ``iter`` is called
         # (a multi-worker DataLoader calls ``iter`` twice when it starts).
         for batch in self.net.epoch_batches():
-            yield self.net.local_part(batch).tolist()
+            yield Selection(self.net.local_part(batch).tolist(), batch)
 
 
 class DeviceBatches:
@@ -131,17 +131,22 @@ class DeviceBatches:
     def __len__(self) -> int:
         return self.net.selector.get_n_splits(len(self.data), self.net.labels)
 
-    def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        batches = [self.net.local_part(b) for b in self.net.epoch_batches()]
+    def __iter__(self) -> Iterator[Batch]:
+        batches = self.net.epoch_batches()
         if not batches:
             return
-        flat = torch.from_numpy(np.concatenate(batches))
+        rows = [self.net.local_part(b) for b in batches]
+        sliced = any(r is not b for r, b in zip(rows, batches, strict=True))
+        flat = torch.from_numpy(np.concatenate(batches + rows if sliced else batches))
         device = self.data.resident_device
         if device.type == "cuda":
             flat = flat.pin_memory()
         index = flat.to(device, non_blocking=True)
-        for part in index.split([len(b) for b in batches]):
-            yield self.data.gather(part)
+        total = sum(map(len, batches))
+        whole = index[:total].split([len(b) for b in batches])
+        parts = index[total:].split([len(r) for r in rows]) if sliced else whole
+        for part, batch in zip(parts, whole, strict=True):
+            yield self.data.gather(part, batch)
 
 
 class SelectorNet(NeuralNet):
@@ -269,19 +274,32 @@ class SelectorNet(NeuralNet):
         elif scaler is None or scaler._device != device_type:
             self.grad_scaler_ = torch.amp.GradScaler(device_type)
 
+    def on_epoch_begin(self, net: Any, dataset_train: Any = None, dataset_valid: Any = None,
+                       **kwargs: Any) -> None:
+        super().on_epoch_begin(net, dataset_train=dataset_train, dataset_valid=dataset_valid,
+                               **kwargs)
+        memory = self.memory_state
+        if memory is not None:  # e.g. SogCLR's schedule of gamma counts epochs
+            memory.set_epoch(len(self.history) - 1)
+
+    @property
+    def memory_state(self) -> Any:
+        """The memory's state (:mod:`skcontrast.memory`) inside the criterion, or None."""
+        return getattr(getattr(self, "criterion_", None), "memory_state", None)
+
     def on_train_end(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
         super().on_train_end(net, X=X, y=y, **kwargs)
         self.training_data = None
 
     def train_step_single(self, batch: Any, **fit_params: Any) -> dict:
         self._set_training(True)
-        Xi, yi = batch
+        Xi, yi, index = batch
         Xi = to_device(Xi, self.compute_device)
         if self.augmentation is not None:
             Xi = (self.augmentation(Xi), self.augmentation(Xi))
         with self.training_autocast():
             y_pred = self.infer(Xi, **fit_params)
-        loss = self.get_loss(y_pred, yi, X=Xi, training=True)
+        loss = self.get_loss(y_pred, yi, X=Xi, training=True, index=index)
         self.backward(loss)
         terms = self._batch_terms
         return {"loss": loss, "y_pred": y_pred, "positive": terms.positive.detach(),
@@ -315,10 +333,13 @@ class SelectorNet(NeuralNet):
         return step
 
     def get_loss(self, y_pred: torch.Tensor, y_true: Any, X: Any = None,
-                 training: bool = False) -> torch.Tensor:
+                 training: bool = False, index: torch.Tensor | None = None) -> torch.Tensor:
+        """The criterion's loss; a training batch with its dataset ``index`` also goes
+        through the memory (:mod:`skcontrast.memory`), if any."""
         if y_true is not None:
             y_true = y_true.to(y_pred.device, non_blocking=True)
-        terms = self.criterion_(y_pred.float(), y_true)
+        terms = self.criterion_(y_pred.float(), y_true, index=index,
+                                remember=training and index is not None)
         self._batch_terms = terms
         return terms.loss
 
@@ -336,7 +357,7 @@ class SelectorNet(NeuralNet):
             self.notify("on_batch_begin", batch=batch, training=training)
             step = step_fn(batch, **fit_params)
             values = torch.stack([step["loss"].detach(), step["positive"], step["entropy"]])
-            sizes.append(batch_length(batch[0]))
+            sizes.append(batch_length(batch.views))
             if per_batch:
                 self._record_batch(values.tolist(), sizes[-1], prefix, -1)
             else:
@@ -369,8 +390,8 @@ class SelectorNet(NeuralNet):
         module.eval()
         out = []
         try:
-            for xb, _ in self.inference_batches(data, indices):
-                xb = to_device(xb, self.compute_device)
+            for batch in self.inference_batches(data, indices):
+                xb = to_device(batch.views, self.compute_device)
                 if augment is not None:
                     xb = augment(xb)
                 with self.autocast():

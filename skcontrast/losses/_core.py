@@ -182,6 +182,26 @@ def scale_terms(terms: LossTerms, factor: Any) -> LossTerms:
     return LossTerms(*(t * factor for t in terms))
 
 
+def estimate_entropy(lse: torch.Tensor, count: int, denominator: Any) -> torch.Tensor:
+    """Each anchor's entropy term: the mini-batch log-sum-exp ``lse`` over its ``count``
+    candidates, or what ``denominator(lse, count)`` makes of it.
+
+    ``denominator`` is the hook through which an estimator that looks beyond the batch
+    (:class:`skcontrast.memory.SogCLRMemory`) replaces the mini-batch estimate; it
+    receives ``lse`` in the loss's own anchor order and returns a tensor of its shape.
+    """
+    if denominator is None:
+        return lse
+    if not callable(denominator):
+        raise ValueError(f"denominator must be None or a callable f(lse, count); got "
+                         f"{describe(denominator)}")
+    out = denominator(lse, count)
+    if not isinstance(out, torch.Tensor) or out.shape != lse.shape:
+        raise ValueError(f"denominator must return a tensor of shape {tuple(lse.shape)}; "
+                         f"got {describe(out)}")
+    return out
+
+
 def finish(terms: LossTerms, return_terms: bool) -> torch.Tensor | LossTerms:
     """What a public loss returns: the loss alone, or the full :class:`LossTerms`."""
     return terms if return_terms else terms.loss

@@ -25,6 +25,7 @@ from ._core import (
     check_loss_options,
     check_views,
     combine_last,
+    estimate_entropy,
     finish,
     reduce_terms,
     similarity,
@@ -44,7 +45,7 @@ def _one_sided_terms(u: torch.Tensor, v: torch.Tensor,
 
 def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
              lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
-             return_terms: bool = False) -> torch.Tensor | LossTerms:
+             return_terms: bool = False, denominator: Any = None) -> torch.Tensor | LossTerms:
     r"""One-sided InfoNCE loss :math:`\mathcal{L}(U, V)` (seed 000, Eq. 3).
 
     For anchor :math:`u_i` the positive is :math:`v_i` and the negatives are the other
@@ -70,6 +71,10 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
         Over the ``B`` anchors of each batch; ``'none'`` returns shape ``(..., B)``.
     return_terms : bool, default=False
         Return a :class:`LossTerms` ``(loss, positive, entropy)`` instead of the loss.
+    denominator : callable or None, default=None
+        ``f(lse, count)``: replaces each anchor's mini-batch log-sum-exp ``lse`` (over
+        its ``count`` candidates) by another estimate of the log-denominator, e.g. the
+        moving average of :class:`skcontrast.memory.SogCLRMemory`.
 
     Returns
     -------
@@ -87,6 +92,7 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
     u, v = check_views(u, v, normalize=normalize)
     positive, entropy = _one_sided_terms(u, v, temperature)
+    entropy = estimate_entropy(entropy, u.shape[-2], denominator)
     terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
                          reduction=reduction)
     return finish(terms, return_terms)
@@ -95,7 +101,8 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
 def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
                        lambda_ent: float = 1.0, normalize: bool = True,
                        reduction: str = "mean", directions: str = "sum",
-                       return_terms: bool = False) -> torch.Tensor | LossTerms:
+                       return_terms: bool = False,
+                       denominator: Any = None) -> torch.Tensor | LossTerms:
     r"""Symmetric contrastive loss :math:`\mathcal{L}^{con} = \mathcal{L}(U,V) + \mathcal{L}(V,U)`.
 
     Seed 000, Eq. 1-2 and Eq. 4 (seed 002, Eq. 2): the loss of CLIP, each direction an
@@ -108,6 +115,8 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
         The paired embeddings (see :func:`info_nce`).
     temperature, lambda_pos, lambda_ent, normalize, return_terms
         As in :func:`info_nce`.
+    denominator : callable or None, default=None
+        As in :func:`info_nce`; ``lse`` has shape ``(..., 2, B)`` (the directions first).
     reduction : {'mean', 'sum', 'none'}, default='mean'
         Over the ``B`` anchors *within* each direction. ``'none'`` returns per-anchor
         losses of shape ``(..., 2, B)``: index 0 holds the anchors ``u_i`` of
@@ -127,8 +136,9 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
     u, v = check_views(u, v, normalize=normalize)
     pos_uv, ent_uv = _one_sided_terms(u, v, temperature)
     pos_vu, ent_vu = _one_sided_terms(v, u, temperature)
-    terms = reduce_terms(torch.stack([pos_uv, pos_vu], dim=-2),
-                         torch.stack([ent_uv, ent_vu], dim=-2), lambda_pos=lambda_pos,
+    entropy = estimate_entropy(torch.stack([ent_uv, ent_vu], dim=-2), u.shape[-2],
+                               denominator)
+    terms = reduce_terms(torch.stack([pos_uv, pos_vu], dim=-2), entropy, lambda_pos=lambda_pos,
                          lambda_ent=lambda_ent, reduction=reduction)
     if reduction != "none":
         terms = combine_last(terms, directions)
@@ -152,7 +162,7 @@ def _partner_mask(b: int, device: torch.device) -> torch.Tensor:
 
 def nt_xent(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
             lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
-            return_terms: bool = False) -> torch.Tensor | LossTerms:
+            return_terms: bool = False, denominator: Any = None) -> torch.Tensor | LossTerms:
     r"""NT-Xent, the 2B-way loss of SimCLR (Chen et al., 2020; seed 004 "SimCLR").
 
     The ``2B`` rows of ``[u; v]`` are all anchors; an anchor's positive is its partner
@@ -170,8 +180,9 @@ def nt_xent(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     ----------
     u, v : array-like of shape (..., B, d)
         The paired embeddings (see :func:`info_nce`).
-    temperature, lambda_pos, lambda_ent, normalize, return_terms
-        As in :func:`info_nce`.
+    temperature, lambda_pos, lambda_ent, normalize, return_terms, denominator
+        As in :func:`info_nce` (``lse`` has shape ``(..., 2B)``, over ``2B - 1``
+        candidates).
     reduction : {'mean', 'sum', 'none'}, default='mean'
         Over the ``2B`` anchors; ``'none'`` returns shape ``(..., 2B)`` (the ``u``
         anchors first).
@@ -181,12 +192,12 @@ def nt_xent(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     torch.Tensor or LossTerms
     """
     return _two_view_loss(u, v, temperature, lambda_pos, lambda_ent, normalize, reduction,
-                          return_terms, decoupled=False)
+                          return_terms, denominator, decoupled=False)
 
 
 def dcl(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
         lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
-        return_terms: bool = False) -> torch.Tensor | LossTerms:
+        return_terms: bool = False, denominator: Any = None) -> torch.Tensor | LossTerms:
     r"""Decoupled contrastive loss (Yeh et al., 2022; seed 004 "DCL").
 
     :func:`nt_xent` with the positive removed from the denominator, which removes the
@@ -197,21 +208,26 @@ def dcl(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
         \ell_a = -z_a^\top z_{p(a)}/\tau
                  + \log \sum_{b \ne a,\, b \ne p(a)} e^{z_a^\top z_b/\tau}
 
-    Parameters and returns are those of :func:`nt_xent`.
+    Parameters and returns are those of :func:`nt_xent` (each anchor has ``2B - 2``
+    candidates). With :class:`skcontrast.memory.SogCLRMemory` this is SogCLR's global
+    contrastive loss (LibAUC's ``GCLoss_v1``).
     """
     return _two_view_loss(u, v, temperature, lambda_pos, lambda_ent, normalize, reduction,
-                          return_terms, decoupled=True)
+                          return_terms, denominator, decoupled=True)
 
 
 def _two_view_loss(u: Any, v: Any, temperature: Any, lambda_pos: float, lambda_ent: float,
-                   normalize: bool, reduction: str, return_terms: bool,
+                   normalize: bool, reduction: str, return_terms: bool, denominator: Any,
                    decoupled: bool) -> torch.Tensor | LossTerms:
     """NT-Xent, or DCL (``decoupled``: the positive left out of the denominator)."""
     check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
     u, v = check_views(u, v, normalize=normalize)
     z, positive = _two_view(u, v, temperature)
-    exclude = _partner_mask(u.shape[-2], u.device) if decoupled else None
-    terms = reduce_terms(positive, gram_logsumexp(z, temperature, exclude=exclude),
+    b = u.shape[-2]
+    exclude = _partner_mask(b, u.device) if decoupled else None
+    entropy = estimate_entropy(gram_logsumexp(z, temperature, exclude=exclude),
+                               2 * b - 2 if decoupled else 2 * b - 1, denominator)
+    terms = reduce_terms(positive, entropy,
                          lambda_pos=lambda_pos, lambda_ent=lambda_ent, reduction=reduction)
     return finish(terms, return_terms)
 

@@ -13,26 +13,23 @@ from ._core import (
     check_loss_options,
     class_codes,
     class_sums,
+    estimate_entropy,
     eye_mask,
     finish,
-    maybe_normalize,
     reduce_terms,
-    safe_sqrt,
     scale_terms,
-    similarity,
-    squared_distances,
 )
 from ._gram import gram_logsumexp
+from ._references import AVERAGING_MODES, average_margin_terms, margin_pair_terms
 
 NO_POSITIVE_CONVENTIONS = ("exclude", "zero")
-AVERAGING_MODES = ("separate", "global")
 DISTANCES = ("euclidean", "cosine")
 
 
 def supcon(z: Any, y: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
            lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
            base_temperature: float | None = None, anchors_without_positives: str = "exclude",
-           return_terms: bool = False) -> torch.Tensor | LossTerms:
+           return_terms: bool = False, denominator: Any = None) -> torch.Tensor | LossTerms:
     r"""Supervised contrastive loss (Khosla et al., 2020), as the batch loss of seed 003 Eq. 3.
 
     For anchor :math:`i` with :math:`P(i)` the other rows of its class,
@@ -68,6 +65,10 @@ def supcon(z: Any, y: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
         does; ``'zero'`` counts it as a zero in the mean, as the reference
         implementation of Khosla et al. does. The two agree for ``reduction='sum'``.
         If no anchor of a batch has a positive, its loss is 0.
+    denominator : callable or None, default=None
+        ``f(lse, count)``: replaces each anchor's log-sum-exp over its ``B - 1``
+        candidates (shape ``(..., B)``) by another estimate, e.g. the moving average of
+        :class:`skcontrast.memory.SogCLRMemory`.
 
     Returns
     -------
@@ -85,7 +86,7 @@ def supcon(z: Any, y: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     has_positive = (n_positives > 0).to(z.dtype)
     # sum_{j in P(i)} h_i.h_j / tau from the class sums: no B x B label mask is needed
     positive = -(scaled * (class_sum - z)).sum(-1) / n_positives.clamp_min(1)
-    entropy = gram_logsumexp(z, temperature)
+    entropy = estimate_entropy(gram_logsumexp(z, temperature), z.shape[-2] - 1, denominator)
     exclude = anchors_without_positives == "exclude"
     terms = reduce_terms(positive * has_positive, entropy * has_positive,
                          lambda_pos=lambda_pos, lambda_ent=lambda_ent, reduction=reduction,
@@ -121,7 +122,7 @@ def contrastive_margin(z: Any, y: Any, *, margin: float = 0.5, temperature: Any 
         :math:`\tau^{-q}` — a convenience that makes every loss accept ``temperature``.
     lambda_pos, lambda_ent : float, default=1.0
         Balance weights (seed 001, Eq. 5).
-    averaging : {'separate', 'global'}, default='separate'
+    averaging : {'separate', 'global', 'anchor'}, default='separate'
         ``'separate'``: :math:`\bar\ell_p` is the mean over :math:`\mathcal{P}` and
         :math:`\bar\ell_e` the mean over :math:`\mathcal{E}` (Eq. 7), so the balance does
         not depend on the batch size. ``'global'``: one mean over
@@ -129,7 +130,11 @@ def contrastive_margin(z: Any, y: Any, *, margin: float = 0.5, temperature: Any 
         :math:`|\mathcal{P}|/(|\mathcal{P}|+|\mathcal{E}|)` and
         :math:`|\mathcal{E}|/(|\mathcal{P}|+|\mathcal{E}|)` — with two instances per class
         exactly :math:`\lambda_p = 1/(b-1)`, :math:`\lambda_e = 1 - 1/(b-1)` (Sec. 4.1),
-        which then multiply ``lambda_pos`` and ``lambda_ent``.
+        which then multiply ``lambda_pos`` and ``lambda_ent``. ``'anchor'``: the sums
+        over :math:`\mathcal{P}` and :math:`\mathcal{E}` divided by the number of
+        anchors ``b``, the convention of the cross-batch-memory authors' code (set-up S1
+        of seed 001 App. E), under which the entropy weight grows with the number of
+        negatives.
     distance : {'euclidean', 'cosine'}, default='euclidean'
         :math:`d_{ij}`: Euclidean distance, or cosine distance :math:`1 - \cos`.
     power : int, default=1
@@ -150,26 +155,11 @@ def contrastive_margin(z: Any, y: Any, *, margin: float = 0.5, temperature: Any 
     if isinstance(power, bool) or not isinstance(power, int) or power < 1:
         raise ValueError(f"power must be a positive integer; got {power!r}")
     z, y = check_labelled(z, y, normalize=normalize)
-    if distance == "euclidean":
-        dist = safe_sqrt(squared_distances(z, z))
-    else:
-        unit = maybe_normalize(z, True)
-        dist = 1 - similarity(unit, unit, 1.0)
-    dist = dist / temperature
     self_mask = eye_mask(z.shape[-2], z.device)
     same_class = y[..., :, None] == y[..., None, :]
-    pos_mask = same_class & ~self_mask
-    neg_mask = ~same_class
-    pos_terms = dist.pow(power) * pos_mask
-    neg_terms = torch.relu(margin / temperature - dist).pow(power) * neg_mask
-    n_pos = pos_mask.sum((-1, -2)).to(z.dtype)
-    n_neg = neg_mask.sum((-1, -2)).to(z.dtype)
-    positive = pos_terms.sum((-1, -2)) / n_pos.clamp_min(1)
-    entropy = neg_terms.sum((-1, -2)) / n_neg.clamp_min(1)
-    if averaging == "separate":
-        weight_pos, weight_ent = lambda_pos, lambda_ent
-    else:
-        total = (n_pos + n_neg).clamp_min(1)
-        weight_pos, weight_ent = lambda_pos * n_pos / total, lambda_ent * n_neg / total
-    terms = LossTerms(weight_pos * positive + weight_ent * entropy, positive, entropy)
+    sums = margin_pair_terms(z, z, same_class & ~self_mask, ~same_class, margin=margin,
+                             temperature=temperature, distance=distance, power=power,
+                             normalize=False)
+    terms = LossTerms(*average_margin_terms(sums, z.shape[-2], averaging, lambda_pos,
+                                            lambda_ent))
     return finish(terms, return_terms)

@@ -14,9 +14,11 @@ import sys
 import tempfile
 
 import torch
+from sklearn.base import clone
 
 from skcontrast import AcceleratorCheckpoint, ContrastiveEmbedder, SupConEmbedder
 from skcontrast.datasets import make_paired_gaussians
+from skcontrast.memory import CrossBatchMemory, SogCLRMemory
 from skcontrast.selectors import OSGDSelector, ShuffledBatchSelector, SpectralBatchSelector
 
 CASES = {
@@ -25,11 +27,18 @@ CASES = {
                                   "learn_temperature": True},
     "supcon, spectral": {"selector": lambda: SpectralBatchSelector(16, chunk_size=64),
                          "supervised": True},
+    "sogclr, learned temperature": {"selector": lambda: ShuffledBatchSelector(16),
+                                    "loss": "dcl", "memory": SogCLRMemory(gamma=0.8),
+                                    "learn_temperature": True},
+    "xbm, supcon": {"selector": lambda: ShuffledBatchSelector(16), "supervised": True,
+                    "memory": CrossBatchMemory(size=40)},
 }
 
 
 def fit(case: str, accelerator=None, max_epochs: int = 2, callbacks=None):
     settings = dict(CASES[case])
+    if "memory" in settings:
+        settings["memory"] = clone(settings["memory"])
     kind = SupConEmbedder if settings.pop("supervised", False) else ContrastiveEmbedder
     selector = settings.pop("selector")()
     est = kind(n_components=4, hidden_layer_sizes=(16,), max_epochs=max_epochs, lr=1e-2,
@@ -40,8 +49,12 @@ def fit(case: str, accelerator=None, max_epochs: int = 2, callbacks=None):
 
 
 def summary(est) -> dict:
+    memory = est.net_.memory_state
     return {"weights": {k: v.detach().cpu().clone()
                         for k, v in est.net_.module_.state_dict().items()},
+            "memory": {} if memory is None else {
+                k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v
+                for k, v in memory.state_dict().items()},
             "temperature": est.temperature_,
             "losses": [b["train_loss"] for epoch in est.history_ for b in epoch["batches"]],
             "n_batches": list(est.history_[:, "n_batches"])}
@@ -59,6 +72,11 @@ if __name__ == "__main__":
         fit("shuffled", accelerator, 1, [AcceleratorCheckpoint(box[0])])
         resumed = fit("shuffled", accelerator, 1, [AcceleratorCheckpoint(box[0], resume=True)])
         results["resumed"] = summary(resumed)
+        memory_case = "sogclr, learned temperature"
+        fit(memory_case, accelerator, 1, [AcceleratorCheckpoint(box[0] + "-memory")])
+        resumed = fit(memory_case, accelerator, 1,
+                      [AcceleratorCheckpoint(box[0] + "-memory", resume=True)])
+        results["resumed with memory"] = summary(resumed)
         accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         torch.save({"world": accelerator.num_processes, "results": results}, sys.argv[1])

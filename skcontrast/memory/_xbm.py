@@ -1,0 +1,218 @@
+"""Cross-batch memory (XBM; Wang et al., 2020; seed 001 App. E)."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+
+import torch
+
+from .._validation import check_int, describe
+from ..losses import LossTerms
+from ..losses._core import combine_last, reduce_terms, scale_terms
+from ..losses._references import (
+    average_margin_terms,
+    margin_pair_terms,
+    reference_softmax_terms,
+)
+from ._base import BaseMemory, MemoryState, loss_options
+
+#: Losses whose anchors meet only the other view (the rest meet both views).
+CROSS_VIEW = ("info_nce", "symmetric_info_nce")
+
+
+class CrossBatchMemory(BaseMemory):
+    r"""XBM: a FIFO queue of detached embeddings that every batch's anchors also meet.
+
+    Each training step first enqueues the batch's embeddings (detached), with their
+    labels (SupCon) or, for pairs, their sample ids and view, dropping the oldest once
+    ``size`` embeddings are held. The loss is then
+
+    .. math::
+
+        \mathcal{L} = \mathcal{L}_{batch} + w\, \mathcal{L}_{memory},
+
+    where :math:`\mathcal{L}_{memory}` is the loss of the batch's anchors against the
+    queue, XBM's form as seed 001 App. E uses it. An anchor's own copy in the queue
+    (the self-comparison) is excluded; entries with the anchor's label, or for pairs
+    the anchor's sample id, are its positives and never its negatives (for pairs: its
+    partner's copy just enqueued, and its own earlier embeddings). Gradients flow into
+    the anchors only.
+
+    How each loss meets the queue:
+
+    ``'supcon'``, ``'nt_xent'``
+        SupCon's anchor loss with the queue as the batch: the mean over the positives
+        of :math:`-s/\tau`, plus the log-sum-exp over every other entry. With pairs,
+        ``'nt_xent'`` is exactly this with each sample its own class.
+    ``'dcl'``
+        The same with the positives left out of the log-sum-exp.
+    ``'info_nce'``, ``'symmetric_info_nce'``
+        Anchors of one view meet only the other view's entries (the ``v`` entries for
+        the ``u`` anchors, and back for the symmetric loss, whose two directions are
+        combined as ``directions`` says).
+    ``'contrastive_margin'``
+        The margin loss over the (anchor, entry) pairs, averaged as the loss's
+        ``averaging`` says: ``'separate'`` keeps the balance of the batch loss
+        (set-ups S2 and S3 of seed 001 App. E), ``'anchor'`` sums the pair terms per
+        anchor as the XBM authors' code does, so the entropy weight grows as the queue
+        fills (set-up S1).
+
+    The balance weights, temperature and other options of the batch loss apply to the
+    memory term too. The adaptive selectors (OSGD, spectral, greedy) keep scoring
+    batches with the plain batch loss.
+
+    Parameters
+    ----------
+    size : int
+        Number of embeddings the queue holds (a batch of ``B`` pairs, or of two crops,
+        adds ``2B``); at least one batch's worth.
+    weight : float, default=1.0
+        :math:`w`, the weight of the memory term.
+    start_step : int, default=0
+        Training steps (batches) before the memory is used; until then nothing is
+        enqueued and the loss is the batch loss (XBM's authors start after 1000 steps).
+
+    Examples
+    --------
+    >>> from skcontrast import SupConEmbedder
+    >>> from skcontrast.memory import CrossBatchMemory
+    >>> est = SupConEmbedder(memory=CrossBatchMemory(size=1024, start_step=100))
+
+    References
+    ----------
+    Wang, X., Zhang, H., Huang, W., Scott, M. R. Cross-batch memory for embedding
+    learning. CVPR 2020.
+    """
+
+    supported_losses = ("supcon", "contrastive_margin", "info_nce", "symmetric_info_nce",
+                        "nt_xent", "dcl")
+
+    def __init__(self, size: int = 1024, weight: float = 1.0, start_step: int = 0) -> None:
+        self.size = size
+        self.weight = weight
+        self.start_step = start_step
+
+    def _check_params(self) -> None:
+        check_int(self.size, "size", minimum=2)
+        weight = self.weight
+        if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not (
+                0 <= weight < float("inf")):
+            raise ValueError(f"weight must be a non-negative number; got {describe(weight)}")
+        check_int(self.start_step, "start_step", minimum=0)
+
+    def check_batch_rows(self, rows: int) -> None:
+        self._check_params()
+        if rows > self.size:
+            raise ValueError(f"CrossBatchMemory(size={self.size}) cannot hold one batch: a "
+                             f"batch adds {rows} embeddings (two per item for pairs or "
+                             f"two crops); use size >= {rows}")
+
+    def _make_state(self, n_samples: int, loss: str) -> XBMState:
+        return XBMState(n_samples, loss, int(self.size), float(self.weight),
+                        int(self.start_step))
+
+
+class XBMState(MemoryState):
+    """The queue: ``bank`` (size, k), ``keys`` (labels or sample ids) and ``views``."""
+
+    _counters = ("n_samples", "epoch", "step", "pointer", "filled")
+
+    def __init__(self, n_samples: int, loss: str, size: int, weight: float,
+                 start_step: int) -> None:
+        super().__init__(n_samples, loss)
+        self.size, self.weight, self.start_step = size, weight, start_step
+        self.step = self.pointer = self.filled = 0
+        # allocated at the first batch, when the embedding width and device are known
+        self.register_buffer("bank", torch.zeros(0, 0))
+        self.register_buffer("keys", torch.zeros(0, dtype=torch.long))
+        self.register_buffer("views", torch.zeros(0, dtype=torch.int8))
+
+    def forward(self, batch_loss: Callable[..., LossTerms], embeddings: torch.Tensor,
+                labels: torch.Tensor | None, index: torch.Tensor, *, structure: str,
+                options: dict) -> LossTerms:
+        terms = batch_loss()
+        if self.step < self.start_step:
+            self.step += 1
+            return terms
+        rows, keys, views = _rows(embeddings, labels, index, structure)
+        slots = self.enqueue(rows.detach(), keys, views)
+        extra = self.memory_terms(rows, keys, views, slots, loss_options(self.loss, options))
+        self.step += 1
+        return LossTerms(*(t + self.weight * e for t, e in zip(terms, extra, strict=True)))
+
+    def enqueue(self, rows: torch.Tensor, keys: torch.Tensor,
+                views: torch.Tensor) -> torch.Tensor:
+        """Write ``rows`` over the oldest entries; returns the slots they occupy."""
+        m = len(rows)
+        if m > self.size:
+            raise ValueError(f"CrossBatchMemory(size={self.size}) cannot hold a batch of "
+                             f"{m} embeddings; use size >= {m}")
+        if self.bank.shape != (self.size, rows.shape[1]):
+            self.bank = rows.new_zeros(self.size, rows.shape[1])
+            self.keys = keys.new_zeros(self.size)
+            self.views = views.new_zeros(self.size)
+        slots = (self.pointer + torch.arange(m, device=rows.device)) % self.size
+        self.bank[slots] = rows.to(self.bank.dtype)
+        self.keys[slots] = keys
+        self.views[slots] = views
+        self.pointer = (self.pointer + m) % self.size
+        self.filled = min(self.filled + m, self.size)
+        return slots
+
+    def memory_terms(self, rows: torch.Tensor, keys: torch.Tensor, views: torch.Tensor,
+                     slots: torch.Tensor, o: dict) -> LossTerms:
+        """Loss of the batch's anchors against the queue (which holds them too)."""
+        entries = torch.arange(self.size, device=rows.device)
+        candidates = (entries < self.filled)[None, :] & (entries[None, :] != slots[:, None])
+        if self.loss in CROSS_VIEW:
+            candidates &= self.views[None, :] != views[:, None]
+        same = self.keys[None, :] == keys[:, None]
+        if self.loss == "contrastive_margin":
+            sums = margin_pair_terms(rows, self.bank, candidates & same, candidates & ~same,
+                                     margin=o["margin"], temperature=o["temperature"],
+                                     distance=o["distance"], power=o["power"],
+                                     normalize=o["normalize"])
+            return LossTerms(*average_margin_terms(sums, len(rows), o["averaging"],
+                                                   o["lambda_pos"], o["lambda_ent"]))
+        if self.loss == "info_nce":  # anchors of view 0 only
+            anchors = views == 0
+            rows, candidates, same = rows[anchors], candidates[anchors], same[anchors]
+        positive, entropy, has_positive = reference_softmax_terms(
+            rows, self.bank, candidates, candidates & same, temperature=o["temperature"],
+            decoupled=self.loss == "dcl", normalize=o["normalize"])
+        if o["reduction"] not in ("mean", "sum"):
+            raise ValueError(f"CrossBatchMemory needs reduction='mean' or 'sum'; got "
+                             f"{describe(o['reduction'])}")
+        weight = has_positive
+        if self.loss == "supcon" and o["anchors_without_positives"] == "zero":
+            weight = torch.ones_like(has_positive)
+        if self.loss == "symmetric_info_nce":  # one row of anchors per direction
+            positive, entropy, weight = (t.reshape(2, -1) for t in (positive, entropy, weight))
+        terms = reduce_terms(positive, entropy, lambda_pos=o["lambda_pos"],
+                             lambda_ent=o["lambda_ent"], reduction=o["reduction"],
+                             weight=weight)
+        if self.loss == "symmetric_info_nce":
+            terms = combine_last(terms, o["directions"])
+        if self.loss == "supcon" and o["base_temperature"] is not None:
+            terms = scale_terms(terms, o["temperature"] / o["base_temperature"])
+        return terms
+
+
+def _rows(embeddings: torch.Tensor, labels: torch.Tensor | None, index: torch.Tensor,
+          structure: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The batch's embeddings as rows, with their keys and views, in the loss's order."""
+    device = embeddings.device
+    if structure == "pairs":  # [view 0; view 1], keyed by sample id
+        b = len(embeddings)
+        rows = torch.cat([embeddings[:, 0], embeddings[:, 1]])
+        keys = index.to(device, torch.long).repeat(2)
+        views = torch.arange(2, device=device, dtype=torch.int8).repeat_interleave(b)
+        return rows, keys, views
+    labels = labels.to(device, torch.long)
+    if structure == "crops":  # two crops per item, item by item
+        rows = embeddings.reshape(-1, embeddings.shape[-1])
+        labels = labels.repeat_interleave(2)
+    else:
+        rows = embeddings
+    return rows, labels, torch.zeros(len(rows), dtype=torch.int8, device=device)
