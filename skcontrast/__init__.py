@@ -5,8 +5,9 @@ Which samples share a mini-batch is a first-class, pluggable choice: batch selec
 the training of the estimators.
 """
 
-from ._estimators import AcceleratorCheckpoint, ContrastiveEmbedder, SupConEmbedder
+from ._estimators import AcceleratorCheckpoint, ContrastiveEmbedder, SupConEmbedder, WarmupCosine
 
 __version__ = "0.1.0"
 
-__all__ = ["AcceleratorCheckpoint", "ContrastiveEmbedder", "SupConEmbedder", "__version__"]
+__all__ = ["AcceleratorCheckpoint", "ContrastiveEmbedder", "SupConEmbedder", "WarmupCosine",
+           "__version__"]

@@ -55,10 +55,12 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def _run_synthetic(args: argparse.Namespace) -> int:
     from . import geometry
-    from .simulation import compare_selectors, format_table
+    from .simulation import compare_selectors, format_table, memory_methods, paper_methods
 
+    methods = {**paper_methods(args.n, args.batch_size),
+               **memory_methods(args.n, args.batch_size, gamma=args.gamma)}
     rows, first = compare_selectors(args.n, args.d, args.batch_size, args.steps, args.seeds,
-                                    lr=args.lr)
+                                    lr=args.lr, methods=methods)
     title = (f"Direct optimisation of unit-norm embeddings: N={args.n}, d={args.d}, "
              f"B={args.batch_size}, {args.steps} steps, lr={args.lr}, temperature 1, "
              f"{args.seeds} seed(s) (mean ± std)")
@@ -128,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     synthetic = sub.add_parser(
         "synthetic", help="batch selection on directly optimised embeddings (seed 000/002)",
         description="Optimise N unit-norm pairs directly with every batch-selection "
-                    "method from the same starting points; print the final distance to "
+                    "method from the same starting points, and fixed, shuffled and OSGD "
+                    "batches with SogCLR's global estimator; print the final distance to "
                     "the optimal geometry and draw the Gram heat maps.")
     synthetic.add_argument("--n", type=int, default=8, help="number of pairs N")
     synthetic.add_argument("--d", type=int, default=16, help="embedding dimension")
@@ -136,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     synthetic.add_argument("--steps", type=int, default=500)
     synthetic.add_argument("--seeds", type=int, default=5)
     synthetic.add_argument("--lr", type=float, default=0.5)
+    synthetic.add_argument("--gamma", type=float, default=0.9,
+                           help="SogCLR's moving-average weight in the '+ SogCLR' rows")
     synthetic.add_argument("--out", default="skcontrast-synthetic",
                            help="folder for the figure")
     synthetic.set_defaults(func=_run_synthetic)

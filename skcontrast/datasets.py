@@ -236,6 +236,68 @@ def digit_cnn(n_in: int = 64, n_out: int = 32) -> torch.nn.Module:
         nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, n_components))
 
 
+CORRUPTIONS = ("noise", "blur")
+
+
+def corrupt_images(images: Any, kinds: Any = CORRUPTIONS, *, severity: int = 1,
+                   random_state: Any = None, device: Any = None) -> np.ndarray:
+    """Corrupted copies of images, the hard negatives of seed 002's Table 1 protocol.
+
+    Seed 002 (Sec. 6.2, App. D.3) retrieves each augmented image's twin among the
+    augmentations of CIFAR-100-C's corrupted images (Hendrycks & Dietterich, 2019), whose
+    corrupted copies of one picture are near-duplicates of each other. This makes such a
+    set from any images, on ``device`` (the GPU when given): one copy per corruption in
+    ``kinds``, stacked kind after kind.
+
+    Parameters
+    ----------
+    images : array-like or tensor of shape (n, C, H, W), values in [0, 1]
+    kinds : sequence of {'noise', 'blur'}, default=('noise', 'blur')
+        ``'noise'`` adds Gaussian noise of standard deviation ``0.04 * severity``;
+        ``'blur'`` convolves each channel with a Gaussian of ``0.4 * severity`` pixels.
+        Results are clipped to [0, 1].
+    severity : int in 1..5, default=1
+        Seed 002 uses the mildest level, 1.
+    random_state : int or None, default=None
+        Seeds the noise.
+    device : str, torch.device or None, default=None
+        Where to compute (default: the CPU).
+
+    Returns
+    -------
+    ndarray of shape (len(kinds) * n, C, H, W), float32
+    """
+    if not isinstance(images, torch.Tensor):
+        images = torch.from_numpy(np.asarray(images, dtype=np.float32))
+    x = images.to(device or "cpu", torch.float32)
+    if x.ndim != 4:
+        raise ValueError(f"images must have shape (n, C, H, W); got {describe(x)}")
+    severity = check_int(severity, "severity", minimum=1, maximum=5)
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    if not kinds or any(k not in CORRUPTIONS for k in kinds):
+        raise ValueError(f"kinds must be a non-empty sequence of {CORRUPTIONS}; got "
+                         f"{describe(kinds)}")
+    generator = torch.Generator(device=x.device)
+    generator.manual_seed(int(np.random.SeedSequence(random_state).generate_state(1)[0]))
+    copies = []
+    for kind in kinds:
+        if kind == "noise":
+            noise = torch.randn(x.shape, generator=generator, device=x.device)
+            copies.append(x + 0.04 * severity * noise)
+        else:
+            sigma = 0.4 * severity
+            offsets = torch.arange(-2, 3, dtype=x.dtype, device=x.device)
+            kernel = torch.exp(-offsets**2 / (2 * sigma**2))
+            kernel = kernel / kernel.sum()
+            channels = x.shape[1]
+            rows = kernel.view(1, 1, 5, 1).repeat(channels, 1, 1, 1)
+            cols = kernel.view(1, 1, 1, 5).repeat(channels, 1, 1, 1)
+            padded = torch.nn.functional.pad(x, (2, 2, 2, 2), mode="replicate")
+            blurred = torch.nn.functional.conv2d(padded, rows, groups=channels)
+            copies.append(torch.nn.functional.conv2d(blurred, cols, groups=channels))
+    return torch.cat(copies).clamp(0, 1).cpu().numpy()
+
+
 def _draw_device(x: torch.Tensor, generator: torch.Generator | None) -> torch.device:
     """Where to draw random numbers: on the generator's device (then moved to ``x``'s)."""
     return x.device if generator is None else generator.device

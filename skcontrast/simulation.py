@@ -18,6 +18,14 @@ so OSGD with ``candidates='random', n_groups=1, q=1`` re-selects before every st
 one gradient update on the mean loss of *all* batches of an epoch: gradient descent on
 the mini-batch objective of seed 002 Eq. 4 (full batch, all ``C(N, B)`` batches, or a
 fixed subset, Fig. 4 b-d).
+
+Beyond the batch
+----------------
+``memory=`` (:mod:`skcontrast.memory`) lets each step's loss see more than its batch:
+:class:`~skcontrast.memory.SogCLRMemory` replaces every anchor's mini-batch estimate of
+its denominator by a moving average over its visits, the correction with which SogCLR
+aims at the full-batch objective. :func:`memory_methods` asks, in the papers' setting,
+whether it closes the gap that fixed, shuffled and OSGD batches leave to the ETF.
 """
 
 from __future__ import annotations
@@ -116,8 +124,8 @@ def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
                         temperature: float = 1.0, random_state: Any = None,
                         nonnegative: bool = False, labels: Any = None, init: Any = None,
                         update: str = "batch", loss_params: dict | None = None,
-                        record_every: int = 1, reference: str | None = "auto"
-                        ) -> SimulationResult:
+                        record_every: int = 1, reference: str | None = "auto",
+                        memory: Any = None) -> SimulationResult:
     """Projected gradient descent on unit-norm embeddings, batches chosen by ``selector``.
 
     Parameters
@@ -156,6 +164,10 @@ def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
         Geometry the recorded ``gap`` of paired runs measures against (see
         :func:`~skcontrast.geometry.etf_gap`); ``'auto'`` picks it from ``(n, d)`` and
         records NaN when none is known; ``None`` records no gap.
+    memory : SogCLRMemory, CrossBatchMemory or None, default=None
+        What each step's loss remembers from earlier batches (:mod:`skcontrast.memory`;
+        a named ``loss`` and ``update='batch'`` are needed). The recorded ``loss``
+        stays the plain full-batch loss.
 
     Returns
     -------
@@ -187,6 +199,9 @@ def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
     reference_kind = None if labelled else _reference(n, d, reference)
     start = _initial(init, n, d, labelled, nonnegative, random_state)
     selector = _seeded(selector, random_state)
+    state = None
+    if memory is not None:
+        state = _memory_state(memory, n, loss, update)
     kwargs = {"temperature": temperature, **(loss_params or {})}
     y_t = None
     if labelled:
@@ -196,12 +211,18 @@ def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
         fn = get_pair_loss(loss)
     params = [torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in start]
     history: list[dict] = []
-    step = 0
+    step = epochs = 0
     while step < steps:
         epoch = selector.epoch_batches(_selector_view(params, labelled), y)
+        if state is not None:
+            state.set_epoch(epochs)
+        epochs += 1
         groups = [epoch] if update == "epoch" else [[b] for b in epoch]
         for batches in groups:
-            objective = _batches_loss(params, batches, fn, labelled, y_t, kwargs)
+            if state is None:
+                objective = _batches_loss(params, batches, fn, labelled, y_t, kwargs)
+            else:
+                objective = _memory_loss(params, batches[0], fn, state, y_t, kwargs)
             grads = torch.autograd.grad(objective, params)
             with torch.no_grad():
                 for p, g in zip(params, grads, strict=True):
@@ -215,6 +236,34 @@ def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
     final = [p.detach().numpy() for p in params]
     return SimulationResult(final[0], None if labelled else final[1], history,
                             tuple(x.copy() for x in start))
+
+
+def _memory_state(memory: Any, n: int, loss: Any, update: str) -> Any:
+    from .memory import BaseMemory
+
+    if not isinstance(memory, BaseMemory):
+        raise ValueError(f"memory must be None or a memory from skcontrast.memory; got "
+                         f"{describe(memory)}")
+    if update != "batch":
+        raise ValueError("memory needs update='batch': a memory follows a sequence of "
+                         "batches, one update each")
+    return memory.build(n, loss).double()
+
+
+def _memory_loss(params: list[torch.Tensor], batch: np.ndarray, fn: Any, state: Any,
+                 y_t: torch.Tensor | None, kwargs: dict) -> torch.Tensor:
+    """The loss of one batch through the memory (unnormalised inputs, as above)."""
+    options = {**kwargs, "normalize": False, "return_terms": True}
+    index = torch.as_tensor(batch)
+    if y_t is not None:
+        z, y = params[0][index], y_t[index]
+        terms = state(lambda **extra: fn(z, y, **options, **extra), z, y, index,
+                      structure="single", options=options)
+    else:
+        u, v = params[0][index], params[1][index]
+        terms = state(lambda **extra: fn(u, v, **options, **extra), torch.stack([u, v], 1),
+                      None, index, structure="pairs", options=options)
+    return terms.loss
 
 
 def _reference(n: int, d: int, reference: str | None) -> str | None:
@@ -327,11 +376,28 @@ def paper_methods(n: int, batch_size: int) -> dict[str, tuple[BatchSelector, str
     }
 
 
+def memory_methods(n: int, batch_size: int, gamma: float = 0.9
+                   ) -> dict[str, tuple[BatchSelector, str, Any]]:
+    """Fixed, shuffled and OSGD batches with SogCLR's moving-average estimator.
+
+    Does the global estimator close the mini-batch gap (seed 002 Fig. 4)? Each method is
+    the one of :func:`paper_methods` with :class:`~skcontrast.memory.SogCLRMemory`.
+    """
+    from .memory import SogCLRMemory
+
+    base = paper_methods(n, batch_size)
+    return {f"{name} + SogCLR": (base[name][0], "batch", SogCLRMemory(gamma=gamma))
+            for name in ("fixed", "shuffled", "OSGD")}
+
+
 def compare_selectors(n: int = 8, d: int = 16, batch_size: int = 2, steps: int = 500,
                       seeds: int = 5, lr: float = 0.5, temperature: float = 1.0,
                       methods: dict | None = None, record_every: int = 10
                       ) -> tuple[list[dict], dict[str, SimulationResult]]:
     """Run every method of :func:`paper_methods` from the same starting points.
+
+    ``methods`` maps a name to ``(selector, update)`` or ``(selector, update, memory)``
+    (see :func:`memory_methods`).
 
     Returns
     -------
@@ -344,10 +410,11 @@ def compare_selectors(n: int = 8, d: int = 16, batch_size: int = 2, steps: int =
     seeds = check_int(seeds, "seeds", minimum=1)
     methods = paper_methods(n, batch_size) if methods is None else methods
     rows, first = [], {}
-    for name, (selector, update) in methods.items():
+    for name, (selector, update, *memory) in methods.items():
         runs = [optimize_embeddings(n, d, selector, steps=steps, lr=lr,
                                     temperature=temperature, random_state=seed,
-                                    update=update, record_every=record_every)
+                                    update=update, record_every=record_every,
+                                    memory=memory[0] if memory else None)
                 for seed in range(seeds)]
         gaps = np.array([r.final_gap for r in runs])
         rows.append({"method": name, "gap_mean": float(gaps.mean()),
@@ -360,8 +427,9 @@ def compare_selectors(n: int = 8, d: int = 16, batch_size: int = 2, steps: int =
 def format_table(rows: list[dict], title: str = "") -> str:
     """The rows of :func:`compare_selectors` as a fixed-width text table."""
     lines = [title] if title else []
-    lines.append(f"{'method':<12} {'final etf_gap':>20} {'full-batch loss':>16}")
+    width = max(12, *(len(row["method"]) for row in rows))
+    lines.append(f"{'method':<{width}} {'final etf_gap':>20} {'full-batch loss':>16}")
     for row in rows:
         gap = f"{row['gap_mean']:.3f} ± {row['gap_std']:.3f}"
-        lines.append(f"{row['method']:<12} {gap:>20} {row['loss_mean']:>16.4f}")
+        lines.append(f"{row['method']:<{width}} {gap:>20} {row['loss_mean']:>16.4f}")
     return "\n".join(lines)

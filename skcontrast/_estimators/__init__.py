@@ -2,6 +2,7 @@
 
 from ._contrastive import ContrastiveEmbedder
 from ._distributed import AcceleratorCheckpoint
+from ._schedule import WarmupCosine
 from ._supcon import SupConEmbedder
 
-__all__ = ["AcceleratorCheckpoint", "ContrastiveEmbedder", "SupConEmbedder"]
+__all__ = ["AcceleratorCheckpoint", "ContrastiveEmbedder", "SupConEmbedder", "WarmupCosine"]

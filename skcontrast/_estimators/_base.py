@@ -19,6 +19,7 @@ from ..selectors._base import resolve_seed
 from ._data import InputSpec, TensorViews, ViewData, with_labels
 from ._modules import ContrastiveCriterion, EncoderFactory
 from ._net import PRECISIONS, Augmentation, SelectorNet, move_net
+from ._schedule import ScheduleCallback, WarmupCosine
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 DEFAULT_BATCH_SIZE = 64
@@ -65,6 +66,11 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         if self.selector is not None and not isinstance(self.selector, BatchSelector):
             raise ValueError(f"selector must be a BatchSelector from skcontrast.selectors; "
                              f"got {describe(self.selector)}")
+        if self.lr_schedule is not None:
+            if not isinstance(self.lr_schedule, WarmupCosine):
+                raise ValueError(f"lr_schedule must be None or a WarmupCosine; got "
+                                 f"{describe(self.lr_schedule)}")
+            self.lr_schedule.check()
         if self.memory is not None and not isinstance(self.memory, BaseMemory):
             raise ValueError(f"memory must be None or a memory from skcontrast.memory "
                              f"(SogCLRMemory, CrossBatchMemory); got {describe(self.memory)}")
@@ -74,6 +80,8 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         check_choice(self.precision, "precision", tuple(PRECISIONS))
         self._check_accelerator()
         check_int(self.num_workers, "num_workers", minimum=0)
+        if self.micro_batch_size is not None:
+            check_int(self.micro_batch_size, "micro_batch_size", minimum=1)
 
     def _check_accelerator(self) -> None:
         """An ``accelerate.Accelerator`` whose mixed precision agrees with ``precision``."""
@@ -210,20 +218,28 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     def _make_net(self, factory: EncoderFactory, labels: Any, device: str, seed: int,
                   n: int, items_paired: bool) -> SelectorNet:
         selector = self._fitting_selector(seed, n)
-        if self.memory is not None:
-            batch = nominal_batch_size(selector, n)
-            if batch is not None:  # pairs and two crops add two embeddings per item
-                paired = not self._labelled or items_paired or self.augmentation is not None
-                self.memory.check_batch_rows(batch * (2 if paired else 1))
+        batch = nominal_batch_size(selector, n)
+        if self.micro_batch_size is not None and batch is not None and \
+                self.micro_batch_size > batch:
+            raise ValueError(f"micro_batch_size={self.micro_batch_size} is larger than the "
+                             f"batch size {batch}: gradient caching embeds a batch in smaller "
+                             "micro-batches; use micro_batch_size <= batch_size (or None)")
+        if self.memory is not None and batch is not None:
+            # pairs and two crops add two embeddings per item
+            paired = not self._labelled or items_paired or self.augmentation is not None
+            self.memory.check_batch_rows(batch * (2 if paired else 1))
         callbacks: list[Any] = [
             ("train_positive", PassthroughScoring(name="train_positive", on_train=True)),
             ("train_entropy", PassthroughScoring(name="train_entropy", on_train=True)),
         ]
+        # the selector, not skorch's batch_size, knows how many batches an epoch has
+        per_epoch = selector.get_n_splits(n, labels)
         if self.verbose:
-            # the selector, not skorch's batch_size, knows how many batches an epoch has
-            per_epoch = selector.get_n_splits(n, labels)
             callbacks.append(("progress", ProgressBar(batches_per_epoch=per_epoch,
                                                       postfix_keys=["train_loss"])))
+        if self.lr_schedule is not None:
+            callbacks.append(("lr_schedule", ScheduleCallback(clone(self.lr_schedule),
+                                                              per_epoch, self.max_epochs)))
         callbacks += list(self.callbacks or [])
         optimizer_params = {f"optimizer__{k}": v for k, v in (self.optimizer_params or {}).items()}
         criterion = {f"criterion__{k}": v for k, v in {
@@ -247,7 +263,8 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             verbose=self.verbose, selector=selector, labels=labels, **placement,
             augmentation=None if self.augmentation is None else Augmentation(self.augmentation),
             seed=seed, precision=self.precision if self.accelerator is None else "float32",
-            num_workers=int(self.num_workers), labelled=self._labelled, **criterion,
+            num_workers=int(self.num_workers), labelled=self._labelled,
+            micro_batch_size=self.micro_batch_size, **criterion,
             **optimizer_params)
 
     # -- inference --------------------------------------------------------------------

@@ -22,6 +22,7 @@ batch is the selector's batch**:
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,14 @@ class DistributedSelectorNet(AccelerateMixin, SelectorNet):
 
     def training_autocast(self) -> Any:
         return self.accelerator.autocast()
+
+    def backward_embeddings(self, embeddings: torch.Tensor, grad: torch.Tensor,
+                            last: bool) -> None:
+        # the cached gradients already carry the factor `world` (see backward); DDP
+        # averages once, when the last micro-batch is back-propagated
+        context = contextlib.nullcontext() if last else self.accelerator.no_sync(self.module_)
+        with context:
+            embeddings.backward(grad)
 
     def backward(self, loss: torch.Tensor) -> None:
         world, _ = _world()

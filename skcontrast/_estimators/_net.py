@@ -11,7 +11,9 @@ skorch drives training; a few of its hooks are overridden, nothing more:
 - ``train_step_single`` moves a batch to the training device (asynchronously from
   pinned memory), applies the augmentation there, runs the module under
   ``torch.autocast`` for mixed precision and back-propagates (through a ``GradScaler``
-  for float16); ``train_step`` adds the scaler's unscale/step/update around it.
+  for float16); ``train_step`` adds the scaler's unscale/step/update around it. With
+  ``micro_batch_size`` the step caches gradients (GradCache): see
+  :meth:`SelectorNet.cached_step`.
 - ``get_loss`` evaluates the criterion (a :mod:`skcontrast.losses` function) in float32
   and keeps its positive and entropy terms; ``run_single_epoch`` reads the per-batch
   values from the device once per epoch instead of once per batch (skorch's own loop
@@ -54,6 +56,31 @@ def to_device(x: Any, device: Any) -> Any:
 
 def batch_length(x: Any) -> int:
     return len(x[0]) if isinstance(x, tuple | list) else len(x)
+
+
+def split_rows(x: Any, size: int) -> list[Any]:
+    """A batch (a tensor, or a tuple of one tensor per view) cut into micro-batches."""
+    if isinstance(x, tuple | list):
+        return list(zip(*(t.split(size) for t in x), strict=True))
+    return list(x.split(size))
+
+
+def rng_states(device: torch.device) -> tuple[Any, Any]:
+    """The CPU and (on a GPU) device random-number states, to replay a forward pass."""
+    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    return torch.get_rng_state(), cuda
+
+
+def set_rng_states(states: tuple[Any, Any], device: torch.device) -> None:
+    torch.set_rng_state(states[0])
+    if states[1] is not None:
+        torch.cuda.set_rng_state(states[1], device)
+
+
+def batch_norms(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """The batch-normalisation layers of ``module`` that update running statistics."""
+    return [m for m in module.modules()
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
 
 
 def takes_generator(augmentation: Any) -> bool:
@@ -168,12 +195,17 @@ class SelectorNet(NeuralNet):
         DataLoader worker processes.
     labelled : bool
         Adaptive selectors see one view per item (SupCon) rather than pairs.
+    micro_batch_size : int or None
+        Gradient caching: embed each batch this many items at a time (see
+        :meth:`cached_step`).
     """
 
     def __init__(self, *args: Any, selector: Any = None, labels: Any = None,
                  augmentation: Any = None, seed: int = 0, precision: str = "float32",
-                 num_workers: int = 0, labelled: bool = False, **kwargs: Any) -> None:
+                 num_workers: int = 0, labelled: bool = False,
+                 micro_batch_size: int | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.micro_batch_size = micro_batch_size
         self.selector = selector
         self.labels = labels
         self.augmentation = augmentation
@@ -261,6 +293,13 @@ class SelectorNet(NeuralNet):
     def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
         super().on_train_begin(net, X=X, y=y, **kwargs)
         self._warned_lone = False
+        if self.micro_batch_size is not None and batch_norms(self.module_):
+            warnings.warn(
+                "the module has batch-normalisation layers: with micro_batch_size each "
+                "micro-batch is normalised with its own statistics, so the update differs "
+                "from the plain step on the whole batch (running statistics are updated "
+                "once per micro-batch, by the pass with gradients). Use layer or group "
+                "normalisation for the exact full-batch update", UserWarning, stacklevel=2)
         device_type = self.compute_device.type
         # A fresh generator per fit call, seeded from the epochs trained so far, so that
         # warm starts (also after unpickling on another device) stay reproducible.
@@ -297,13 +336,66 @@ class SelectorNet(NeuralNet):
         Xi = to_device(Xi, self.compute_device)
         if self.augmentation is not None:
             Xi = (self.augmentation(Xi), self.augmentation(Xi))
-        with self.training_autocast():
-            y_pred = self.infer(Xi, **fit_params)
-        loss = self.get_loss(y_pred, yi, X=Xi, training=True, index=index)
-        self.backward(loss)
+        micro = self.micro_batch_size
+        if micro is not None and batch_length(Xi) > micro:
+            loss, y_pred = self.cached_step(Xi, yi, index, micro, **fit_params)
+        else:
+            with self.training_autocast():
+                y_pred = self.infer(Xi, **fit_params)
+            loss = self.get_loss(y_pred, yi, X=Xi, training=True, index=index)
+            self.backward(loss)
         terms = self._batch_terms
         return {"loss": loss, "y_pred": y_pred, "positive": terms.positive.detach(),
                 "entropy": terms.entropy.detach()}
+
+    def cached_step(self, Xi: Any, yi: Any, index: Any, micro: int,
+                    **fit_params: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gradient caching (GradCache; Gao et al., 2021): the loss of the whole batch with
+        the encoder's memory of one micro-batch.
+
+        1. The batch is embedded ``micro`` items at a time without a graph (random
+           states saved per micro-batch, batch-norm running statistics restored after).
+        2. The loss of the whole batch (memory included) is back-propagated to the
+           embeddings only, giving each its gradient (scaled once, for float16).
+        3. Each micro-batch is embedded again with a graph, under the same random
+           state (dropout draws the same masks), and back-propagated with its cached
+           gradient; in data-parallel training the gradients are synchronised at the
+           last micro-batch only.
+
+        The parameter gradients are those of the plain step on the same batch, up to
+        float rounding, for any encoder whose output for an item does not depend on the
+        other items of its batch (not batch normalisation, which normalises each
+        micro-batch with its own statistics: a warning says so).
+        """
+        device = self.compute_device
+        parts = split_rows(Xi, micro)
+        norms = batch_norms(self.module_) if self.module_.training else []
+        statistics = [{k: v.clone() for k, v in m.state_dict().items()} for m in norms]
+        states, outputs = [], []
+        with torch.no_grad():
+            for part in parts:
+                states.append(rng_states(device))
+                with self.training_autocast():
+                    outputs.append(self.infer(part, **fit_params).float())
+        for layer, saved in zip(norms, statistics, strict=True):
+            layer.load_state_dict(saved)  # the pass with gradients updates them, once
+        after = rng_states(device)
+        embeddings = torch.cat(outputs).requires_grad_()
+        loss = self.get_loss(embeddings, yi, X=Xi, training=True, index=index)
+        self.backward(loss)
+        cached = embeddings.grad.split([len(out) for out in outputs])
+        for i, (part, state, grad) in enumerate(zip(parts, states, cached, strict=True)):
+            set_rng_states(state, device)
+            with self.training_autocast():
+                out = self.infer(part, **fit_params)
+            self.backward_embeddings(out.float(), grad, last=i == len(parts) - 1)
+        set_rng_states(after, device)
+        return loss, embeddings.detach()
+
+    def backward_embeddings(self, embeddings: torch.Tensor, grad: torch.Tensor,
+                            last: bool) -> None:
+        """Backpropagate a micro-batch's embeddings with their cached gradient."""
+        embeddings.backward(grad)
 
     def training_autocast(self) -> Any:
         """The mixed-precision context of the training forward pass."""

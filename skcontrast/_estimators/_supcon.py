@@ -57,6 +57,10 @@ class SupConEmbedder(BaseEmbedder):
         Tunable by ``GridSearchCV`` as ``memory__gamma``, ``memory__size``, ...
     max_epochs : int, default=20
     lr : float, default=1e-3
+    lr_schedule : WarmupCosine or None, default=None
+        A learning-rate schedule stepped every batch: :class:`~skcontrast.WarmupCosine`
+        (linear warm-up, then cosine decay over ``max_epochs``, as SimCLR and seed
+        002's protocol). ``None`` keeps ``lr`` constant.
     optimizer : {'adam', 'adamw', 'sgd'} or torch.optim.Optimizer class, default='adam'
     optimizer_params : dict or None, default=None
     augmentation : callable or None, default=None
@@ -70,6 +74,15 @@ class SupConEmbedder(BaseEmbedder):
     data_on_device : {False, True, 'auto'}, default=False
         Hold array training data whole on the training GPU (``'auto'``: when it takes at
         most half the free memory).
+    micro_batch_size : int or None, default=None
+        Gradient caching (GradCache, Gao et al. 2021): embed each selected batch this
+        many items at a time, take the loss and its gradient on the whole batch, then
+        back-propagate each micro-batch with its cached gradient. The update equals
+        the plain one on the same batch (up to rounding; batch normalisation excepted,
+        with a warning), at the cost of one more forward pass, while the encoder only
+        ever holds the activations of one micro-batch: batches of thousands (up to the
+        full batch) train a real network. Pair it with ``loss_params={'chunk_size':
+        ...}`` (tiled losses) when the batch's B x B similarities are large too.
     accelerator : accelerate.Accelerator or None, default=None
         Data-parallel training on several processes, GPUs or nodes (launch the script
         with ``accelerate launch`` or ``torchrun``). The global batch stays the
@@ -118,10 +131,11 @@ class SupConEmbedder(BaseEmbedder):
                  lambda_pos: float | None = None, lambda_ent: float | None = None,
                  loss_params: dict | None = None, batch_size: int | None = None,
                  selector: Any = None, memory: Any = None, max_epochs: int = 20,
-                 lr: float = 1e-3,
+                 lr: float = 1e-3, lr_schedule: Any = None,
                  optimizer: Any = "adam", optimizer_params: dict | None = None,
                  augmentation: Any = None, precision: str = "float32", num_workers: int = 0,
-                 data_on_device: Any = False, accelerator: Any = None, device: str = "auto",
+                 data_on_device: Any = False, micro_batch_size: int | None = None,
+                 accelerator: Any = None, device: str = "auto",
                  random_state: Any = None, verbose: int = 0, callbacks: list | None = None,
                  warm_start: bool = False) -> None:
         self.module = module
@@ -138,12 +152,14 @@ class SupConEmbedder(BaseEmbedder):
         self.memory = memory
         self.max_epochs = max_epochs
         self.lr = lr
+        self.lr_schedule = lr_schedule
         self.optimizer = optimizer
         self.optimizer_params = optimizer_params
         self.augmentation = augmentation
         self.precision = precision
         self.num_workers = num_workers
         self.data_on_device = data_on_device
+        self.micro_batch_size = micro_batch_size
         self.accelerator = accelerator
         self.device = device
         self.random_state = random_state

@@ -31,21 +31,38 @@ from ._core import (
     similarity,
 )
 from ._gram import gram_logsumexp
+from ._tiled import resolve_chunk_size, tiled_logsumexp
 
 DIRECTION_MODES = ("sum", "mean")
 
 
-def _one_sided_terms(u: torch.Tensor, v: torch.Tensor,
-                     temperature: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-anchor terms of L(U, V): anchor u_i, positive v_i, candidates v_1..v_B."""
+def _one_sided_terms(u: torch.Tensor, v: torch.Tensor, temperature: Any,
+                     chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-anchor terms of L(U, V): anchor u_i, positive v_i, candidates v_1..v_B
+    (``chunk`` anchor rows at a time when given)."""
+    if chunk is not None:
+        return -(u * v).sum(-1) / temperature, tiled_logsumexp(u, v, temperature, chunk)
     logits = similarity(u, v, temperature)
     positive = -torch.diagonal(logits, dim1=-2, dim2=-1)
     return positive, torch.logsumexp(logits, dim=-1)
 
 
+def self_logsumexp(z: torch.Tensor, temperature: Any, chunk_size: Any,
+                   partner: int | None = None) -> torch.Tensor:
+    """Each row's log-sum-exp over the other rows of ``z`` (and not its ``partner``
+    rows away, for DCL): dense through :func:`gram_logsumexp`, or tile by tile."""
+    n = z.shape[-2]
+    chunk = resolve_chunk_size(chunk_size, n, n)
+    if chunk is not None:
+        return tiled_logsumexp(z, z, temperature, chunk, skip_self=True, partner=partner)
+    exclude = None if partner is None else _partner_mask(n // 2, z.device)
+    return gram_logsumexp(z, temperature, exclude=exclude)
+
+
 def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
              lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
-             return_terms: bool = False, denominator: Any = None) -> torch.Tensor | LossTerms:
+             return_terms: bool = False, denominator: Any = None,
+             chunk_size: Any = None) -> torch.Tensor | LossTerms:
     r"""One-sided InfoNCE loss :math:`\mathcal{L}(U, V)` (seed 000, Eq. 3).
 
     For anchor :math:`u_i` the positive is :math:`v_i` and the negatives are the other
@@ -75,6 +92,11 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
         ``f(lse, count)``: replaces each anchor's mini-batch log-sum-exp ``lse`` (over
         its ``count`` candidates) by another estimate of the log-denominator, e.g. the
         moving average of :class:`skcontrast.memory.SogCLRMemory`.
+    chunk_size : int, 'auto' or None, default=None
+        Build the log-sum-exps ``chunk_size`` anchor rows at a time and recompute them
+        in the backward pass (Inf-CL's tiling): memory O(B (d + chunk_size)) instead of
+        O(B^2), with the dense loss's values and gradients (no second derivatives).
+        ``'auto'`` tiles only when one dense similarity matrix would exceed 256 MiB.
 
     Returns
     -------
@@ -91,7 +113,8 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     """
     check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
     u, v = check_views(u, v, normalize=normalize)
-    positive, entropy = _one_sided_terms(u, v, temperature)
+    chunk = resolve_chunk_size(chunk_size, u.shape[-2], v.shape[-2])
+    positive, entropy = _one_sided_terms(u, v, temperature, chunk)
     entropy = estimate_entropy(entropy, u.shape[-2], denominator)
     terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
                          reduction=reduction)
@@ -101,8 +124,8 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
 def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
                        lambda_ent: float = 1.0, normalize: bool = True,
                        reduction: str = "mean", directions: str = "sum",
-                       return_terms: bool = False,
-                       denominator: Any = None) -> torch.Tensor | LossTerms:
+                       return_terms: bool = False, denominator: Any = None,
+                       chunk_size: Any = None) -> torch.Tensor | LossTerms:
     r"""Symmetric contrastive loss :math:`\mathcal{L}^{con} = \mathcal{L}(U,V) + \mathcal{L}(V,U)`.
 
     Seed 000, Eq. 1-2 and Eq. 4 (seed 002, Eq. 2): the loss of CLIP, each direction an
@@ -113,8 +136,8 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
     ----------
     u, v : array-like of shape (..., B, d)
         The paired embeddings (see :func:`info_nce`).
-    temperature, lambda_pos, lambda_ent, normalize, return_terms
-        As in :func:`info_nce`.
+    temperature, lambda_pos, lambda_ent, normalize, return_terms, chunk_size
+        As in :func:`info_nce` (tiles cover the rows and the columns of ``U V^T``).
     denominator : callable or None, default=None
         As in :func:`info_nce`; ``lse`` has shape ``(..., 2, B)`` (the directions first).
     reduction : {'mean', 'sum', 'none'}, default='mean'
@@ -134,8 +157,9 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
     check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
     check_choice(directions, "directions", DIRECTION_MODES)
     u, v = check_views(u, v, normalize=normalize)
-    pos_uv, ent_uv = _one_sided_terms(u, v, temperature)
-    pos_vu, ent_vu = _one_sided_terms(v, u, temperature)
+    chunk = resolve_chunk_size(chunk_size, u.shape[-2], v.shape[-2])
+    pos_uv, ent_uv = _one_sided_terms(u, v, temperature, chunk)
+    pos_vu, ent_vu = _one_sided_terms(v, u, temperature, chunk)
     entropy = estimate_entropy(torch.stack([ent_uv, ent_vu], dim=-2), u.shape[-2],
                                denominator)
     terms = reduce_terms(torch.stack([pos_uv, pos_vu], dim=-2), entropy, lambda_pos=lambda_pos,
@@ -162,7 +186,8 @@ def _partner_mask(b: int, device: torch.device) -> torch.Tensor:
 
 def nt_xent(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
             lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
-            return_terms: bool = False, denominator: Any = None) -> torch.Tensor | LossTerms:
+            return_terms: bool = False, denominator: Any = None,
+            chunk_size: Any = None) -> torch.Tensor | LossTerms:
     r"""NT-Xent, the 2B-way loss of SimCLR (Chen et al., 2020; seed 004 "SimCLR").
 
     The ``2B`` rows of ``[u; v]`` are all anchors; an anchor's positive is its partner
@@ -180,9 +205,9 @@ def nt_xent(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     ----------
     u, v : array-like of shape (..., B, d)
         The paired embeddings (see :func:`info_nce`).
-    temperature, lambda_pos, lambda_ent, normalize, return_terms, denominator
+    temperature, lambda_pos, lambda_ent, normalize, return_terms, denominator, chunk_size
         As in :func:`info_nce` (``lse`` has shape ``(..., 2B)``, over ``2B - 1``
-        candidates).
+        candidates; tiles are rows of the ``2B x 2B`` matrix).
     reduction : {'mean', 'sum', 'none'}, default='mean'
         Over the ``2B`` anchors; ``'none'`` returns shape ``(..., 2B)`` (the ``u``
         anchors first).
@@ -192,12 +217,13 @@ def nt_xent(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     torch.Tensor or LossTerms
     """
     return _two_view_loss(u, v, temperature, lambda_pos, lambda_ent, normalize, reduction,
-                          return_terms, denominator, decoupled=False)
+                          return_terms, denominator, chunk_size, decoupled=False)
 
 
 def dcl(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
         lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
-        return_terms: bool = False, denominator: Any = None) -> torch.Tensor | LossTerms:
+        return_terms: bool = False, denominator: Any = None,
+        chunk_size: Any = None) -> torch.Tensor | LossTerms:
     r"""Decoupled contrastive loss (Yeh et al., 2022; seed 004 "DCL").
 
     :func:`nt_xent` with the positive removed from the denominator, which removes the
@@ -213,20 +239,19 @@ def dcl(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     contrastive loss (LibAUC's ``GCLoss_v1``).
     """
     return _two_view_loss(u, v, temperature, lambda_pos, lambda_ent, normalize, reduction,
-                          return_terms, denominator, decoupled=True)
+                          return_terms, denominator, chunk_size, decoupled=True)
 
 
 def _two_view_loss(u: Any, v: Any, temperature: Any, lambda_pos: float, lambda_ent: float,
                    normalize: bool, reduction: str, return_terms: bool, denominator: Any,
-                   decoupled: bool) -> torch.Tensor | LossTerms:
+                   chunk_size: Any, decoupled: bool) -> torch.Tensor | LossTerms:
     """NT-Xent, or DCL (``decoupled``: the positive left out of the denominator)."""
     check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
     u, v = check_views(u, v, normalize=normalize)
     z, positive = _two_view(u, v, temperature)
     b = u.shape[-2]
-    exclude = _partner_mask(b, u.device) if decoupled else None
-    entropy = estimate_entropy(gram_logsumexp(z, temperature, exclude=exclude),
-                               2 * b - 2 if decoupled else 2 * b - 1, denominator)
+    lse = self_logsumexp(z, temperature, chunk_size, partner=b if decoupled else None)
+    entropy = estimate_entropy(lse, 2 * b - 2 if decoupled else 2 * b - 1, denominator)
     terms = reduce_terms(positive, entropy,
                          lambda_pos=lambda_pos, lambda_ent=lambda_ent, reduction=reduction)
     return finish(terms, return_terms)
@@ -234,8 +259,8 @@ def _two_view_loss(u: Any, v: Any, temperature: Any, lambda_pos: float, lambda_e
 
 def dhel(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
          lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
-         include_positive_view: bool = True,
-         return_terms: bool = False) -> torch.Tensor | LossTerms:
+         include_positive_view: bool = True, return_terms: bool = False,
+         chunk_size: Any = None) -> torch.Tensor | LossTerms:
     r"""Decoupled hyperspherical energy loss (Koromilas et al., 2024; seed 004).
 
     The uniformity (entropy) part contrasts an anchor only with the *other anchors of
@@ -258,6 +283,8 @@ def dhel(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     include_positive_view : bool, default=True
         Add the bracketed energy of the positives' view, as the authors' reference
         code does by default (``include_augs=True``).
+    chunk_size : int, 'auto' or None, default=None
+        As in :func:`info_nce`.
 
     Returns
     -------
@@ -266,9 +293,9 @@ def dhel(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
     u, v = check_views(u, v, normalize=normalize)
     positive = -(u * v).sum(-1) / temperature
-    entropy = gram_logsumexp(u, temperature)
+    entropy = self_logsumexp(u, temperature, chunk_size)
     if include_positive_view:
-        entropy = entropy + gram_logsumexp(v, temperature)
+        entropy = entropy + self_logsumexp(v, temperature, chunk_size)
     terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
                          reduction=reduction)
     return finish(terms, return_terms)

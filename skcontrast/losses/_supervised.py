@@ -19,7 +19,7 @@ from ._core import (
     reduce_terms,
     scale_terms,
 )
-from ._gram import gram_logsumexp
+from ._infonce import self_logsumexp
 from ._references import AVERAGING_MODES, average_margin_terms, margin_pair_terms
 
 NO_POSITIVE_CONVENTIONS = ("exclude", "zero")
@@ -29,7 +29,8 @@ DISTANCES = ("euclidean", "cosine")
 def supcon(z: Any, y: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
            lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
            base_temperature: float | None = None, anchors_without_positives: str = "exclude",
-           return_terms: bool = False, denominator: Any = None) -> torch.Tensor | LossTerms:
+           return_terms: bool = False, denominator: Any = None,
+           chunk_size: Any = None) -> torch.Tensor | LossTerms:
     r"""Supervised contrastive loss (Khosla et al., 2020), as the batch loss of seed 003 Eq. 3.
 
     For anchor :math:`i` with :math:`P(i)` the other rows of its class,
@@ -69,6 +70,10 @@ def supcon(z: Any, y: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
         ``f(lse, count)``: replaces each anchor's log-sum-exp over its ``B - 1``
         candidates (shape ``(..., B)``) by another estimate, e.g. the moving average of
         :class:`skcontrast.memory.SogCLRMemory`.
+    chunk_size : int, 'auto' or None, default=None
+        Build the denominators ``chunk_size`` anchors at a time and recompute them in
+        the backward pass: memory O(B (d + chunk_size)) instead of O(B^2), with the
+        dense loss's values and gradients (see :func:`info_nce`).
 
     Returns
     -------
@@ -86,7 +91,8 @@ def supcon(z: Any, y: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     has_positive = (n_positives > 0).to(z.dtype)
     # sum_{j in P(i)} h_i.h_j / tau from the class sums: no B x B label mask is needed
     positive = -(scaled * (class_sum - z)).sum(-1) / n_positives.clamp_min(1)
-    entropy = estimate_entropy(gram_logsumexp(z, temperature), z.shape[-2] - 1, denominator)
+    entropy = estimate_entropy(self_logsumexp(z, temperature, chunk_size), z.shape[-2] - 1,
+                               denominator)
     exclude = anchors_without_positives == "exclude"
     terms = reduce_terms(positive * has_positive, entropy * has_positive,
                          lambda_pos=lambda_pos, lambda_ent=lambda_ent, reduction=reduction,

@@ -32,11 +32,16 @@ CASES = {
                                     "learn_temperature": True},
     "xbm, supcon": {"selector": lambda: ShuffledBatchSelector(16), "supervised": True,
                     "memory": CrossBatchMemory(size=40)},
+    "micro-batches, sogclr": {"selector": lambda: ShuffledBatchSelector(16), "loss": "dcl",
+                              "memory": SogCLRMemory(gamma=0.8), "micro_batch_size": 3},
 }
 
 
-def fit(case: str, accelerator=None, max_epochs: int = 2, callbacks=None):
+def fit(case: str, accelerator=None, max_epochs: int = 2, callbacks=None, plain=False):
+    """``plain``: without gradient caching (the update it must equal)."""
     settings = dict(CASES[case])
+    if plain:
+        settings.pop("micro_batch_size", None)
     if "memory" in settings:
         settings["memory"] = clone(settings["memory"])
     kind = SupConEmbedder if settings.pop("supervised", False) else ContrastiveEmbedder

@@ -1,0 +1,134 @@
+"""Row log-sum-exps of a similarity matrix built tile by tile, in O(n (d + chunk)) memory.
+
+Every loss of the InfoNCE family and SupCon needs, for each anchor row ``a_i``,
+
+    lse_i = log sum_{j kept} exp(a_i . b_j / t)
+
+over the rows ``b_j`` of a candidate matrix (``b`` is ``a`` itself for the two-view
+losses, with ``j = i`` and possibly the positive partner left out). A dense loss holds
+the ``n x m`` logits (and autograd their exponentials) at once: 2B x 2B floats for
+NT-Xent, 8.6 GB at B = 16,384. Here the rows are processed ``chunk_size`` at a time:
+the forward keeps only ``lse`` (O(n)); the backward recomputes each tile of logits and
+turns it into gradients straight away, with ``P = exp(logits - lse)`` and the incoming
+gradient ``g``:
+
+    grad_a = (g P / t) b,    grad_b = (g P / t)^T a,    grad_t = -sum(g P * logits) / t.
+
+This is Inf-CL's idea (Cheng et al., 2024), in plain torch on any device and for the
+within-view negatives, exclusions and SupCon that Inf-CL lacks. Each tile is a whole
+block of rows against every candidate, so its log-sum-exp needs no running maximum
+across tiles. Second derivatives are not supported (the dense path has them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.autograd.function import once_differentiable
+
+#: ``chunk_size='auto'`` tiles once one dense ``rows x cols`` float32 matrix would take
+#: more than this many bytes (a dense loss holds a few such matrices), and then uses
+#: tiles of about this size.
+AUTO_TILE_BYTES = 256 * 2**20
+
+
+def resolve_chunk_size(chunk_size: Any, rows: int, cols: int) -> int | None:
+    """``None`` (dense), or the number of anchor rows per tile.
+
+    ``'auto'``: dense while one ``rows x cols`` float32 matrix takes at most
+    :data:`AUTO_TILE_BYTES` (256 MiB: B = 4,096 pairs for NT-Xent's 2B x 2B logits),
+    else tiles of as many rows as fit in that size.
+    """
+    if chunk_size is None:
+        return None
+    if chunk_size == "auto":
+        if rows * cols * 4 <= AUTO_TILE_BYTES:
+            return None
+        return max(1, AUTO_TILE_BYTES // (4 * cols))
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be None, 'auto' or a positive integer; got "
+                         f"{chunk_size!r}")
+    return chunk_size
+
+
+def _tile_logits(a: torch.Tensor, b: torch.Tensor, temperature: Any, start: int, stop: int,
+                 skip_self: bool, partner: int | None) -> torch.Tensor:
+    """Logits of anchor rows ``start..stop`` against every candidate, the entries left
+    out set to -inf in place (by index: no mask of the tile's size is built)."""
+    logits = torch.matmul(a[..., start:stop, :] / temperature, b.transpose(-1, -2))
+    rows = torch.arange(stop - start, device=a.device)
+    cols = rows + start
+    if skip_self:
+        logits[..., rows, cols] = float("-inf")
+    if partner is not None:
+        logits[..., rows, (cols + partner) % b.shape[-2]] = float("-inf")
+    return logits
+
+
+class _TiledLogSumExp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, temperature: Any, chunk: int,
+                skip_self: bool, partner: int | None) -> torch.Tensor:
+        parts = []
+        for start in range(0, a.shape[-2], chunk):
+            stop = min(start + chunk, a.shape[-2])
+            logits = _tile_logits(a, b, temperature, start, stop, skip_self, partner)
+            peak = logits.amax(-1, keepdim=True)
+            total = logits.sub_(peak).exp_().sum(-1)  # in place: one tile in memory
+            parts.append(peak.squeeze(-1) + total.log())
+        lse = torch.cat(parts, dim=-1)
+        t = temperature if isinstance(temperature, torch.Tensor) else None
+        ctx.save_for_backward(a, b, lse, t)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.skip_self, ctx.partner = skip_self, partner
+        return lse
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        a, b, lse, t = ctx.saved_tensors
+        temperature = ctx.temperature if t is None else t
+        wants_a, wants_b, wants_t = ctx.needs_input_grad[:3]
+        grad_a = torch.zeros_like(a) if wants_a else None
+        grad_b = torch.zeros_like(b) if wants_b else None
+        grad_t = torch.zeros((), dtype=a.dtype, device=a.device) if wants_t else None
+        for start in range(0, a.shape[-2], ctx.chunk):
+            stop = min(start + ctx.chunk, a.shape[-2])
+            g = grad[..., start:stop]
+            p = _tile_logits(a, b, temperature, start, stop, ctx.skip_self, ctx.partner)
+            p.sub_(lse[..., start:stop, None]).exp_()  # softmax probabilities, in place
+            if wants_t:
+                # sum_j p_j logit_j = lse - entropy(p), so d lse / d t = (entropy - lse) / t
+                entropy = torch.special.entr(p).sum(-1)
+                grad_t += (g * (entropy - lse[..., start:stop])).sum() / temperature
+            weights = p.mul_((g / temperature)[..., None])
+            if wants_a:
+                grad_a[..., start:stop, :] = torch.matmul(weights, b)
+            if wants_b:
+                grad_b += torch.matmul(weights.transpose(-1, -2), a[..., start:stop, :])
+        if wants_t:
+            grad_t = grad_t.reshape(t.shape).to(t.dtype)
+        return grad_a, grad_b, grad_t, None, None, None
+
+
+def tiled_logsumexp(a: torch.Tensor, b: torch.Tensor, temperature: Any, chunk_size: int, *,
+                    skip_self: bool = False, partner: int | None = None) -> torch.Tensor:
+    """``log sum_j exp(a_i . b_j / temperature)`` for every row of ``a``, ``chunk_size``
+    rows at a time; shape ``(..., n)``.
+
+    Parameters
+    ----------
+    a : torch.Tensor of shape (..., n, d)
+        Anchors.
+    b : torch.Tensor of shape (..., m, d)
+        Candidates (may be ``a`` itself; its gradient then sums both roles).
+    temperature : float or scalar tensor
+    chunk_size : int
+        Anchor rows per tile: memory is O(chunk_size * m) for the tile plus O(n d).
+    skip_self : bool, default=False
+        Leave out ``j = i`` (``b`` is ``a``).
+    partner : int or None, default=None
+        Also leave out ``j = (i + partner) mod m`` (DCL's positive).
+    """
+    return _TiledLogSumExp.apply(a, b, temperature, chunk_size, skip_self, partner)
