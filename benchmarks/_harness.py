@@ -50,17 +50,34 @@ def _reset_peak() -> bool:
     return True
 
 
-def measure(fn: Callable[[], object], *, repeats: int = 5,
-            warmup: int = 1) -> tuple[float, float | None]:
-    """Median wall time (s) of ``fn`` and its peak extra resident memory (MiB)."""
+def measure(fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1,
+            device: str = "cpu") -> tuple[float, float | None]:
+    """Median wall time (s) of ``fn`` and its peak extra memory (MiB): resident memory on
+    the CPU, allocated GPU memory for ``device='cuda'`` (synchronised timings)."""
+    cuda = device.startswith("cuda")
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
+        if cuda:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         fn()
+        if cuda:
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times), peak_memory_mib(fn)
+    return statistics.median(times), (gpu_peak_mib(fn) if cuda else peak_memory_mib(fn))
+
+
+def gpu_peak_mib(fn: Callable[[], object]) -> float:
+    """Peak GPU memory allocated by one call of ``fn`` beyond what was held before."""
+    gc.collect()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return max(0, torch.cuda.max_memory_allocated() - base) / 2**20
 
 
 def peak_memory_mib(fn: Callable[[], object]) -> float | None:

@@ -19,14 +19,24 @@ sampler and the per-batch bookkeeping. Two workloads:
 On a GPU both sides hold the data on the device (``data_on_device=True`` for the
 estimator) and the epoch time ends with a device synchronisation. It then reports the
 selection time per epoch of SpectralBatchSelector inside fit.
+
+Gradient caching (``--caching``, on by default): the time per epoch of the CNN with
+``micro_batch_size=64`` against the plain step on the same batches (B=512; the expected
+cost is one more forward pass), and the largest batch whose whole training step fits a
+memory budget (``--budget-gib``, default 4) with and without caching: one full-batch
+step of the CNN on B image pairs per process, B doubling from 1,024, peak resident
+memory (or allocated GPU memory) of the process measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import time
 
@@ -41,7 +51,7 @@ from skcontrast import ContrastiveEmbedder
 from skcontrast._estimators._data import View
 from skcontrast._estimators._modules import build_encoders
 from skcontrast.losses import symmetric_info_nce
-from skcontrast.selectors import ShuffledBatchSelector, SpectralBatchSelector
+from skcontrast.selectors import FullBatchSelector, ShuffledBatchSelector, SpectralBatchSelector
 
 K, HIDDEN, LR, TEMPERATURE = 32, (128,), 1e-3, 0.1
 
@@ -144,6 +154,60 @@ def compare(name: str, X: torch.Tensor, module: nn.Module | None, batch_size: in
     return rows, ratio
 
 
+def synthetic_images(n: int, seed: int = 0) -> torch.Tensor:
+    """``n`` pairs of 3x32x32 images: an image and a noisy copy."""
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.rand(n, 1, 3, 32, 32, generator=generator)
+    noise = 0.1 * torch.randn(images.shape, generator=generator)
+    return torch.cat([images, images + noise], dim=1)
+
+
+def caching_rows(n: int, epochs: int, device: str) -> list[list[str]]:
+    """Epoch time of the CNN with gradient caching against the plain step (same batches)."""
+    images = synthetic_images(n)
+    times = {}
+    for micro in (None, 64):
+        est = estimator(small_cnn(), 512, epochs + 1, 0, "float32", device)
+        est.set_params(micro_batch_size=micro).fit(images)
+        times[micro] = statistics.median(row["dur"] for row in est.history_[1:])
+    return [["CNN", "float32", "plain step, B=512", f"{times[None]:.3f} s", "", "1.00x"],
+            ["CNN", "float32", "micro_batch_size=64", f"{times[64]:.3f} s", "",
+             f"{times[64] / times[None]:.2f}x"]]
+
+
+def probe_step(batch_size: int, micro: int | None, device: str) -> float:
+    """Peak memory (bytes) of a process that takes one full-batch CNN step on B pairs."""
+    est = ContrastiveEmbedder(module=small_cnn(), n_components=K, selector=FullBatchSelector(),
+                              max_epochs=1, loss="nt_xent", micro_batch_size=micro,
+                              random_state=0, device=device)
+    est.fit(synthetic_images(batch_size))
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def largest_batches(budget: float, device: str, threads: int) -> list[list[str]]:
+    """The largest B (doubling from 1,024) whose step fits ``budget`` bytes, both ways."""
+    rows = []
+    for micro in (None, 256):
+        fitted, peak, b = None, None, 1024
+        while b <= 2**17:
+            done = subprocess.run(
+                [sys.executable, __file__, "--probe", str(b), str(micro or 0), device],
+                capture_output=True, text=True, env={**os.environ,
+                                                     "OMP_NUM_THREADS": str(threads)})
+            if done.returncode != 0:
+                break
+            used = json.loads(done.stdout.strip().splitlines()[-1])
+            if used > budget:
+                break
+            fitted, peak, b = b, used, 2 * b
+        label = "plain step" if micro is None else f"micro_batch_size={micro}"
+        rows.append([label, "none" if fitted is None else f"{fitted:,}",
+                     "" if peak is None else f"{peak / 2**30:.2f} GiB"])
+    return rows
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20_000, help="MLP pairs")
@@ -155,7 +219,16 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--wide", action=argparse.BooleanOptionalAction, default=None,
                         help="also a wide MLP (2048, 2048), n=100,000, B=1024 (default: on "
                              "a GPU only)")
+    parser.add_argument("--caching", action=argparse.BooleanOptionalAction, default=True,
+                        help="gradient caching: step time and the largest batch in budget")
+    parser.add_argument("--budget-gib", type=float, default=4.0)
+    parser.add_argument("--probe", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.probe:  # one step in a fresh process (see largest_batches)
+        b, micro, device = int(args.probe[0]), int(args.probe[1]) or None, args.probe[2]
+        set_threads(args.threads)
+        print(json.dumps(probe_step(b, micro, device)))
+        return ""
     set_threads(args.threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" \
         else args.device
@@ -187,6 +260,8 @@ def main(argv: list[str] | None = None) -> str:
         rows.append(["MLP", "float32", "fit with SpectralBatchSelector",
                      f"{spectral.history_[-1, 'dur']:.3f} s",
                      f"{spectral.history_[-1, 'select_time']:.3f} s", ""])
+    if args.caching:
+        rows += caching_rows(min(args.images_n, 20_000), args.epochs, device)
     where = torch.cuda.get_device_name() if device.startswith("cuda") else \
         f"CPU, {torch.get_num_threads()} threads"
     text = (f"Time per epoch on {where}; median of {args.epochs} epochs after a warm-up "
@@ -197,6 +272,14 @@ def main(argv: list[str] | None = None) -> str:
                          "vs plain"])
     text += ("\nsame module, optimizer, loss and batches: weights after one float32 epoch "
              "differ by at most " + ", ".join(f"{k} {v:.1e}" for k, v in checks.items()))
+    if args.caching:
+        budget = args.budget_gib * 2**30
+        kind = "allocated GPU" if device != "cpu" else "peak resident"
+        text += (f"\n\nLargest full batch of CNN image pairs whose training step fits "
+                 f"{args.budget_gib:g} GiB ({kind} memory of the whole process, data "
+                 "included; NT-Xent, tiled when large):\n")
+        text += table(largest_batches(budget, device, args.threads),
+                      ["training step", "largest B", "peak memory"])
     print(text)
     return text
 

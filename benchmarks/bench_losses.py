@@ -1,12 +1,18 @@
 """Losses vs pytorch-metric-learning: forward+backward time and peak memory.
 
-Run:  python benchmarks/bench_losses.py [--sizes 256 1024 4096] [--dim 128]
+Run:  python benchmarks/bench_losses.py [--sizes 256 1024 4096] [--large 8192 ... 65536]
+                                        [--dim 128] [--chunk 1024]
 
 Side by side in one process, CPU, 2 threads: ``skcontrast.losses.nt_xent`` vs PML
 ``NTXentLoss`` and ``skcontrast.losses.supcon`` vs PML ``SupConLoss`` (10 classes).
 The two implementations are first checked to give the same loss value. PML's NTXent
 builds a (2B) x (2B)(2B-2) table; where that would not fit in this machine's memory the
 run is skipped and the memory it would need is printed instead.
+
+The second table follows the batch size up to B = 65,536: the dense losses against the
+tiled ones (``chunk_size``, O(B (d + chunk)) memory), PML beside them where it fits,
+and on a GPU Inf-CL's ``cal_inf_loss`` (one-sided InfoNCE, Triton) beside the tiled
+``info_nce``. A case is skipped, with the memory it would need, when it would not fit.
 """
 
 from __future__ import annotations
@@ -88,9 +94,72 @@ def bench_supcon(b: int, d: int, pml, n_classes: int = 10) -> list[str]:
             f"{agree:.1e}"]
 
 
+def dense_bytes(loss: str, b: int) -> int:
+    """Peak of the dense loss: about two (rows x rows) float32 matrices."""
+    rows = 2 * b if loss == "nt_xent" else b
+    return 2 * 4 * rows * rows
+
+
+def pml_bytes(loss: str, b: int) -> int:
+    return pml_ntxent_bytes(b) if loss == "nt_xent" else 3 * 4 * b * b
+
+
+def large_row(loss: str, b: int, d: int, chunk: int, pml, device: str) -> list[str]:
+    g = torch.Generator().manual_seed(b)
+    u = torch.randn(b, d, generator=g).to(device)
+    v = torch.randn(b, d, generator=g).to(device)
+    y = torch.randint(0, 10, (b,), generator=g).to(device)
+    fns = {"nt_xent": lambda a, c, **kw: losses.nt_xent(a, c, temperature=TEMPERATURE, **kw),
+           "supcon": lambda a, c, **kw: losses.supcon(a, y, temperature=TEMPERATURE, **kw),
+           "info_nce": lambda a, c, **kw: losses.info_nce(a, c, temperature=TEMPERATURE, **kw)}
+    fn = fns[loss]
+    repeats = 3 if b <= 8192 else 1
+    free = available_memory_bytes() if device == "cpu" else torch.cuda.mem_get_info()[0]
+    cells = [f"{loss} B={b}"]
+    warmup = 1 if b <= 16384 else 0
+    t_tiled, m_tiled = measure(fwd_bwd(lambda a, c: fn(a, c, chunk_size=chunk), u, v),
+                               repeats=repeats, warmup=warmup, device=device)
+    if dense_bytes(loss, b) > 0.6 * free:
+        cells += [f"needs ~{dense_bytes(loss, b) / 2**30:.0f} GiB", ""]
+    else:
+        t_dense, m_dense = measure(fwd_bwd(lambda a, c: fn(a, c, chunk_size=None), u, v),
+                                   repeats=repeats, warmup=warmup, device=device)
+        cells += [fmt_seconds(t_dense), fmt_mib(m_dense)]
+    cells += [fmt_seconds(t_tiled), fmt_mib(m_tiled)]
+    peer = None
+    if loss == "info_nce" and device == "cuda":
+        try:
+            from inf_cl import cal_inf_loss
+        except ImportError:
+            cells += ["inf-cl not installed", ""]
+        else:
+            peer = lambda a, c: cal_inf_loss(a, c, scale=torch.tensor(  # noqa: E731
+                1 / TEMPERATURE, device=device), head_dim=d)
+    elif pml is not None and loss in ("nt_xent", "supcon"):
+        if pml_bytes(loss, b) > 0.6 * free:
+            cells += [f"needs ~{pml_bytes(loss, b) / 2**30:.0f} GiB", ""]
+        else:
+            pml_loss = pml.losses.NTXentLoss(temperature=TEMPERATURE) if loss == "nt_xent" \
+                else pml.losses.SupConLoss(temperature=TEMPERATURE)
+            labels = torch.arange(b, device=device).repeat(2)
+            peer = (lambda a, c: pml_loss(torch.cat([a, c]), labels)) if loss == "nt_xent" \
+                else (lambda a, c: pml_loss(a, y))
+    else:
+        cells += ["—", ""]
+    if peer is not None:
+        t_peer, m_peer = measure(fwd_bwd(peer, u, v), repeats=repeats, warmup=warmup,
+                                 device=device)
+        cells += [fmt_seconds(t_peer), fmt_mib(m_peer)]
+    return cells
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[256, 1024, 4096])
+    parser.add_argument("--large", type=int, nargs="*",
+                        default=[4096, 8192, 16384, 32768, 65536])
+    parser.add_argument("--large-losses", nargs="+", default=["nt_xent", "supcon"])
+    parser.add_argument("--chunk", type=int, default=1024)
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
@@ -107,7 +176,19 @@ def main(argv: list[str] | None = None) -> str:
     header = ["case", "skcontrast", "peak mem", "PML", "PML peak", "PML/ours", "|Δloss|"]
     text = (f"forward+backward, d={args.dim}, CPU, {torch.get_num_threads()} threads, "
             f"torch {torch.__version__}\n" + table(rows, header))
-    print(text)
+    print(text, flush=True)
+    if args.large:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        names = list(args.large_losses) + (["info_nce"] if device == "cuda" else [])
+        large = [large_row(loss, b, args.dim, args.chunk, pml, device)
+                 for loss in names for b in args.large]
+        header = ["case", "dense", "dense peak", f"tiled {args.chunk}", "tiled peak",
+                  "peer (PML / inf-cl)", "peer peak"]
+        section = (f"\ndense vs tiled, forward+backward, d={args.dim}, {device}"
+                   + (f", {torch.get_num_threads()} threads" if device == "cpu" else "")
+                   + "\n" + table(large, header))
+        print(section)
+        text += "\n" + section
     return text
 
 

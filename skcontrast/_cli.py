@@ -9,21 +9,37 @@ import time
 from pathlib import Path
 from typing import Any
 
-BENCHMARKS = ("losses", "selectors", "fit")
+BENCHMARKS = ("losses", "selectors", "fit", "metrics")
 
 
-def _benchmark_dir() -> Path:
-    return Path(__file__).resolve().parents[1] / "benchmarks"
+def _benchmark_dir(root: Path | None = None) -> Path | None:
+    """``benchmarks/`` of the source checkout this package runs from, or ``None``.
+
+    A non-editable install lives in ``site-packages``, whose ``benchmarks/`` folder (if
+    any) belongs to some other distribution: only a folder beside this package's own
+    ``pyproject.toml`` naming the project ``skcontrast`` is ours.
+    """
+    root = Path(__file__).resolve().parents[1] if root is None else root
+    folder, project = root / "benchmarks", root / "pyproject.toml"
+    if folder.is_dir() and project.is_file() and \
+            'name = "skcontrast"' in project.read_text(encoding="utf-8"):
+        return folder
+    return None
 
 
 def _run_bench(args: argparse.Namespace) -> int:
     folder = _benchmark_dir()
-    if not folder.is_dir():
+    if folder is None:
         print("The benchmarks live in the source repository's benchmarks/ folder, which this "
               "installation does not include. Run from a clone: pip install -e '.[bench]'",
               file=sys.stderr)
         return 2
-    for name in args.which:
+    unknown = [name for name in args.which if name not in BENCHMARKS]
+    if unknown:
+        print(f"skcontrast bench: unknown benchmark(s) {', '.join(unknown)}; choose from "
+              f"{', '.join(BENCHMARKS)}", file=sys.stderr)
+        return 2
+    for name in args.which or ["losses"]:
         script = folder / f"bench_{name}.py"
         print(f"== {script.relative_to(folder.parent)} ==", flush=True)
         saved = sys.argv
@@ -107,9 +123,12 @@ def _gram_figure(results: dict, geometry: Any, args: argparse.Namespace) -> str 
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(
         prog="skcontrast",
         description="Contrastive learning with pluggable mini-batch selection.")
+    parser.add_argument("--version", action="version", version=f"skcontrast {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser(
         "demo", help="compare batch selectors on split-view digits (a few minutes)",
@@ -124,8 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
         "bench", help="run the benchmarks against named peers",
         description="Run benchmarks/bench_<which>.py; options after -- go to the script, "
                     "e.g. skcontrast bench losses -- --sizes 256 1024")
-    bench.add_argument("which", nargs="*", choices=BENCHMARKS, default=["losses"],
-                       help="which benchmark(s) to run (default: losses)")
+    # no ``choices`` here: with nargs='*', Python < 3.12 checks the default list itself
+    # against them and refuses it; names are checked in _run_bench
+    bench.add_argument("which", nargs="*", metavar="NAME",
+                       help=f"benchmark(s) to run, among {', '.join(BENCHMARKS)} "
+                            "(default: losses)")
     bench.set_defaults(func=_run_bench)
     synthetic = sub.add_parser(
         "synthetic", help="batch selection on directly optimised embeddings (seed 000/002)",

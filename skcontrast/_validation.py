@@ -110,13 +110,62 @@ def check_finite_array(x: np.ndarray, name: str) -> None:
         )
 
 
-def encode_labels(y: Any, name: str = "y") -> tuple[np.ndarray, np.ndarray]:
-    """Map labels of any hashable type to ``0..k-1``; returns ``(classes, codes)``."""
+def label_kind(array: np.ndarray) -> str:
+    """``'str'`` or ``'number'``: what kind of labels a checked array holds."""
+    if array.dtype.kind in "US":
+        return "str"
+    if array.dtype.kind in "biuf":
+        return "number"
+    return "str" if isinstance(array.flat[0], str) else "number"
+
+
+def check_labels(y: Any, name: str = "y", *, n_samples: int | None = None,
+                 like: np.ndarray | None = None, rows_of: str = "X") -> np.ndarray:
+    """Class labels as a 1-D array, checked once for every entry point.
+
+    1-D (an ``(n, 1)`` column is refused, not broadcast), ``n_samples`` long when given,
+    no NaN, infinity or ``None``, and one kind of label throughout (all strings or all
+    numbers: NumPy would order mixed ones arbitrarily or not at all). With ``like``
+    (e.g. the classes seen in ``fit``), the labels must be of the same kind.
+    ``rows_of`` names what ``n_samples`` counts, for the message.
+    """
     array = as_numpy(y, name)
     if array.ndim != 1:
-        raise ValueError(f"{name} must be 1-D; got {describe(array)}")
+        hint = f"; use {name}.ravel()" if array.ndim == 2 and array.shape[1:] == (1,) else ""
+        raise ValueError(f"{name} must be 1-D, one label per sample; got {describe(array)}"
+                         f"{hint}")
+    if n_samples is not None and len(array) != n_samples:
+        unit = "samples" if rows_of == "X" else "rows"
+        raise ValueError(f"{name} has {len(array)} labels but {rows_of} has {n_samples} {unit}")
+    if not len(array):
+        return array
     if array.dtype.kind == "f" and not np.isfinite(array).all():
-        raise ValueError(f"{name} contains NaN or infinite labels")
+        bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
+        raise ValueError(f"{name} contains {bad} NaN or infinite label(s)")
+    if array.dtype.kind == "O":
+        kinds = set()
+        for i, label in enumerate(array):
+            if label is None or (isinstance(label, float | np.floating) and not np.isfinite(label)):
+                raise ValueError(f"{name}[{i}] is {label!r}: labels must be actual classes "
+                                 "(drop or relabel the unlabelled samples)")
+            kinds.add("str" if isinstance(label, str) else
+                      "number" if isinstance(label, numbers.Number) else type(label).__name__)
+        if len(kinds) > 1:
+            raise ValueError(f"{name} mixes labels of different types ({', '.join(sorted(kinds))})"
+                             "; use one type for every label")
+    elif array.dtype.kind not in "biufUS":
+        raise ValueError(f"{name} must hold class labels (numbers or strings); got "
+                         f"{describe(array)}")
+    if like is not None and len(like) and label_kind(array) != label_kind(np.asarray(like)):
+        raise ValueError(f"{name} holds {label_kind(array)} labels but the estimator was "
+                         f"fitted on {label_kind(np.asarray(like))} labels (e.g. "
+                         f"{plain_label(np.asarray(like)[0])!r})")
+    return array
+
+
+def encode_labels(y: Any, name: str = "y") -> tuple[np.ndarray, np.ndarray]:
+    """Map labels of any hashable type to ``0..k-1``; returns ``(classes, codes)``."""
+    array = check_labels(y, name)
     classes, codes = np.unique(array, return_inverse=True)
     return classes, codes.astype(np.int64)
 

@@ -214,8 +214,8 @@ def digit_augmentation() -> Any:
         K.RandomGaussianNoise(std=0.1, p=0.5))
 
 
-def digit_cnn(n_in: int = 64, n_out: int = 32) -> torch.nn.Module:
-    """A small CNN encoder for the 8x8 digit images: three 3x3 convolutions with batch
+def digit_cnn(n_in: int = 64, n_out: int = 32, norm: str = "batch") -> torch.nn.Module:
+    """A small CNN encoder for the 8x8 digit images: three 3x3 convolutions with
     normalisation (one 2x2 max-pool), global average pooling and a two-layer projection
     head to ``n_out`` dimensions (as in SimCLR). About 0.1 M parameters.
 
@@ -223,15 +223,25 @@ def digit_cnn(n_in: int = 64, n_out: int = 32) -> torch.nn.Module:
     ``module=digit_cnn`` and the estimator builds it after seeding torch from
     ``random_state`` (so the initial weights are reproducible) with
     ``n_out = n_components``. ``n_in`` must be 64 (one 8x8 grey image).
+
+    ``norm='batch'`` (default) uses batch normalisation; ``'group'`` uses group
+    normalisation (8 groups), whose output for an image does not depend on the rest of
+    its batch, so that gradient caching (``micro_batch_size``) gives exactly the
+    full-batch update (``functools.partial(digit_cnn, norm='group')``).
     """
     from torch import nn
 
     check_int(n_in, "n_in", minimum=64, maximum=64)
     n_components = check_int(n_out, "n_out", minimum=1)
+    check_choice(norm, "norm", ("batch", "group"))
+
+    def normalise(channels: int) -> nn.Module:
+        return nn.BatchNorm2d(channels) if norm == "batch" else nn.GroupNorm(8, channels)
+
     return nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU(),
+        nn.Conv2d(1, 32, 3, padding=1), normalise(32), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1), normalise(64), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(64, 128, 3, padding=1), normalise(128), nn.ReLU(),
         nn.AdaptiveAvgPool2d(1), nn.Flatten(),
         nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, n_components))
 

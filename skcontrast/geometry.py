@@ -27,6 +27,16 @@ from ._validation import (
 REFERENCES = ("auto", "etf", "cross_polytope")
 
 
+#: Entries of one block of pairwise values (rows x all rows): memory is O(block * n),
+#: about 64 MiB of float64 per block whatever n, never O(n^2).
+BLOCK_ELEMENTS = 2**23
+
+
+def block_rows(n_columns: int) -> int:
+    """Rows per block so that a block against ``n_columns`` holds ``BLOCK_ELEMENTS``."""
+    return max(1, min(4096, BLOCK_ELEMENTS // max(n_columns, 1)))
+
+
 def _matrix(x: Any, name: str, *, min_rows: int = 1) -> np.ndarray:
     array = as_numpy(x, name).astype(np.float64, copy=False)
     if array.ndim != 2:
@@ -362,7 +372,8 @@ def alignment(U: Any, V: Any, alpha: float = 2, *, normalize: bool = True) -> fl
 def uniformity(Z: Any, t: float = 2, *, normalize: bool = True) -> float:
     """Uniformity ``log mean_{i<j} exp(-t ||z_i - z_j||^2)`` (Wang & Isola, 2020).
 
-    More negative means more uniformly spread on the sphere; lower is better.
+    More negative means more uniformly spread on the sphere; lower is better. Computed
+    block by block (a running log-sum-exp): O(block * n) memory.
 
     Parameters
     ----------
@@ -377,11 +388,27 @@ def uniformity(Z: Any, t: float = 2, *, normalize: bool = True) -> float:
     Z = _matrix(Z, "Z", min_rows=2)
     if normalize:
         Z = _unit_rows(Z)
-    sq = np.maximum((Z * Z).sum(1)[:, None] + (Z * Z).sum(1)[None, :] - 2 * Z @ Z.T, 0)
-    iu = np.triu_indices(len(Z), 1)
-    values = -t * sq[iu]
-    top = values.max()
-    return float(top + np.log(np.mean(np.exp(values - top))))
+    n = len(Z)
+    norms = (Z * Z).sum(1)
+    top, total = -np.inf, 0.0
+    step = block_rows(n)
+    for start in range(0, n - 1, step):  # rows i of the block against the columns j > i
+        stop = min(start + step, n - 1)
+        values = Z[start:stop] @ Z[start + 1:].T  # becomes -t ||z_i - z_j||^2, in place
+        values *= -2
+        values += norms[start:stop, None]
+        values += norms[None, start + 1:]
+        np.maximum(values, 0, out=values)
+        values *= -t
+        rows = stop - start
+        corner = values[:, :rows]
+        corner[np.tril_indices(rows, -1)] = -np.inf  # j <= i
+        peak = max(top, float(values.max()))
+        values -= peak
+        np.exp(values, out=values)
+        total = total * np.exp(top - peak) + float(values.sum())
+        top = peak
+    return float(top + np.log(total / (n * (n - 1) / 2)))
 
 
 def effective_rank(Z: Any) -> float:

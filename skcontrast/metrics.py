@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+import torch
 
 from . import geometry
-from ._validation import as_numpy, check_choice, check_int, describe
-
-_BLOCK = 1024  # query rows per block: similarity memory is O(block * n), never O(n^2)
+from ._validation import check_choice, check_int, check_labels, describe
 
 
 def _rows(x: Any, name: str) -> np.ndarray:
@@ -41,8 +40,9 @@ def _matching_ranks(queries: np.ndarray, gallery: np.ndarray) -> np.ndarray:
     Ties count against the query (pessimistic), so collapsed embeddings score 0, not 1.
     """
     ranks = np.empty(len(queries), dtype=np.int64)
-    for start in range(0, len(queries), _BLOCK):
-        block = queries[start:start + _BLOCK] @ gallery.T
+    step = geometry.block_rows(len(gallery))
+    for start in range(0, len(queries), step):
+        block = queries[start:start + step] @ gallery.T
         rows = np.arange(len(block))
         correct = block[rows, start + rows]
         ranks[start:start + len(block)] = (block >= correct[:, None]).sum(1) - 1
@@ -54,7 +54,7 @@ def recall_at_k(U: Any, V: Any, k: int = 1, direction: str = "both") -> float:
 
     Query ``u_i`` searches the gallery ``V`` by cosine similarity and succeeds if
     ``v_i`` ranks in the top ``k`` (and the other way round for ``v_i``). Ties are
-    counted against the query.
+    counted against the query. Memory is O(block * n).
 
     Parameters
     ----------
@@ -88,60 +88,119 @@ def recall_at_k(U: Any, V: Any, k: int = 1, direction: str = "both") -> float:
     return 0.5 * (u2v + v2u)
 
 
-def _ranked_relevance(H: np.ndarray, codes: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
-    """For each query, the relevance (same class) of the other items in ranked order."""
-    n = len(H)
-    relevant_counts = np.bincount(codes)[codes] - 1
-    ranked = []
-    for start in range(0, n, _BLOCK):
-        sims = H[start:start + _BLOCK] @ H.T
-        for row, i in enumerate(range(start, min(start + _BLOCK, n))):
-            others = np.delete(np.arange(n), i)
-            relevant = codes[others] == codes[i]
-            # by decreasing similarity; among ties the irrelevant items first (pessimistic)
-            order = np.lexsort((relevant, -sims[row, others]))
-            ranked.append(relevant[order])
-    return ranked, relevant_counts
+class _Retrieval(NamedTuple):
+    """Per query: relevant references ``R``, ``sum_{k<=R} P(k) rel(k)``, relevant items
+    in the top ``R``, and whether the nearest reference is relevant."""
+
+    r: np.ndarray
+    precision_sums: np.ndarray
+    hits: np.ndarray
+    first: np.ndarray
 
 
-def _precision_sums(H: Any, y: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per query with R >= 1: (sum_{k<=R} P(k) rel(k), R, #relevant in the top R)."""
-    H, _, codes, _, _ = _class_sums(H, y)
-    ranked, counts = _ranked_relevance(H, codes)
-    sums, hits = np.zeros(len(H)), np.zeros(len(H))
-    for i, relevant in enumerate(ranked):
-        r = counts[i]
-        top = relevant[:r]
-        precision = np.cumsum(top) / np.arange(1, r + 1)
-        sums[i] = (precision * top).sum()
-        hits[i] = top.sum()
-    keep = counts >= 1
+def _class_retrieval(H: Any, y: Any, reference: Any = None, reference_labels: Any = None
+                     ) -> _Retrieval:
+    """Class-level retrieval of every query among the references, block by block.
+
+    Queries are the rows of ``H``; references are ``reference`` (default: the other
+    rows of ``H``). Ranking is by cosine similarity, ties counted against the query
+    (irrelevant items first among equals, also across the cut of the top ``R``).
+    """
+    Q = _rows(H, "H")
+    q_labels = check_labels(y, "y", n_samples=len(Q), rows_of="H")
+    if (reference is None) != (reference_labels is None):
+        raise ValueError("reference and reference_labels go together: pass both or neither")
+    same = reference is None
+    G = Q if same else _rows(reference, "reference")
+    g_labels = q_labels if same else check_labels(reference_labels, "reference_labels",
+                                                  n_samples=len(G), like=q_labels,
+                                                  rows_of="reference")
+    if G.shape[1] != Q.shape[1]:
+        raise ValueError(f"H and reference must have the same width; got {Q.shape[1]} and "
+                         f"{G.shape[1]}")
+    _, codes = np.unique(np.concatenate([q_labels, g_labels]), return_inverse=True)
+    q_codes = torch.from_numpy(codes[:len(Q)])
+    g_codes = torch.from_numpy(codes[len(Q):]) if not same else q_codes
+    # R: references of the query's class (itself excluded)
+    r_all = torch.bincount(g_codes, minlength=int(codes.max()) + 1)[q_codes] - int(same)
+    Qt, Gt = torch.from_numpy(Q), torch.from_numpy(G)
+    out = [r_all.numpy().astype(float)] + [np.zeros(len(Q)) for _ in range(2)] + \
+        [np.zeros(len(Q), dtype=bool)]
+    step = geometry.block_rows(len(G))
+    for start in range(0, len(Q), step):
+        stop = min(start + step, len(Q))
+        sims = Qt[start:stop] @ Gt.T
+        rows = torch.arange(stop - start)
+        if same:
+            sims[rows, rows + start] = -torch.inf
+        r = r_all[start:stop]
+        k = max(1, int(r.max()))
+        values, index = torch.topk(sims, min(k + 1, sims.shape[1] - int(same)), dim=1)
+        after = values[:, k] if values.shape[1] > k else None
+        values, index = values[:, :k], index[:, :k]
+        is_relevant = q_codes[start:stop, None] == g_codes[index]
+        # pessimistic order: by decreasing similarity, irrelevant first among equals
+        order = torch.argsort(is_relevant.to(torch.int8), dim=1, stable=True)
+        values, is_relevant = values.gather(1, order), is_relevant.gather(1, order)
+        order = torch.argsort(-values, dim=1, stable=True)
+        values, is_relevant = values.gather(1, order), is_relevant.gather(1, order)
+        # irrelevant items tied with the last kept value but left out of the top k come
+        # before the relevant ones tied with it (only rows whose next value ties)
+        last = values[:, -1]
+        outside = torch.zeros(stop - start, dtype=torch.long)
+        if after is not None and bool((tied := after == last).any()):
+            equal = sims[tied] == last[tied, None]
+            equal &= q_codes[start:stop][tied, None] != g_codes[None, :]
+            outside[tied] = equal.sum(1) - ((values[tied] == last[tied, None])
+                                            & ~is_relevant[tied]).sum(1)
+        position = torch.arange(1, k + 1) + (is_relevant & (values == last[:, None])) \
+            * outside[:, None]
+        counted = is_relevant & (position <= r[:, None])
+        precision = is_relevant.cumsum(1).to(torch.float64) / position
+        out[1][start:stop] = (precision * counted).sum(1).numpy()
+        out[2][start:stop] = counted.sum(1).numpy()
+        out[3][start:stop] = (is_relevant[:, 0] & (position[:, 0] == 1)).numpy()
+    return _Retrieval(*out)
+
+
+def _with_relevant(result: _Retrieval, metric: str) -> _Retrieval:
+    keep = result.r >= 1
     if not keep.any():
-        raise ValueError("no query has another item of its class; mAP@R is undefined")
-    return sums[keep], counts[keep].astype(float), hits[keep]
+        raise ValueError(f"no query has a reference of its class; {metric} is undefined")
+    return _Retrieval(*(field[keep] for field in result))
 
 
-def map_at_r(H: Any, y: Any) -> float:
+REFERENCE_DOC = """reference : array-like of shape (m, d), optional
+        The items to retrieve from (a gallery). Default: for each query, the other
+        rows of ``H``.
+    reference_labels : array-like of shape (m,), optional
+        Their labels; required with ``reference``."""
+
+
+def map_at_r(H: Any, y: Any, reference: Any = None, reference_labels: Any = None) -> float:
     """mAP@R (Musgrave et al., 2020), as defined in seed 001 supplement C, Eq. 15.
 
-    Each item queries all the others by cosine similarity; with ``R`` the number of
-    other items of its class, ``AP@R = (1/R) sum_{k<=R} P(k) rel(k)``. Queries whose
-    class has no other item are left out.
+    Each item queries the references (by default, all the others) by cosine similarity;
+    with ``R`` the number of references of its class,
+    ``AP@R = (1/R) sum_{k<=R} P(k) rel(k)``. Queries with no reference of their class
+    are left out. Computed block by block: O(block * n) memory.
 
     Parameters
     ----------
     H : array-like of shape (n, d)
     y : array-like of shape (n,)
+    {reference}
 
     Returns
     -------
     float in [0, 1]
     """
-    sums, r, _ = _precision_sums(H, y)
-    return float(np.mean(sums / r))
+    result = _with_relevant(_class_retrieval(H, y, reference, reference_labels),
+                            "mAP@R")
+    return float(np.mean(result.precision_sums / result.r))
 
 
-def r_map(H: Any, y: Any) -> float:
+def r_map(H: Any, y: Any, reference: Any = None, reference_labels: Any = None) -> float:
     """R-mAP of seed 001 (supplement C, Eq. 13-14): average precision within the top R.
 
     Like :func:`map_at_r`, but the average is over the relevant items that made it into
@@ -151,13 +210,63 @@ def r_map(H: Any, y: Any) -> float:
     ----------
     H : array-like of shape (n, d)
     y : array-like of shape (n,)
+    {reference}
 
     Returns
     -------
     float in [0, 1]
     """
-    sums, _, hits = _precision_sums(H, y)
+    result = _with_relevant(_class_retrieval(H, y, reference, reference_labels),
+                            "R-mAP")
+    sums, hits = result.precision_sums, result.hits
     return float(np.mean(np.divide(sums, hits, out=np.zeros_like(sums), where=hits > 0)))
+
+
+def r_precision(H: Any, y: Any, reference: Any = None, reference_labels: Any = None) -> float:
+    """R-precision: the share of a query's ``R`` nearest references that are of its class.
+
+    ``R`` is the number of references of the query's class (Musgrave et al., 2020; as
+    pytorch-metric-learning's ``AccuracyCalculator``). Queries with none are left out.
+
+    Parameters
+    ----------
+    H : array-like of shape (n, d)
+    y : array-like of shape (n,)
+    {reference}
+
+    Returns
+    -------
+    float in [0, 1]
+    """
+    result = _with_relevant(_class_retrieval(H, y, reference, reference_labels),
+                            "R-precision")
+    return float(np.mean(result.hits / result.r))
+
+
+def precision_at_1(H: Any, y: Any, reference: Any = None, reference_labels: Any = None
+                   ) -> float:
+    """Class-level precision@1: how often a query's nearest reference is of its class.
+
+    Queries whose class has no reference are left out (as pytorch-metric-learning's
+    ``AccuracyCalculator`` leaves out lone queries). Ties count against the query.
+
+    Parameters
+    ----------
+    H : array-like of shape (n, d)
+    y : array-like of shape (n,)
+    {reference}
+
+    Returns
+    -------
+    float in [0, 1]
+    """
+    result = _with_relevant(_class_retrieval(H, y, reference, reference_labels),
+                            "precision@1")
+    return float(np.mean(result.first))
+
+
+for _metric in (map_at_r, r_map, r_precision, precision_at_1):
+    _metric.__doc__ = _metric.__doc__.replace("{reference}", REFERENCE_DOC)
 
 
 def _class_sums(H: Any, y: Any) -> tuple[np.ndarray, ...]:
@@ -190,7 +299,7 @@ def ncc_accuracy(H_train: Any, y_train: Any, H_test: Any, y_test: Any) -> float:
     float in [0, 1]
     """
     classes, centres = class_centres(H_train, y_train)
-    y_test = as_numpy(y_test, "y_test")
+    y_test = check_labels(y_test, "y_test", like=classes)
     predicted = nearest_centre(H_test, classes, centres)
     if len(predicted) != len(y_test):
         raise ValueError(f"y_test has {len(y_test)} labels but H_test has {len(predicted)} rows")
@@ -200,7 +309,8 @@ def ncc_accuracy(H_train: Any, y_train: Any, H_test: Any, y_test: Any) -> float:
 def _probe_data(H_train: Any, y_train: Any, H_test: Any, y_test: Any) -> tuple[np.ndarray, ...]:
     H_train = geometry._matrix(H_train, "H_train")
     H_test = geometry._matrix(H_test, "H_test")
-    y_train, y_test = as_numpy(y_train, "y_train"), as_numpy(y_test, "y_test")
+    y_train = check_labels(y_train, "y_train")
+    y_test = check_labels(y_test, "y_test", like=y_train)
     for H, y, name in ((H_train, y_train, "train"), (H_test, y_test, "test")):
         if len(H) != len(y):
             raise ValueError(f"y_{name} has {len(y)} labels but H_{name} has {len(H)} rows")
@@ -305,17 +415,47 @@ class EmbeddingScorer:
         ``metric(estimator, X, y) -> float`` in the metric's own sign.
     greater_is_better : bool
         ``False`` negates the metric so that scikit-learn can maximise it.
+    needs : {'pairs', 'labels', 'pairs or labels'} or None, default=None
+        The scorer's precondition: an estimator that embeds both views of a pair
+        (``transform_pairs``, i.e. :class:`~skcontrast.ContrastiveEmbedder`), labels
+        ``y``, or either. :meth:`check` tests it before any fitting.
     """
 
     def __init__(self, name: str, metric: Callable[[Any, Any, Any], float],
-                 greater_is_better: bool = True) -> None:
+                 greater_is_better: bool = True, needs: str | None = None) -> None:
         self.name = name
         self.metric = metric
         self.greater_is_better = greater_is_better
+        self.needs = needs
 
     def __call__(self, estimator: Any, X: Any, y: Any = None) -> float:
         value = float(self.metric(estimator, X, y))
         return value if self.greater_is_better else -value
+
+    def check(self, estimator: Any, y: Any = None, *, labels_known: bool = False) -> None:
+        """Raise when this scorer cannot score ``estimator`` (before fitting it).
+
+        ``labels_known``: whether ``y`` is the data the search will score with (so a
+        ``None`` means no labels); otherwise only the estimator is checked.
+        """
+        final = estimator
+        from sklearn.pipeline import Pipeline
+
+        while isinstance(final, Pipeline):
+            final = final[-1]
+        pairs = hasattr(final, "transform_pairs")
+        has_labels = y is not None or not labels_known
+        if self.needs == "pairs" and not pairs:
+            raise ValueError(f"the {self.name!r} scorer compares the two views of pairs, which "
+                             f"{type(final).__name__} does not embed; use it with "
+                             "ContrastiveEmbedder, or choose 'ncc_accuracy', 'map@r' or "
+                             "'r_map' for labelled data")
+        if self.needs == "labels" and not has_labels:
+            raise ValueError(f"the {self.name!r} scorer needs labels y; pass y to fit (or "
+                             "choose 'recall@1' for pairs)")
+        if self.needs == "pairs or labels" and not (pairs or has_labels):
+            raise ValueError(f"the {self.name!r} scorer needs labels y for "
+                             f"{type(final).__name__}; pass y to fit")
 
     def __repr__(self) -> str:
         sign = "" if self.greater_is_better else ", negated"
@@ -348,7 +488,8 @@ def _ncc(estimator: Any, X: Any, y: Any) -> float:
     H = estimator.transform(X)
     if hasattr(final, "class_centres_"):
         predicted = nearest_centre(H, final.classes_, final.class_centres_)
-        return float(np.mean(predicted == as_numpy(y, "y")))
+        return float(np.mean(predicted == check_labels(y, "y", n_samples=len(H),
+                                                         like=final.classes_)))
     return leave_one_out_ncc(H, y)
 
 
@@ -358,31 +499,55 @@ def _of_gap(estimator: Any, X: Any, y: Any) -> float:
 
 
 SCORERS: dict[str, EmbeddingScorer] = {
-    "recall@1": EmbeddingScorer("recall@1", _recall(1)),
-    "recall@5": EmbeddingScorer("recall@5", _recall(5)),
+    "recall@1": EmbeddingScorer("recall@1", _recall(1), needs="pairs"),
+    "recall@5": EmbeddingScorer("recall@5", _recall(5), needs="pairs"),
     "etf_gap": EmbeddingScorer(
-        "etf_gap", lambda e, X, y: geometry.etf_gap(*pair_embeddings(e, X)), False),
+        "etf_gap", lambda e, X, y: geometry.etf_gap(*pair_embeddings(e, X)), False,
+        needs="pairs"),
     "alignment": EmbeddingScorer(
-        "alignment", lambda e, X, y: geometry.alignment(*pair_embeddings(e, X)), False),
+        "alignment", lambda e, X, y: geometry.alignment(*pair_embeddings(e, X)), False,
+        needs="pairs"),
     "uniformity": EmbeddingScorer(
         "uniformity", lambda e, X, y: geometry.uniformity(e.transform(X)), False),
-    "orthogonal_frame_gap": EmbeddingScorer("orthogonal_frame_gap", _of_gap, False),
-    "ncc_accuracy": EmbeddingScorer("ncc_accuracy", _ncc),
-    "map@r": EmbeddingScorer("map@r", _retrieval(map_at_r, "map@r")),
-    "r_map": EmbeddingScorer("r_map", _retrieval(r_map, "r_map")),
+    "orthogonal_frame_gap": EmbeddingScorer("orthogonal_frame_gap", _of_gap, False,
+                                            needs="labels"),
+    "ncc_accuracy": EmbeddingScorer("ncc_accuracy", _ncc, needs="labels"),
+    "map@r": EmbeddingScorer("map@r", _retrieval(map_at_r, "map@r"), needs="pairs or labels"),
+    "r_map": EmbeddingScorer("r_map", _retrieval(r_map, "r_map"), needs="pairs or labels"),
+    "precision@1": EmbeddingScorer("precision@1", _retrieval(precision_at_1, "precision@1"),
+                                   needs="pairs or labels"),
+    "r_precision": EmbeddingScorer("r_precision", _retrieval(r_precision, "r_precision"),
+                                   needs="pairs or labels"),
 }
 
 
-def get_scorer(name: str | Callable) -> Callable[[Any, Any, Any], float]:
+def get_scorer(name: str | Callable, estimator: Any = None
+               ) -> Callable[[Any, Any, Any], float]:
     """A scorer by name, for ``GridSearchCV(scoring=...)`` (greater is better).
+
+    Each scorer has preconditions; inside a search a scorer that cannot score becomes
+    NaN with a warning per fold, so pass the ``estimator`` to check them up front:
+
+    - ``'recall@K'``, ``'alignment'``: pairs, i.e. an estimator with
+      ``transform_pairs`` (ContrastiveEmbedder);
+    - ``'etf_gap'``: pairs, and ``d >= n - 1`` or ``n = 2d`` (``n`` scored pairs, ``d``
+      the embedding width; see :func:`~skcontrast.geometry.etf_gap`);
+    - ``'ncc_accuracy'``, ``'orthogonal_frame_gap'``: labels ``y``;
+    - ``'map@r'``, ``'r_map'``, ``'precision@1'``, ``'r_precision'``: labels ``y``, or
+      pairs (each pair its own class);
+    - ``'uniformity'``: nothing.
 
     Parameters
     ----------
     name : str or callable
         ``'recall@1'``, ``'recall@5'`` (any ``'recall@K'``), ``'etf_gap'``,
         ``'alignment'``, ``'uniformity'``, ``'orthogonal_frame_gap'``,
-        ``'ncc_accuracy'``, ``'map@r'`` or ``'r_map'``. Gaps, alignment and uniformity
-        are negated. A callable is returned unchanged.
+        ``'ncc_accuracy'``, ``'map@r'``, ``'r_map'``, ``'precision@1'`` or
+        ``'r_precision'``. Gaps, alignment and uniformity are negated. A callable is
+        returned unchanged.
+    estimator : estimator or pipeline, optional
+        Check that the scorer can score it (e.g. ``'recall@1'`` refuses a
+        SupConEmbedder, which embeds no pairs).
 
     Returns
     -------
@@ -394,13 +559,20 @@ def get_scorer(name: str | Callable) -> Callable[[Any, Any, Any], float]:
     >>> get_scorer("etf_gap")
     EmbeddingScorer('etf_gap', negated)
     """
+    scorer = _named_scorer(name)
+    if estimator is not None and isinstance(scorer, EmbeddingScorer):
+        scorer.check(estimator)
+    return scorer
+
+
+def _named_scorer(name: str | Callable) -> Callable[[Any, Any, Any], float]:
     if callable(name):
         return name
     if isinstance(name, str):
         match = re.fullmatch(r"recall@(\d+)", name)
         if match and name not in SCORERS:
             k = int(match.group(1))
-            return EmbeddingScorer(name, _recall(k))
+            return EmbeddingScorer(name, _recall(k), needs="pairs")
         if name in SCORERS:
             return SCORERS[name]
     options = ", ".join(repr(s) for s in SCORERS)

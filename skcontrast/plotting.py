@@ -72,6 +72,7 @@ def plot_batch_losses(X: Any, selectors: Mapping[str, Any], ax: Any = None, *,
 
     Seed 002 Fig. 3 / Fig. 5: one epoch of each selector is scored with
     :func:`~skcontrast.losses.batch_losses`; harder selectors shift the histogram right.
+    Each selector is drawn as an outline in its own colour, with its mean dashed.
 
     Parameters
     ----------
@@ -101,8 +102,12 @@ def plot_batch_losses(X: Any, selectors: Mapping[str, Any], ax: Any = None, *,
     # a batch of one sample has no loss (NaN)
     scores = {name: values[np.isfinite(values)] for name, values in scores.items()}
     edges = np.histogram_bin_edges(np.concatenate(list(scores.values())), bins=bins)
-    for name, values in scores.items():
-        ax.hist(values, bins=edges, alpha=0.55, label=f"{name} (mean {values.mean():.3f})")
+    # outlines in distinct colours, so that overlapping histograms stay readable
+    for i, (name, values) in enumerate(scores.items()):
+        color = f"C{i}"
+        ax.hist(values, bins=edges, histtype="step", linewidth=1.8, color=color,
+                label=f"{name} (mean {values.mean():.3f})")
+        ax.axvline(values.mean(), color=color, linestyle="--", linewidth=1)
     ax.set_xlabel(f"{loss} of a batch")
     ax.set_ylabel("batches")
     ax.legend()

@@ -278,3 +278,26 @@ def memory_margin(anchors, keys, self_slots, bank, bank_keys, m, averaging="sepa
     if averaging == "anchor":
         return (sum(pos, zero) + sum(neg, zero)) / len(anchors)
     return sum(pos, zero) / max(len(pos), 1) + sum(neg, zero) / max(len(neg), 1)
+
+
+def retrieval(H, y, G=None, g=None):
+    """Per query with a relevant reference: (AP@R, R-mAP term, R-precision, P@1), ranking
+    the references (default: the other rows of H) by cosine similarity, irrelevant items
+    first among equal similarities (pessimistic)."""
+    Q = unit_rows(H)
+    same = G is None
+    G, g = (Q, y) if same else (unit_rows(G), g)
+    out = []
+    for i, q in enumerate(Q):
+        others = [j for j in range(len(G)) if not (same and j == i)]
+        rel = {j: g[j] == y[i] for j in others}
+        r = sum(rel.values())
+        if r == 0:
+            continue
+        ranked = sorted(others, key=lambda j, q=q, rel=rel: (-dot(q, G[j]), rel[j]))
+        top = [rel[j] for j in ranked[:r]]
+        precision = [sum(top[:k + 1]) / (k + 1) for k in range(r)]
+        total = sum(p for p, hit in zip(precision, top, strict=True) if hit)
+        out.append((total / r, total / sum(top) if sum(top) else 0.0, sum(top) / r,
+                    float(rel[ranked[0]])))
+    return [sum(column) / len(out) for column in zip(*out, strict=True)]

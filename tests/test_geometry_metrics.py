@@ -6,6 +6,7 @@ import math
 import matplotlib
 import numpy as np
 import pytest
+import reference as ref
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -101,6 +102,14 @@ def test_neural_collapse_is_zero_at_collapse_and_positive_otherwise():
     assert G.neural_collapse(noisy, y) > 0.01
 
 
+def test_uniformity_in_blocks_equals_the_direct_value(monkeypatch):
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(37, 4))
+    direct = G.uniformity(x)
+    monkeypatch.setattr(G, "BLOCK_ELEMENTS", 5 * 37)
+    assert G.uniformity(x) == pytest.approx(direct, rel=1e-12)
+
+
 def test_alignment_and_uniformity():
     rng = np.random.default_rng(1)
     x = rng.normal(size=(20, 4))
@@ -171,7 +180,7 @@ def test_recall_blocks_agree_with_a_direct_computation(monkeypatch):
     rng = np.random.default_rng(3)
     u, v = rng.normal(size=(50, 4)), rng.normal(size=(50, 4))
     full = M.recall_at_k(u, v, k=3)
-    monkeypatch.setattr(M, "_BLOCK", 7)
+    monkeypatch.setattr(G, "BLOCK_ELEMENTS", 7 * 50)  # blocks of 7 queries
     assert M.recall_at_k(u, v, k=3) == full
     un, vn = (a / np.linalg.norm(a, axis=1, keepdims=True) for a in (u, v))
     s = un @ vn.T
@@ -330,3 +339,79 @@ def test_plotting_without_matplotlib_names_the_extra(monkeypatch):
     with pytest.raises(ImportError, match=r"pip install 'skcontrast\[plot\]'"):
         importlib.import_module("skcontrast.plotting")
     monkeypatch.delitem(sys.modules, "skcontrast.plotting", raising=False)
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_class_retrieval_metrics_against_a_brute_force_loop(monkeypatch, ties):
+    """mAP@R, R-mAP, R-precision and precision@1, with and without a separate reference
+    set, in blocks of 7 queries; with ties (quantised embeddings) counted against the
+    query, also across the cut of the top R."""
+    rng = np.random.default_rng(5)
+    H, y = rng.normal(size=(40, 3)), rng.integers(0, 4, size=40)
+    R, r = rng.normal(size=(30, 3)), rng.integers(0, 4, size=30)
+    if ties:  # signed axis vectors: similarities are exactly -1, 0 or 1
+        H, R = (np.eye(3)[rng.integers(0, 3, size=len(x))] * rng.choice([-1, 1], (len(x), 1))
+                for x in (H, R))
+    monkeypatch.setattr(G, "BLOCK_ELEMENTS", 7 * 40)
+    metrics = (M.map_at_r, M.r_map, M.r_precision, M.precision_at_1)
+    for args, expected in (((H, y), ref.retrieval(H, y)),
+                           ((H, y, R, r), ref.retrieval(H, y, R, r))):
+        got = [metric(*args) for metric in metrics]
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_collapsed_embeddings_retrieve_nothing():
+    collapsed, y = np.ones((12, 3)), np.repeat([0, 1, 2], 4)
+    assert M.map_at_r(collapsed, y) == M.r_precision(collapsed, y) == 0.0
+    assert M.precision_at_1(collapsed, y) == M.r_map(collapsed, y) == 0.0
+
+
+def test_class_retrieval_equals_pytorch_metric_learning_accuracy_calculator():
+    pytest.importorskip("pytorch_metric_learning")
+    from pytorch_metric_learning.distances import CosineSimilarity
+    from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+    from pytorch_metric_learning.utils.inference import CustomKNN
+
+    rng = np.random.default_rng(6)
+    H, y = rng.normal(size=(300, 8)).astype(np.float32), rng.integers(0, 6, size=300)
+    G, g = rng.normal(size=(200, 8)).astype(np.float32), rng.integers(0, 6, size=200)
+    calculator = AccuracyCalculator(
+        include=("precision_at_1", "r_precision", "mean_average_precision_at_r"),
+        knn_func=CustomKNN(CosineSimilarity()))
+    for args, same in (((H, y), True), ((H, y, G, g), False)):
+        reference = args[2:] or args
+        theirs = calculator.get_accuracy(torch.from_numpy(args[0]), torch.from_numpy(args[1]),
+                                         torch.from_numpy(reference[0]),
+                                         torch.from_numpy(reference[1]),
+                                         ref_includes_query=same)
+        assert M.precision_at_1(*args) == pytest.approx(theirs["precision_at_1"], abs=1e-6)
+        assert M.r_precision(*args) == pytest.approx(theirs["r_precision"], abs=1e-6)
+        assert M.map_at_r(*args) == pytest.approx(theirs["mean_average_precision_at_r"],
+                                                  abs=1e-6)
+
+
+def test_metrics_at_scale_stay_in_blocks():
+    """n = 20,000, d = 128 in a subprocess: class retrieval (one code path serves mAP@R,
+    R-mAP, R-precision and precision@1), pair recall and uniformity stay well under the
+    3.2 GB of one n x n float64 matrix (the previous uniformity peaked at 10.7 GB here,
+    mAP@R at 673 MB); benchmarks/bench_metrics.py measures n = 100,000."""
+    import json
+    import subprocess
+    import sys
+
+    script = """
+import json, resource, numpy as np
+from skcontrast import geometry, metrics
+rng = np.random.default_rng(0)
+H = rng.normal(size=(20_000, 128)).astype(np.float32)
+y = rng.integers(0, 200, size=20_000)
+values = [metrics.map_at_r(H, y), metrics.recall_at_k(H[:10_000], H[10_000:]),
+          geometry.uniformity(H)]
+print(json.dumps([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, values]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    peak, values = json.loads(done.stdout.strip().splitlines()[-1])
+    assert peak < 600 * 2**20, peak / 2**20
+    assert all(np.isfinite(values))

@@ -315,7 +315,7 @@ def test_dataset_errors(digits):
     est = ContrastiveEmbedder(module=tiny_cnn(), **SMALL).fit(PairDataset(images))
     with pytest.raises(ValueError, match=r"fitted on a Dataset; got ndarray"):
         est.transform(image_pairs(images))
-    with pytest.raises(ValueError, match="y has 5 entries but X has 96 samples"):
+    with pytest.raises(ValueError, match="y has 5 labels but X has 96 samples"):
         ContrastiveEmbedder(**SMALL).fit(PairDataset(images), np.zeros(5))
 
 
@@ -497,6 +497,9 @@ def test_trained_tensors_are_pickled_only_inside_skorchs_device_mapped_state(dig
 @requires_cuda
 def test_a_gpu_fitted_model_loads_transforms_and_trains_on_a_cpu_only_process(digits,
                                                                                 tmp_path):
+    """Fitted with device='cuda', unpickled where no GPU is: transform works; a warm start
+    with device='cuda' is refused with a clear error (and changes nothing); with
+    device='cpu' (or 'auto') it continues on the CPU."""
     images, _, _ = digits
     X = image_pairs(images)
     est = ContrastiveEmbedder(module=tiny_cnn(), device="cuda", learn_temperature=True,
@@ -513,7 +516,15 @@ def test_a_gpu_fitted_model_loads_transforms_and_trains_on_a_cpu_only_process(di
         X = np.load({str(tmp_path / 'X.npy')!r})
         np.testing.assert_allclose(est.transform(X), np.load({str(tmp_path / 'expected.npy')!r}),
                                    atol=1e-4)
-        est.set_params(warm_start=True, max_epochs=1).fit(X)
+        est.set_params(warm_start=True, max_epochs=1)
+        try:  # device='cuda' asks for a GPU: refused here, not silently moved
+            est.fit(X)
+        except ValueError as exc:
+            assert "device='cuda' was requested but no CUDA GPU" in str(exc)
+        else:
+            raise AssertionError("device='cuda' trained without a GPU")
+        assert len(est.history_) == 2  # the refused warm start left the model as it was
+        est.set_params(device="cpu").fit(X)
         assert len(est.history_) == 3 and est.net_.device == "cpu"
         print("ok")
     """)

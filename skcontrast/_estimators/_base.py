@@ -32,7 +32,8 @@ def resolve_device(device: Any) -> str:
     if isinstance(device, str) and device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise ValueError(f"device={device!r} was requested but no CUDA GPU is usable here; "
-                             "use device='auto' to fall back to the CPU")
+                             "use device='auto' to fall back to the CPU, or device='cpu' "
+                             "(a model fitted on a GPU keeps training on the CPU so)")
         return device
     if device == "cpu":
         return device
@@ -80,6 +81,7 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         check_choice(self.precision, "precision", tuple(PRECISIONS))
         self._check_accelerator()
         check_int(self.num_workers, "num_workers", minimum=0)
+        _check_callbacks(self.callbacks)
         if self.micro_batch_size is not None:
             check_int(self.micro_batch_size, "micro_batch_size", minimum=1)
 
@@ -143,11 +145,14 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     # -- fitting ----------------------------------------------------------------------
 
     def _fit_net(self, data: ViewData, spec: InputSpec, labels: np.ndarray | None,
-                 loss_labels: np.ndarray | None, shared: bool) -> None:
+                 loss_labels: np.ndarray | None, shared: bool) -> SelectorNet:
         """Build (or, with ``warm_start``, reuse) the skorch net and train it on ``data``.
 
         The encoders are built inside skorch's ``initialize``, after the torch RNG is
         seeded, so that their initialisation is reproducible from ``random_state``.
+        Nothing fitted is changed here: the caller commits the returned net with
+        :meth:`_commit` once everything has succeeded. A warm start trains the fitted
+        network in place, so if it fails the estimator is left unfitted.
         """
         self._check_params()
         accelerator = self.accelerator
@@ -168,26 +173,48 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         data = with_labels(self._place(data, device), loss_labels)
         cuda = torch.device(device).type == "cuda"
         devices = [torch.device(device).index or 0] if cuda else []
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            if reuse:
-                net.labels = labels
-                if accelerator is None:
-                    move_net(net, device)
+        try:
+            with torch.random.fork_rng(devices=devices):
+                torch.manual_seed(seed)
+                if reuse:
+                    net.labels = labels
+                    if accelerator is None:
+                        move_net(net, device)
+                    else:
+                        net.accelerator = accelerator
+                    net.partial_fit(data, None, epochs=self.max_epochs)
                 else:
-                    net.accelerator = accelerator
-                net.partial_fit(data, None, epochs=self.max_epochs)
-            else:
-                factory = EncoderFactory(self.module, spec.views,
-                                         tuple(self.hidden_layer_sizes), self.n_components,
-                                         shared)
-                net = self._make_net(factory, labels, device, seed, len(data),
-                                     spec.items_paired)
-                net.fit(data, None)
+                    factory = EncoderFactory(self.module, spec.views,
+                                             tuple(self.hidden_layer_sizes), self.n_components,
+                                             shared)
+                    net = self._make_net(factory, labels, device, seed, len(data),
+                                         spec.items_paired)
+                    net.fit(data, None)
+        except BaseException:
+            if reuse:  # trained in place: no longer the model it was
+                self._unfit()
+            raise
+        return net
+
+    def _commit(self, net: SelectorNet, spec: InputSpec, **fitted: Any) -> None:
+        """Set every fitted attribute at once, after a fit has fully succeeded.
+
+        ``fitted`` holds the other attributes; a value of ``None`` for
+        ``n_features_in_`` or ``feature_names_in_`` removes it (input without them).
+        """
         self.net_ = net
         self.input_spec_ = spec
         self.history_ = net.history
         self.temperature_ = float(torch.as_tensor(net.criterion_.temperature).detach())
+        for name, value in fitted.items():
+            if value is None and name in ("n_features_in_", "feature_names_in_"):
+                self.__dict__.pop(name, None)
+            else:
+                setattr(self, name, value)
+
+    def _unfit(self) -> None:
+        for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
+            delattr(self, name)
 
     def _place(self, data: ViewData, device: str) -> ViewData:
         """Where the training arrays live: on the training device when asked and they fit."""
@@ -271,10 +298,33 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
 
     def _embed(self, data: ViewData, view: int | None = 0, augment: Any = None) -> np.ndarray:
         check_is_fitted(self, "net_")
-        out = self.net_.embed(data, view=view, augment=augment)
-        if (self.loss_params or {}).get("normalize", True):
-            out = torch.nn.functional.normalize(out, dim=-1)
-        return out.numpy().astype(np.float32, copy=False)
+        return embed_net(self.net_, data, self.loss_params, view, augment)
+
+    def set_params(self, **params: Any) -> BaseEmbedder:
+        """Set parameters; ``selector__*``, ``memory__*`` and ``lr_schedule__*`` need an
+        object there first (their defaults are ``None``)."""
+        for key in params:
+            owner, _, rest = key.partition("__")
+            if rest and owner in ("selector", "memory", "lr_schedule") and \
+                    params.get(owner, getattr(self, owner, None)) is None:
+                hint = {"selector": "e.g. selector=ShuffledBatchSelector(64) (the default "
+                                    "selector is only made inside fit), or set batch_size",
+                        "memory": "e.g. memory=SogCLRMemory()",
+                        "lr_schedule": "e.g. lr_schedule=WarmupCosine()"}[owner]
+                raise ValueError(f"{key} sets a parameter of {owner}, but {owner}=None: set "
+                                 f"{owner} first ({hint})")
+        return super().set_params(**params)
+
+    def _wrap_output(self, embedded: np.ndarray, X: Any) -> Any:
+        """``embedded`` in the container ``set_output`` chose for ``transform``."""
+        from sklearn.utils._set_output import _wrap_data_with_container
+
+        return _wrap_data_with_container("transform", embedded, X, self)
+
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
+        """Output feature names (``<classname>0``, ``<classname>1``, ...), after ``fit``."""
+        check_is_fitted(self, "net_")
+        return super().get_feature_names_out(input_features)
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
@@ -294,6 +344,34 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         # initialisation, selector, augmentations and data order are all seeded).
         tags.non_deterministic = False
         return tags
+
+
+def _check_callbacks(callbacks: Any) -> None:
+    """skorch callbacks: instances or classes, optionally as ``(name, callback)``."""
+    from skorch.callbacks import Callback
+
+    if callbacks is None:
+        return
+    if not isinstance(callbacks, list | tuple):
+        raise ValueError(f"callbacks must be a list of skorch callbacks; got "
+                         f"{describe(callbacks)}")
+    for i, item in enumerate(callbacks):
+        callback = item[1] if isinstance(item, tuple) and len(item) == 2 and \
+            isinstance(item[0], str) else item
+        is_class = isinstance(callback, type) and issubclass(callback, Callback)
+        if not (isinstance(callback, Callback) or is_class):
+            raise ValueError(f"callbacks[{i}] must be a skorch callback (an instance of "
+                             f"skorch.callbacks.Callback, or (name, callback)); got "
+                             f"{describe(item)}")
+
+
+def embed_net(net: SelectorNet, data: ViewData, loss_params: dict | None, view: int | None = 0,
+              augment: Any = None) -> np.ndarray:
+    """Embeddings of ``data`` by a trained net, unit norm when the loss normalises."""
+    out = net.embed(data, view=view, augment=augment)
+    if (loss_params or {}).get("normalize", True):
+        out = torch.nn.functional.normalize(out, dim=-1)
+    return out.numpy().astype(np.float32, copy=False)
 
 
 def nominal_batch_size(selector: BatchSelector, n: int) -> int | None:

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from sklearn.utils.validation import check_is_fitted
 
-from .._validation import describe
+from .._validation import check_labels, describe
 from ..metrics import recall_at_k
 from ._base import BaseEmbedder
 from ._data import read_fit_input, read_input, read_view
@@ -72,6 +72,10 @@ class ContrastiveEmbedder(BaseEmbedder):
         loss's own default.
     loss_params : dict or None, default=None
         More keyword arguments for the loss (e.g. ``{'margin': 0.5}``).
+        The losses of the InfoNCE family and SupCon are tiled (``'chunk_size'``: their
+        log-sum-exps built a block of rows at a time, O(B) memory) by themselves once
+        one dense B x B similarity matrix would take more than 256 MiB; set
+        ``{'chunk_size': 1024}`` to choose, or ``None`` to keep them dense.
     batch_size : int or None, default=None
         ``None`` uses the selector's batch size. An int overrides it; the estimator
         works on a clone of the selector, never on the user's object. Both
@@ -237,9 +241,8 @@ class ContrastiveEmbedder(BaseEmbedder):
         -------
         self
         """
-        data, spec = read_fit_input(self, X, single=self.augmentation is not None,
-                                    view_split=self.view_split)
-        self.view_split_ = spec.split
+        data, spec, features = read_fit_input(self, X, single=self.augmentation is not None,
+                                              view_split=self.view_split)
         if self.shared_encoder not in ("auto", True, False):
             raise ValueError(f"shared_encoder must be 'auto', True or False; got "
                              f"{describe(self.shared_encoder)}")
@@ -249,12 +252,9 @@ class ContrastiveEmbedder(BaseEmbedder):
         if shared and not alike:
             raise ValueError(f"shared_encoder=True needs views of equal shape and kind; got "
                              f"{first.describe()} and {last.describe()}")
-        labels = None
-        if y is not None:
-            labels = np.asarray(y)
-            if len(labels) != len(data):
-                raise ValueError(f"y has {len(labels)} entries but X has {len(data)} samples")
-        self._fit_net(data, spec, labels, None, shared)
+        labels = None if y is None else check_labels(y, "y", n_samples=len(data))
+        net = self._fit_net(data, spec, labels, None, shared)
+        self._commit(net, spec, view_split_=spec.split, **features)
         return self
 
     def transform(self, X: Any) -> np.ndarray:
@@ -270,17 +270,21 @@ class ContrastiveEmbedder(BaseEmbedder):
         """Embeddings ``(U, V)`` of both views of ``X`` (same forms as ``fit``).
 
         For single-view training with an augmentation, the two views are two random
-        augmentations of ``X`` (a fixed seed, so the result is reproducible).
+        augmentations of ``X`` (a fixed seed, so the result is reproducible). Each is in
+        the container chosen by ``set_output`` (e.g. a pandas DataFrame), like
+        :meth:`transform`'s output.
         """
         check_is_fitted(self, "net_")
         data = read_input(self, X, self.input_spec_)
         if self.input_spec_.paired:
-            return self._embed(data.select(0), view=0), self._embed(data.select(1), view=1)
-        views = Augmentation(self.augmentation).seed(self.net_.device, 0)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            return self._embed(data, view=0, augment=views), self._embed(data, view=0,
-                                                                          augment=views)
+            U, V = self._embed(data.select(0), view=0), self._embed(data.select(1), view=1)
+        else:
+            views = Augmentation(self.augmentation).seed(self.net_.device, 0)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                U = self._embed(data, view=0, augment=views)
+                V = self._embed(data, view=0, augment=views)
+        return self._wrap_output(U, X), self._wrap_output(V, X)
 
     def transform_view(self, X_view: Any, view: Any = 1) -> np.ndarray:
         """Embeddings of single-view items of ``view`` (that view's data only).
@@ -291,10 +295,15 @@ class ContrastiveEmbedder(BaseEmbedder):
             E.g. captions alone, to search them against images.
         view : int or str, default=1
             The view's index (0 or 1) or, for dict input, its name.
+
+        Returns
+        -------
+        ndarray of shape (n, n_components), or the container chosen by ``set_output``
         """
         check_is_fitted(self, "net_")
         index = self.input_spec_.view_index(view)
-        return self._embed(read_view(X_view, self.input_spec_.views[index]), view=index)
+        embedded = self._embed(read_view(X_view, self.input_spec_.views[index]), view=index)
+        return self._wrap_output(embedded, X_view)
 
     def score(self, X: Any, y: Any = None) -> float:
         """Pair-retrieval recall@1 on ``X``, mean of both directions (y is ignored)."""

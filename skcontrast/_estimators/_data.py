@@ -20,7 +20,9 @@ prefetching, instead of through a side channel that could fall out of step.
 
 from __future__ import annotations
 
+import copy
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -283,14 +285,19 @@ def is_dataset(X: Any) -> bool:
 
 
 def read_fit_input(estimator: Any, X: Any, y: Any = None, *, single: bool,
-                   view_split: Any = None, labelled: bool = False) -> tuple[ViewData, InputSpec]:
+                   view_split: Any = None, labelled: bool = False
+                   ) -> tuple[ViewData, InputSpec, dict]:
     """Turn training input of any accepted form into a dataset and its spec.
+
+    Nothing is set on ``estimator``: what scikit-learn records about the input
+    (``n_features_in_``, ``feature_names_in_``) is returned instead, ``None`` where the
+    input has none, for the estimator to set once its fit has succeeded (a refused or
+    failed fit leaves a fitted estimator as it was).
 
     Parameters
     ----------
     estimator
-        For the scikit-learn 2-D form: ``validate_data`` records ``n_features_in_`` on it
-        (it is removed for the other forms).
+        For the scikit-learn 2-D form, ``validate_data`` runs on a shallow copy of it.
     single : bool
         Items are single views (an augmentation makes the pairs, or labels supervise);
         otherwise items are pairs.
@@ -300,6 +307,9 @@ def read_fit_input(estimator: Any, X: Any, y: Any = None, *, single: bool,
         SupCon: a Dataset's items may be single views or two crops ``(x0, x1)``.
     """
     name = type(estimator).__name__
+    shadow = copy.copy(estimator)
+    if isinstance(X, list | tuple):  # nested lists: the array they spell, e.g. (n, 2, d)
+        X = np.asarray(X)
     if is_view_dict(X):
         if single:
             raise ValueError(f"{name} takes a dict of views only for two modalities "
@@ -311,16 +321,25 @@ def read_fit_input(estimator: Any, X: Any, y: Any = None, *, single: bool,
             single or X.ndim > 3):
         data, spec = _read_array(X, None, single=single)
     else:
-        data, spec = _read_flat(estimator, X, reset=True, single=single, view_split=view_split)
-    if spec.form != "flat" and hasattr(estimator, "n_features_in_"):
-        del estimator.n_features_in_
+        data, spec = _read_flat(shadow, X, reset=True, single=single, view_split=view_split)
     _check_length(len(data), "X", minimum=2)
-    return data, spec
+    flat = spec.form == "flat"
+    features = {name: getattr(shadow, name, None) if flat else None
+                for name in ("n_features_in_", "feature_names_in_")}
+    return data, spec, features
 
 
 def read_input(estimator: Any, X: Any, spec: InputSpec) -> ViewData:
     """Check input given after ``fit`` (same form, same view shapes) and read it."""
+    data = _read_input(estimator, X, spec)
+    _check_length(len(data), "X", minimum=1)
+    return data
+
+
+def _read_input(estimator: Any, X: Any, spec: InputSpec) -> ViewData:
     name = type(estimator).__name__
+    if isinstance(X, list | tuple):
+        X = np.asarray(X)
     if spec.form == "flat":
         if is_view_dict(X) or is_dataset(X) or (
                 isinstance(X, np.ndarray | torch.Tensor) and X.ndim > 3):
@@ -350,6 +369,7 @@ def read_view(X: Any, view: View, name: str = "X_view") -> ViewData:
         single = InputSpec("dataset", (view,))
         return ItemViews(_check_map_style(X, name), single)
     x = _as_tensor(X, name)
+    _check_length(len(x), name, minimum=1)
     if tuple(x.shape[1:]) != view.shape:
         raise ValueError(f"{name} for view {view.name!r} must have shape (n, "
                          f"{', '.join(map(str, view.shape))}); got {describe(x)}")
@@ -372,16 +392,17 @@ def _read_flat(estimator: Any, X: Any, *, reset: bool, single: bool,
                view_split: Any) -> tuple[TensorViews, InputSpec]:
     """scikit-learn's 2-D form (``(n, 2, d)`` pairs are flattened to it), floats only."""
     pair_split = None
+    if isinstance(X, torch.Tensor):  # with or without autograd history
+        X = X.detach().cpu().numpy()
     if hasattr(X, "ndim") and X.ndim == 3:
         if X.shape[1] != 2:
             raise ValueError(f"paired X must have shape (n, 2, d); got {describe(X)}")
-        if isinstance(X, torch.Tensor):
-            X = X.detach().cpu().numpy()
+        _check_length(len(X), "X", minimum=2 if reset else 1)
         pair_split = X.shape[2]
         X = np.asarray(X).reshape(len(X), -1)
     X = validate_data(estimator, X, reset=reset, dtype=[np.float32, np.float64],
                       ensure_min_samples=2 if reset else 1)
-    X = torch.from_numpy(X.astype(np.float32, copy=False))
+    X = from_numpy(X.astype(np.float32, copy=False))
     width = X.shape[1]
     if single:
         return TensorViews((X,)), InputSpec("flat", (View(0, (width,), False),))
@@ -399,6 +420,12 @@ def _flat_split(estimator: Any, width: int, view_split: Any) -> int:
             "pass pairs (n, 2, d), two views side by side (n, d0 + d1), or single "
             "views with an augmentation")
     if view_split is None:
+        if width % 2:
+            warnings.warn(
+                f"X has an odd number of columns ({width}): read as two views side by side, "
+                f"view 0 gets columns [:{width // 2}] and view 1 the other {width - width // 2}"
+                f". Pass view_split to say where view 1 starts, or pairs of shape (n, 2, d)",
+                UserWarning, stacklevel=4)
         return width // 2
     return check_int(view_split, "view_split", minimum=1, maximum=width - 1)
 
@@ -494,8 +521,8 @@ def _check_map_style(X: Any, name: str = "X") -> Any:
 
 def _check_length(n: int, name: str, minimum: int) -> None:
     if n < minimum:
-        raise ValueError(f"{name} holds {n} sample(s); at least {minimum} are needed to "
-                         "contrast")
+        need = "at least 2 are needed to contrast" if minimum > 1 else "nothing to embed"
+        raise ValueError(f"{name} holds {n} sample(s); {need}")
 
 
 def _array_view(x: torch.Tensor, name: Any, expected: View | None, label: str) -> View:
@@ -518,6 +545,16 @@ def _array_view(x: torch.Tensor, name: Any, expected: View | None, label: str) -
     return view
 
 
+def from_numpy(array: np.ndarray) -> torch.Tensor:
+    """``torch.from_numpy`` without its warning for read-only arrays (a pandas frame's
+    values, a read-only memmap): the estimators never write into their input."""
+    if array.flags.writeable:
+        return torch.from_numpy(array)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(array)
+
+
 def _as_tensor(x: Any, label: str) -> torch.Tensor:
     """An array, tensor or sequence as a tensor (NumPy memory shared, never copied)."""
     if isinstance(x, torch.Tensor):
@@ -526,8 +563,12 @@ def _as_tensor(x: Any, label: str) -> torch.Tensor:
     if array.dtype.kind not in "biuf":
         raise ValueError(f"{label} must hold numbers; got {describe(array)}")
     if array.dtype.kind == "u" and array.dtype != np.uint8:
+        if array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max:
+            raise ValueError(f"{label} holds values up to {array.max()}, beyond the int64 "
+                             "range torch computes with; re-encode them (e.g. as token ids "
+                             "from 0)")
         array = array.astype(np.int64)  # torch has no uint16/32/64 arithmetic
-    return torch.from_numpy(np.ascontiguousarray(array))
+    return from_numpy(np.ascontiguousarray(array))
 
 
 def _conform(x: torch.Tensor, view: View, label: Any) -> torch.Tensor:

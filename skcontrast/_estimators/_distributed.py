@@ -23,7 +23,10 @@ batch is the selector's batch**:
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -146,11 +149,29 @@ class DistributedSelectorNet(AccelerateMixin, SelectorNet):
         only.
         """
         super().on_train_end(net, X=X, y=y, **kwargs)
+        self.release_accelerator()
+
+    def release_accelerator(self) -> None:
+        """Unwrap the optimizer and let the accelerator drop what this fit prepared."""
         with self._current_init_context("optimizer"):
             for name in self._optimizers:
-                optimizer = getattr(self, name + "_")
-                setattr(self, name + "_", getattr(optimizer, "optimizer", optimizer))
+                optimizer = getattr(self, name + "_", None)
+                if optimizer is not None:
+                    setattr(self, name + "_", getattr(optimizer, "optimizer", optimizer))
         self.accelerator.free_memory()
+
+    def partial_fit(self, X: Any, y: Any = None, classes: Any = None,
+                    **fit_params: Any) -> DistributedSelectorNet:
+        """As :class:`SelectorNet`'s; a fit that fails (skorch then skips
+        ``on_train_end``) still hands the user's accelerator back clean, so that a later
+        fit or checkpoint never sees this one's model."""
+        try:
+            return super().partial_fit(X, y, classes, **fit_params)
+        except BaseException:
+            if self.accelerator is not None:
+                self._unwrap_accelerator()
+                self.release_accelerator()
+            raise
 
     # SelectorNet's step (augmentation, terms for the history) over AccelerateMixin's,
     # with the accelerator's autocast and backward through the hooks below
@@ -205,8 +226,14 @@ class AcceleratorCheckpoint(Callback):
         Where the state is written (overwritten every ``every`` epochs).
     every : int, default=1
     resume : bool, default=False
-        Load the state from ``dirname`` when training starts, if one is there. Give the
-        resumed estimator ``max_epochs`` = the epochs still to train.
+        Load the state from ``dirname`` when training starts; a missing or malformed
+        state is an error naming the file. Give the resumed estimator ``max_epochs`` =
+        the epochs still to train.
+
+    The state files are written beside their final name and renamed over it, so a
+    symbolic link there is replaced, not followed, and a crash never leaves a
+    half-written state. Checkpoints are pickles underneath (``torch.load``,
+    ``accelerate``): load only those from a source you trust.
 
     Examples
     --------
@@ -231,28 +258,69 @@ class AcceleratorCheckpoint(Callback):
     def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
         accelerator = self._require_accelerator(net)
         check_int(self.every, "every", minimum=1)
-        meta = Path(self.dirname) / META
-        if not (self.resume and meta.exists()):
+        if not self.resume:
             return
-        accelerator.load_state(str(self.dirname))
-        state = json.loads(meta.read_text())
+        folder = Path(self.dirname)
+        state = read_state(folder)
+        accelerator.load_state(str(folder))
         net.selector.set_epoch(state["selector_epoch"])
         net.history = History(state["history"])
-        criterion = torch.load(Path(self.dirname) / CRITERION, map_location="cpu",
-                               weights_only=True)
-        net.criterion_.load_state_dict(criterion)
+        net.criterion_.load_state_dict(torch.load(folder / CRITERION, map_location="cpu",
+                                                  weights_only=True))
 
     def on_epoch_end(self, net: Any, **kwargs: Any) -> None:
         accelerator = self._require_accelerator(net)
         if len(net.history) % self.every:
             return
-        accelerator.save_state(str(self.dirname))
+        folder = Path(self.dirname)
+        accelerator.save_state(str(folder))
         if accelerator.is_main_process:
             state = {"selector_epoch": net.selector.current_epoch,
                      "history": net.history.to_list()}
-            (Path(self.dirname) / META).write_text(json.dumps(state, default=_plain))
-            torch.save(net.criterion_.state_dict(), Path(self.dirname) / CRITERION)
+            write_replacing(folder / META, json.dumps(state, default=_plain).encode())
+            buffer = io.BytesIO()
+            torch.save(net.criterion_.state_dict(), buffer)
+            write_replacing(folder / CRITERION, buffer.getvalue())
         accelerator.wait_for_everyone()
+
+
+def write_replacing(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file beside ``path`` and rename it over ``path``: a
+    symbolic link at ``path`` is replaced, never followed, and a reader never sees a
+    half-written file."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def read_state(folder: Path) -> dict:
+    """The checked state of a checkpoint folder, or a clear error naming the file."""
+    meta = folder / META
+    if not meta.is_file():
+        raise FileNotFoundError(f"AcceleratorCheckpoint(resume=True): {meta} does not exist, "
+                                "so there is nothing to resume; train without resume=True to "
+                                "start afresh (or point dirname at a checkpoint)")
+    if not (folder / CRITERION).is_file():
+        raise FileNotFoundError(f"AcceleratorCheckpoint(resume=True): {folder / CRITERION} is "
+                                "missing; the checkpoint is incomplete")
+    try:
+        state = json.loads(meta.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{meta} is not a valid checkpoint state (JSON): {exc}") from exc
+    valid = isinstance(state, dict) and isinstance(state.get("selector_epoch"), int) and \
+        state["selector_epoch"] >= 0 and isinstance(state.get("history"), list) and \
+        all(isinstance(row, dict) and isinstance(row.get("batches", []), list)
+            for row in state["history"])
+    if not valid:
+        raise ValueError(f"{meta} is not a valid checkpoint state: expected an object with "
+                         "'selector_epoch' (a non-negative int) and 'history' (a list of "
+                         "epoch records)")
+    return state
 
 
 def _plain(value: Any) -> Any:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from .._validation import describe
-from ..losses import LossTerms, get_label_loss, get_pair_loss
+from ..losses import TILED_LOSSES, LossTerms, get_label_loss, get_pair_loss
 from ._data import View
 
 MIN_TEMPERATURE = 0.01  # a learned temperature is kept above this (CLIP caps 1/t at 100)
@@ -73,7 +73,12 @@ class ViewEncoders(nn.Module):
         if len(self.encoders) == 1 and x0.shape[1:] == x1.shape[1:]:
             z = self.encoders[0](torch.cat([x0, x1]))
             return torch.stack([z[:len(x0)], z[len(x0):]], dim=1)
-        return torch.stack([self.encode(x0, 0), self.encode(x1, 1)], dim=1)
+        z0, z1 = self.encode(x0, 0), self.encode(x1, 1)
+        if z0.shape[1:] != z1.shape[1:]:
+            raise ValueError(f"the two views' encoders must embed into the same space; they "
+                             f"output {tuple(z0.shape[1:])} and {tuple(z1.shape[1:])} per item "
+                             "(give both n_out outputs, the estimator's n_components)")
+        return torch.stack([z0, z1], dim=1)
 
 
 def build_encoders(module: Any, views: Sequence[View], hidden_layer_sizes: Sequence[int],
@@ -147,6 +152,9 @@ class ContrastiveCriterion(nn.Module):
     With a ``memory`` (:mod:`skcontrast.memory`), training batches (``remember=True``,
     with the dataset ``index`` of their items) go through its state, ``memory_state``,
     a submodule, so that it is pickled and moved with the criterion.
+
+    Losses that can be tiled get ``chunk_size='auto'`` unless ``loss_params`` sets it:
+    dense while one B x B similarity matrix takes at most 256 MiB, tiled beyond.
     """
 
     def __init__(self, loss: Any, *, labelled: bool, temperature: float,
@@ -167,6 +175,8 @@ class ContrastiveCriterion(nn.Module):
         for name, value in (("lambda_pos", lambda_pos), ("lambda_ent", lambda_ent)):
             if value is not None:
                 self.kwargs[name] = value
+        if loss in TILED_LOSSES:
+            self.kwargs.setdefault("chunk_size", "auto")
         self.memory_state = None if memory is None else memory.build(n_samples, loss)
 
     @property

@@ -26,17 +26,22 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
+import sys
 import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import skorch.callbacks
 import torch
 from skorch import NeuralNet
 from skorch.utils import TeeGenerator
 from torch.utils.data import DataLoader, Sampler
 
+from .._validation import describe
+from ..exceptions import TrainingDivergedError, TrainingInterruptedWarning
 from ._data import Batch, ItemViews, Selection, TensorViews, ViewData
 
 INFERENCE_BATCH = 1024
@@ -56,6 +61,14 @@ def to_device(x: Any, device: Any) -> Any:
 
 def batch_length(x: Any) -> int:
     return len(x[0]) if isinstance(x, tuple | list) else len(x)
+
+
+def _steps_recorded(history: Any) -> int:
+    return sum("train_loss" in b for row in history for b in row["batches"])
+
+
+def _plain_temperature(criterion: Any) -> str:
+    return f"{float(torch.as_tensor(criterion.temperature).detach()):.6g}"
 
 
 def split_rows(x: Any, size: int) -> list[Any]:
@@ -125,6 +138,20 @@ class Augmentation:
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "generator": None}  # re-seeded by every fit
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class PrintLog(skorch.callbacks.PrintLog):
+    """skorch's epoch table, with its colour codes only when output goes to a terminal
+    (a log file or a notebook cell would show them as ``[35m`` garbage)."""
+
+    def format_row(self, row: Any, key: str, color: str) -> Any:
+        text = super().format_row(row, key, color)
+        if isinstance(text, str) and not sys.stdout.isatty():
+            return _ANSI.sub("", text)
+        return text
 
 
 class SelectorBatchSampler(Sampler):
@@ -214,6 +241,10 @@ class SelectorNet(NeuralNet):
         self.num_workers = num_workers
         self.labelled = labelled
 
+    def get_default_callbacks(self) -> list:
+        return [(name, PrintLog() if name == "print_log" else callback)
+                for name, callback in super().get_default_callbacks()]
+
     # -- data -------------------------------------------------------------------------
 
     @property
@@ -272,12 +303,38 @@ class SelectorNet(NeuralNet):
         if self.history:
             self.history.record("select_time", time.perf_counter() - start)
             self.history.record("n_batches", len(batches))
+        self._warn_coverage(batches)
         return batches
+
+    def _warn_coverage(self, batches: list[np.ndarray]) -> None:
+        """Say so, once per fit, when an epoch's batches leave most samples out."""
+        n = len(self.training_data)
+        if self._warned_coverage or not batches or n == 0:
+            return
+        seen = len(np.unique(np.concatenate(batches)))
+        if seen < n / 2:
+            self._warned_coverage = True
+            params = self.selector.get_params()
+            detail = f" (it keeps q={params['q']} of every k={params['k']} candidate batches)" \
+                if {"k", "q"} <= params.keys() else ""
+            warnings.warn(
+                f"{type(self.selector).__name__}'s batches of this epoch cover {seen} of the "
+                f"{n} training samples ({seen / n:.0%}){detail}: an epoch trains on a fraction "
+                "of the data, so compare selectors at equal steps (history 'n_batches'), "
+                "not equal epochs, or raise the fraction kept", UserWarning, stacklevel=3)
 
     def select_batches(self) -> list[np.ndarray]:
         """Ask the selector (adaptive ones get the current embeddings first)."""
         if getattr(self.selector, "_adaptive", False):
             X = self.selection_embeddings()
+            if not np.isfinite(X).all():
+                bad = int((~np.isfinite(X)).reshape(len(X), -1).any(1).sum())
+                raise TrainingDivergedError(
+                    f"training diverged: at the start of epoch {len(self.history)} the "
+                    f"network embeds {bad} training sample(s) as NaN or inf, so "
+                    f"{type(self.selector).__name__} has nothing to select on. Lower the "
+                    f"learning rate (lr={self.lr}) or raise the temperature "
+                    f"(temperature={_plain_temperature(self.criterion_)})")
         else:
             X = np.zeros((len(self.training_data), 1), dtype=np.float32)
         return self.selector.epoch_batches(X, self.labels)
@@ -293,6 +350,8 @@ class SelectorNet(NeuralNet):
     def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
         super().on_train_begin(net, X=X, y=y, **kwargs)
         self._warned_lone = False
+        self._warned_coverage = False
+        self._checked_augmentation = False
         if self.micro_batch_size is not None and batch_norms(self.module_):
             warnings.warn(
                 "the module has batch-normalisation layers: with micro_batch_size each "
@@ -312,6 +371,25 @@ class SelectorNet(NeuralNet):
             self.grad_scaler_ = None
         elif scaler is None or scaler._device != device_type:
             self.grad_scaler_ = torch.amp.GradScaler(device_type)
+
+    def partial_fit(self, X: Any, y: Any = None, classes: Any = None,
+                    **fit_params: Any) -> SelectorNet:
+        """skorch's ``partial_fit``; an interrupted fit (Ctrl-C, or a callback that stops
+        training, as skorch's ``EarlyStopping`` does) keeps its model, as in skorch, and
+        says how far it got."""
+        done = len(self.history)
+        goal = fit_params.get("epochs", self.max_epochs)
+        steps = _steps_recorded(self.history)
+        super().partial_fit(X, y, classes, **fit_params)
+        trained = len(self.history) - done
+        if trained < goal or (trained and "dur" not in self.history[-1]):
+            applied = _steps_recorded(self.history) - steps
+            warnings.warn(
+                f"fit stopped after {sum('dur' in row for row in self.history[done:])} of "
+                f"{goal} epochs (a KeyboardInterrupt: Ctrl-C, or a callback that stops "
+                f"training, such as EarlyStopping); the model keeps the weights of the "
+                f"{applied} step(s) applied", TrainingInterruptedWarning, stacklevel=2)
+        return self
 
     def on_epoch_begin(self, net: Any, dataset_train: Any = None, dataset_valid: Any = None,
                        **kwargs: Any) -> None:
@@ -335,7 +413,7 @@ class SelectorNet(NeuralNet):
         Xi, yi, index = batch
         Xi = to_device(Xi, self.compute_device)
         if self.augmentation is not None:
-            Xi = (self.augmentation(Xi), self.augmentation(Xi))
+            Xi = (self.augment(Xi), self.augment(Xi))
         micro = self.micro_batch_size
         if micro is not None and batch_length(Xi) > micro:
             loss, y_pred = self.cached_step(Xi, yi, index, micro, **fit_params)
@@ -347,6 +425,23 @@ class SelectorNet(NeuralNet):
         terms = self._batch_terms
         return {"loss": loss, "y_pred": y_pred, "positive": terms.positive.detach(),
                 "entropy": terms.entropy.detach()}
+
+    def augment(self, x: torch.Tensor) -> torch.Tensor:
+        """One random view of a batch; the first of a fit is checked to keep its shape."""
+        out = self.augmentation(x)
+        if not self._checked_augmentation:
+            self._checked_augmentation = True
+            shape = tuple(getattr(out, "shape", ()))
+            if not isinstance(out, torch.Tensor) or shape != tuple(x.shape):
+                hint = ""
+                if len(shape) == x.ndim + 1:  # e.g. kornia on (n, H, W): (1, n, H, W)
+                    hint = (" The augmentation probably expects images (n, C, H, W): give "
+                            "single-channel images a channel axis, e.g. X[:, None]")
+                raise ValueError(f"the augmentation must return a batch of the shape it is "
+                                 f"given: it got {tuple(x.shape)} and returned "
+                                 f"{shape if isinstance(out, torch.Tensor) else describe(out)}."
+                                 f"{hint}")
+        return out
 
     def cached_step(self, Xi: Any, yi: Any, index: Any, micro: int,
                     **fit_params: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -439,31 +534,56 @@ class SelectorNet(NeuralNet):
                          **fit_params: Any) -> None:
         """skorch's epoch loop, reading the batch values from the device once per epoch.
 
-        With ``verbose`` the values are read per batch, for the progress bar.
+        With ``verbose`` the values are read per batch, for the progress bar. If the
+        epoch is interrupted, the values of the steps already applied are still
+        recorded. A non-finite loss stops training (:meth:`check_finite`).
         """
         if iterator is None:
             return
         per_batch = bool(self.verbose)
+        first = len(self.history[-1]["batches"])
         pending, sizes = [], []
-        for batch in iterator:
-            self.notify("on_batch_begin", batch=batch, training=training)
-            step = step_fn(batch, **fit_params)
-            values = torch.stack([step["loss"].detach(), step["positive"], step["entropy"]])
-            sizes.append(batch_length(batch.views))
-            if per_batch:
-                self._record_batch(values.tolist(), sizes[-1], prefix, -1)
-            else:
-                pending.append(values)
-            self.notify("on_batch_end", batch=batch, training=training, **step)
-        if pending:
-            for i, row in enumerate(torch.stack(pending).tolist()):
-                self._record_batch(row, sizes[i], prefix, i - len(pending))
+        try:
+            for batch in iterator:
+                self.notify("on_batch_begin", batch=batch, training=training)
+                step = step_fn(batch, **fit_params)
+                values = torch.stack([step["loss"].detach(), step["positive"],
+                                      step["entropy"]])
+                sizes.append(batch_length(batch.views))
+                if per_batch:
+                    self._record_batch(values.tolist(), sizes[-1], prefix, first + len(sizes) - 1)
+                    self.check_finite(prefix, first + len(sizes) - 1)
+                else:
+                    pending.append(values)
+                self.notify("on_batch_end", batch=batch, training=training, **step)
+        finally:
+            if pending:
+                for i, row in enumerate(torch.stack(pending).tolist()):
+                    self._record_batch(row, sizes[i], prefix, first + i)
         self.history.record(prefix + "_batch_count", len(sizes))
+        self.check_finite(prefix, first, first + len(sizes))
 
     def _record_batch(self, values: list[float], size: int, prefix: str, position: int) -> None:
         row = self.history[-1]["batches"][position]
         row[prefix + "_loss"], row[prefix + "_positive"], row[prefix + "_entropy"] = values
         row[prefix + "_batch_size"] = size
+
+    def check_finite(self, prefix: str, start: int, stop: int | None = None) -> None:
+        """Stop training at the first recorded batch loss that is not finite."""
+        if prefix != "train":
+            return
+        batches = self.history[-1]["batches"]
+        stop = start + 1 if stop is None else stop
+        for position in range(start, stop):
+            value = batches[position].get("train_loss")
+            if value is not None and not np.isfinite(value):
+                raise TrainingDivergedError(
+                    f"training diverged: the loss was {value} at epoch {len(self.history)}, "
+                    f"batch {position + 1} of this epoch, so the weights are no longer "
+                    f"finite. Lower the learning rate (lr={self.lr}), raise the "
+                    f"temperature (temperature={_plain_temperature(self.criterion_)}), keep "
+                    "the embeddings normalised (loss_params normalize=True), or check that "
+                    "the module does not output NaN or inf")
 
     # -- inference --------------------------------------------------------------------
 
@@ -512,7 +632,8 @@ class SelectorNet(NeuralNet):
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
-        for transient in ("_batch_terms", "training_data", "_warned_lone"):
+        for transient in ("_batch_terms", "training_data", "_warned_lone",
+                          "_warned_coverage", "_checked_augmentation"):
             state.pop(transient, None)  # rebuilt by every fit
         return state
 

@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from .._validation import encode_labels, plain_label
+from .._validation import check_labels, encode_labels, plain_label
 from ..metrics import class_centres, nearest_centre
-from ._base import BaseEmbedder, warn_single_member_classes
+from ._base import BaseEmbedder, embed_net, warn_single_member_classes
 from ._data import read_fit_input, read_input
 
 
@@ -43,6 +43,10 @@ class SupConEmbedder(BaseEmbedder):
     loss_params : dict or None, default=None
         E.g. ``{'base_temperature': 0.07, 'anchors_without_positives': 'zero'}`` to
         select SupCon's conventions (see :func:`skcontrast.losses.supcon`).
+        The losses of the InfoNCE family and SupCon are tiled (``'chunk_size'``: their
+        log-sum-exps built a block of rows at a time, O(B) memory) by themselves once
+        one dense B x B similarity matrix would take more than 256 MiB; set
+        ``{'chunk_size': 1024}`` to choose, or ``None`` to keep them dense.
     batch_size : int or None, default=None
         Overrides the selector's batch size (the selector itself is never mutated).
     selector : BatchSelector or None, default=None
@@ -183,19 +187,19 @@ class SupConEmbedder(BaseEmbedder):
         name = type(self).__name__
         if y is None:
             raise ValueError(f"{name} requires y to be passed, but the target y is None.")
-        data, spec = read_fit_input(self, X, single=True, labelled=True)
-        self.classes_, codes = encode_labels(y)
-        if len(codes) != len(data):
-            raise ValueError(f"y has {len(codes)} entries but X has {len(data)} samples")
-        if len(self.classes_) < 2:
+        data, spec, features = read_fit_input(self, X, single=True, labelled=True)
+        classes, codes = encode_labels(check_labels(y, "y", n_samples=len(data)))
+        if len(classes) < 2:
             raise ValueError(f"{name} needs at least 2 classes in y; got 1 class "
-                             f"({plain_label(self.classes_[0])!r}): with a single class "
+                             f"({plain_label(classes[0])!r}): with a single class "
                              "there are no negatives to contrast")
         convention = (self.loss_params or {}).get("anchors_without_positives", "exclude")
         if self.augmentation is None and not spec.items_paired:
-            warn_single_member_classes(codes, self.classes_, convention)
-        self._fit_net(data, spec, codes, codes, True)
-        _, self.class_centres_ = class_centres(self._embed(data.select(0), view=0), codes)
+            warn_single_member_classes(codes, classes, convention)
+        net = self._fit_net(data, spec, codes, codes, True)
+        embeddings = embed_net(net, data.select(0), self.loss_params)
+        _, centres = class_centres(embeddings, codes)
+        self._commit(net, spec, classes_=classes, class_centres_=centres, **features)
         return self
 
     def transform(self, X: Any) -> np.ndarray:
@@ -208,8 +212,9 @@ class SupConEmbedder(BaseEmbedder):
 
     def score(self, X: Any, y: Any) -> float:
         """Nearest-class-centre accuracy of ``X`` against the training class centres."""
-        predicted = nearest_centre(self.transform(X), self.classes_, self.class_centres_)
-        return float(np.mean(predicted == np.asarray(y)))
+        H = self.transform(X)
+        y = check_labels(y, "y", n_samples=len(H), like=self.classes_)
+        return float(np.mean(nearest_centre(H, self.classes_, self.class_centres_) == y))
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()

@@ -2,7 +2,8 @@
 
 Every loss accepts NumPy arrays or torch tensors of shape ``(..., B, d)`` (leading
 dimensions index independent batches), works on any device in float32 and float64, uses
-log-sum-exp so that small temperatures cannot overflow, needs O(B^2) memory, takes the
+log-sum-exp so that small temperatures cannot overflow, needs O(B^2) memory (or, with
+``chunk_size``, O(B (d + chunk_size)) for the losses of :data:`TILED_LOSSES`), takes the
 balance weights ``lambda_pos`` and ``lambda_ent`` of seed 001 (Eq. 5) and can return its
 positive and entropy terms separately (``return_terms=True``).
 
@@ -26,12 +27,13 @@ from ._batched import batch_losses, pair_affinity, pairwise_lower_bound
 from ._core import LossTerms
 from ._infonce import dcl, dhel, info_nce, nt_xent, symmetric_info_nce
 from ._kernel import kcl
-from ._registry import LABEL_LOSSES, PAIR_LOSSES, get_label_loss, get_pair_loss
+from ._registry import LABEL_LOSSES, PAIR_LOSSES, TILED_LOSSES, get_label_loss, get_pair_loss
 from ._supervised import contrastive_margin, supcon
 
 __all__ = [
     "LABEL_LOSSES",
     "PAIR_LOSSES",
+    "TILED_LOSSES",
     "LossTerms",
     "batch_losses",
     "contrastive_margin",

@@ -4,10 +4,12 @@
 ``(lambda_pos, lambda_ent, batch_size)`` by coordinate descent along the reparameterised
 directions of seed 001, Eq. 9-10. :func:`balance_searches` and :func:`search_curves`
 compare it with grid and random search at equal budget (seed 001 Table 1).
+:func:`check_search_input` checks, before any fitting, what a ``GridSearchCV`` would
+discover fold by fold (a plain dict of views, scorers the estimator cannot serve).
 """
 
-from ._balance import BALANCE_DIRECTIONS, BalanceSearchCV
+from ._balance import BALANCE_DIRECTIONS, BalanceSearchCV, check_search_input
 from ._compare import SearchCurves, balance_searches, best_levels, search_curves
 
 __all__ = ["BALANCE_DIRECTIONS", "BalanceSearchCV", "SearchCurves", "balance_searches",
-           "best_levels", "search_curves"]
+           "best_levels", "check_search_input", "search_curves"]

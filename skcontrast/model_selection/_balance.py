@@ -191,6 +191,12 @@ class BalanceSearchCV(BaseSearchCV):
 
     # -- the search -------------------------------------------------------------------
 
+    def fit(self, X: Any, y: Any = None, **params: Any) -> BalanceSearchCV:
+        """Run the search (see ``GridSearchCV.fit``); the scorers' preconditions and the
+        splittability of ``X`` are checked before any fitting."""
+        check_search_input(self.estimator, X, y, self.scoring)
+        return super().fit(X, y, **params)
+
     def _run_search(self, evaluate_candidates: Any) -> None:
         names = self._names()
         total = check_int(self.budget, "budget", minimum=1)
@@ -287,3 +293,25 @@ def _segment(x: np.ndarray, direction: np.ndarray, lo: np.ndarray,
         g1, g2 = (li - xi) / di, (hi_i - xi) / di
         low, high = max(low, min(g1, g2)), min(high, max(g1, g2))
     return low, high
+
+
+def check_search_input(estimator: Any, X: Any, y: Any, scoring: Any) -> None:
+    """What a search over ``estimator`` would otherwise only discover fold by fold.
+
+    A plain dict of views cannot be split by index (scikit-learn would fail with a
+    ``KeyError``); skcontrast scorers whose preconditions the estimator or the labels
+    cannot meet would score NaN in every fold.
+    """
+    from skorch.helper import SliceDict
+
+    from .._estimators._data import is_view_dict
+    from ..metrics import EmbeddingScorer
+
+    if is_view_dict(X) and not isinstance(X, SliceDict):
+        raise ValueError(f"X is a plain dict of views ({list(X)}), which cross-validation "
+                         "cannot split by sample; wrap it: skorch.helper.SliceDict(**X)")
+    scorers = scoring.values() if isinstance(scoring, dict) else \
+        scoring if isinstance(scoring, list | tuple) else [scoring]
+    for scorer in scorers:
+        if isinstance(scorer, EmbeddingScorer):
+            scorer.check(estimator, y, labels_known=True)

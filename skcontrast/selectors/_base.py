@@ -72,8 +72,14 @@ def score_batches(X: np.ndarray, batches: Any, y: Any = None, *, loss: Any,
 
 def check_index_batches(batches: Any, n: int, *, min_size: int = 0) -> list[np.ndarray]:
     """User-given index batches as 1-D ``int64`` arrays: at least one batch, each of
-    ``min_size`` or more samples, every index in ``[0, n)``."""
-    out = [np.asarray(b, dtype=np.int64).ravel() for b in batches]
+    ``min_size`` or more distinct samples, every index an integer in ``[0, n)``."""
+    out = []
+    for i, b in enumerate(batches):
+        array = np.asarray(b.cpu() if isinstance(b, torch.Tensor) else b).ravel()
+        if array.size and array.dtype.kind not in "iu":
+            raise ValueError(f"batches[{i}] must hold integer indices; got {describe(array)}"
+                             " (floats are not truncated silently)")
+        out.append(array.astype(np.int64))
     if not out:
         raise ValueError("batches is empty; expected at least one index batch")
     for i, b in enumerate(out):
@@ -81,6 +87,10 @@ def check_index_batches(batches: Any, n: int, *, min_size: int = 0) -> list[np.n
             raise ValueError(f"batches[{i}] has {len(b)} sample(s); a batch needs >= {min_size}")
         if b.size and (b.min() < 0 or b.max() >= n):
             raise ValueError(f"batches[{i}] holds indices outside [0, {n}): {b.tolist()}")
+        values, counts = np.unique(b, return_counts=True)
+        if (counts > 1).any():
+            raise ValueError(f"batches[{i}] repeats sample(s) {values[counts > 1].tolist()}: "
+                             "a sample would be its own negative")
     return out
 
 

@@ -1,0 +1,59 @@
+"""Every Python code block of the user guide runs on its own."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = re.compile(r"^( *)\.\. code-block:: python\n\n((?:\1   .*\n|\n)+)", re.MULTILINE)
+SKIP = re.compile(r"\.\. not-run: .*\n\n$")  # an RST comment right before a block
+
+
+def code_blocks() -> dict[str, str]:
+    blocks = {}
+    for page in sorted((ROOT / "docs").glob("*.rst")):
+        text = page.read_text()
+        for number, match in enumerate(BLOCK.finditer(text), start=1):
+            if SKIP.search(text[:match.start()]):
+                continue
+            indent = len(match.group(1)) + 3
+            code = "\n".join(line[indent:] for line in match.group(2).splitlines())
+            blocks[f"{page.stem}-{number}"] = code
+    return blocks
+
+
+BLOCKS = code_blocks()
+# One process runs every block, each in a fresh namespace (so a block that uses a name
+# another block defined fails), in its own empty working directory.
+RUNNER = """
+import json, os, sys, tempfile, traceback, warnings
+warnings.simplefilter("ignore")
+blocks, results = json.load(sys.stdin), {}
+for name, code in blocks.items():
+    os.chdir(tempfile.mkdtemp())
+    try:
+        exec(compile(code, name, "exec"), {"__name__": "__main__"})
+        results[name] = ""
+    except BaseException:
+        results[name] = traceback.format_exc()
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def outcomes():
+    done = subprocess.run([sys.executable, "-c", RUNNER], input=json.dumps(BLOCKS),
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "MPLBACKEND": "Agg"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", list(BLOCKS))
+def test_doc_code_block_runs_on_its_own(outcomes, name):
+    assert outcomes[name] == "", f"{BLOCKS[name]}\n---\n{outcomes[name][-3000:]}"
