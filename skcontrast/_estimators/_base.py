@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import numbers
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -11,18 +13,37 @@ import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, clone
 from sklearn.utils.validation import check_is_fitted
 from skorch.callbacks import PassthroughScoring, ProgressBar
+from skorch.helper import predefined_split
 
-from .._validation import check_choice, check_int, check_positive, describe, plain_label
+from .._validation import (
+    check_choice,
+    check_int,
+    check_labels,
+    check_positive,
+    describe,
+    encode_labels,
+    plain_label,
+)
 from ..memory import BaseMemory
 from ..selectors import BatchSelector, FullBatchSelector, ShuffledBatchSelector
 from ..selectors._base import resolve_seed
-from ._data import InputSpec, TensorViews, ViewData, with_labels
+from ._data import InputSpec, TensorViews, ViewData, read_input, with_labels
 from ._modules import ContrastiveCriterion, EncoderFactory
+from ._monitor import ValidScore, check_monitors, check_validation_fraction, split_indices
 from ._net import PRECISIONS, Augmentation, SelectorNet, move_net
 from ._schedule import ScheduleCallback, WarmupCosine
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 DEFAULT_BATCH_SIZE = 64
+
+
+@dataclass
+class HeldOut:
+    """Data held out of training: what the held-out loss and score see each epoch."""
+
+    data: ViewData
+    y: np.ndarray | None  # the labels as given, for the scorer
+    loss_labels: np.ndarray | None  # class codes for a label loss
 
 
 def resolve_device(device: Any) -> str:
@@ -82,6 +103,7 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         self._check_accelerator()
         check_int(self.num_workers, "num_workers", minimum=0)
         _check_callbacks(self.callbacks)
+        check_validation_fraction(self.validation_fraction)
         if self.micro_batch_size is not None:
             check_int(self.micro_batch_size, "micro_batch_size", minimum=1)
 
@@ -144,8 +166,47 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
 
     # -- fitting ----------------------------------------------------------------------
 
+    def _held_out(self, data: ViewData, spec: InputSpec, features: dict, X_val: Any,
+                  y_val: Any, codes: np.ndarray | None, y: np.ndarray | None
+                  ) -> tuple[ViewData, np.ndarray | None, HeldOut | None]:
+        """The data to train on, the indices of ``data`` it keeps (``None``: all), and the
+        held-out data: ``X_val`` (read like ``X``) or a ``validation_fraction`` of ``X``,
+        stratified by ``codes`` when there are labels. The held-out rows never reach the
+        selector or the memory."""
+        check_validation_fraction(self.validation_fraction)
+        labelled = self._labelled
+        if X_val is None:
+            if y_val is not None:
+                raise ValueError("y_val was given without X_val")
+            if self.validation_fraction is None:
+                return data, None, None
+            train, valid = split_indices(len(data), self.validation_fraction,
+                                         self._seed() % 2**32, codes)
+            held = HeldOut(data.subset(valid), None if y is None else y[valid],
+                           None if codes is None else codes[valid])
+            return data.subset(train), train, held
+        if self.validation_fraction is not None:
+            raise ValueError("pass either X_val or validation_fraction, not both")
+        if labelled and y_val is None:
+            raise ValueError(f"{type(self).__name__} needs y_val with X_val: the held-out "
+                             "loss is a label loss")
+        reader = copy.copy(self)
+        for name, value in features.items():
+            if value is None:
+                reader.__dict__.pop(name, None)
+            else:
+                setattr(reader, name, value)
+        valid = read_input(reader, X_val, spec)
+        labels = None if y_val is None else check_labels(y_val, "y_val", n_samples=len(valid),
+                                                         like=y)
+        valid_codes = None
+        if labelled:
+            _, valid_codes = encode_labels(labels, "y_val")
+        return data, None, HeldOut(valid, labels, valid_codes)
+
     def _fit_net(self, data: ViewData, spec: InputSpec, labels: np.ndarray | None,
-                 loss_labels: np.ndarray | None, shared: bool) -> SelectorNet:
+                 loss_labels: np.ndarray | None, shared: bool,
+                 held_out: HeldOut | None = None) -> SelectorNet:
         """Build (or, with ``warm_start``, reuse) the skorch net and train it on ``data``.
 
         The encoders are built inside skorch's ``initialize``, after the torch RNG is
@@ -170,31 +231,62 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                              f"{net.memory_state.n_samples} samples by their index; got X with "
                              f"{len(data)} samples. Warm-start on the same training set, or "
                              "set warm_start=False to start afresh")
+        check_monitors(self.callbacks, held_out is not None)
+        scoring = self._scorer(held_out)
         data = with_labels(self._place(data, device), loss_labels)
+        valid = None if held_out is None else \
+            with_labels(self._place(held_out.data, device), held_out.loss_labels)
         cuda = torch.device(device).type == "cuda"
         devices = [torch.device(device).index or 0] if cuda else []
         try:
             with torch.random.fork_rng(devices=devices):
                 torch.manual_seed(seed)
+                extra = self._monitoring(spec, valid, held_out, scoring)
                 if reuse:
                     net.labels = labels
                     if accelerator is None:
                         move_net(net, device)
                     else:
                         net.accelerator = accelerator
+                    net.train_split = None if valid is None else predefined_split(valid)
+                    net.callbacks = self._callbacks(net.selector, len(data), labels, extra)
+                    net.initialize_callbacks()
                     net.partial_fit(data, None, epochs=self.max_epochs)
                 else:
                     factory = EncoderFactory(self.module, spec.views,
                                              tuple(self.hidden_layer_sizes), self.n_components,
                                              shared)
                     net = self._make_net(factory, labels, device, seed, len(data),
-                                         spec.items_paired)
+                                         spec.items_paired, valid, extra)
                     net.fit(data, None)
         except BaseException:
             if reuse:  # trained in place: no longer the model it was
                 self._unfit()
             raise
         return net
+
+    def _scorer(self, held_out: HeldOut | None) -> Any:
+        if self.scoring is None:
+            return None
+        if held_out is None:
+            raise ValueError("scoring records a score of held-out data each epoch: set "
+                             "validation_fraction or pass X_val (and y_val) to fit")
+        from ..metrics import EmbeddingScorer, get_scorer
+
+        scorer = get_scorer(self.scoring)
+        if isinstance(scorer, EmbeddingScorer):
+            scorer.check(self, held_out.y, labels_known=True)
+        return scorer
+
+    def _monitoring(self, spec: InputSpec, valid: ViewData | None, held_out: Any,
+                    scorer: Any) -> list:
+        """Callbacks that watch the held-out data: its score, when asked for."""
+        if scorer is None:
+            return []
+        view = copy.copy(self)
+        view._unfit()
+        view.input_spec_ = spec
+        return [("valid_score", ValidScore(scorer, view, valid, held_out.y))]
 
     def _commit(self, net: SelectorNet, spec: InputSpec, **fitted: Any) -> None:
         """Set every fitted attribute at once, after a fit has fully succeeded.
@@ -243,7 +335,8 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         return data.to(target)
 
     def _make_net(self, factory: EncoderFactory, labels: Any, device: str, seed: int,
-                  n: int, items_paired: bool) -> SelectorNet:
+                  n: int, items_paired: bool, valid: ViewData | None = None,
+                  extra: list | None = None) -> SelectorNet:
         selector = self._fitting_selector(seed, n)
         batch = nominal_batch_size(selector, n)
         if self.micro_batch_size is not None and batch is not None and \
@@ -255,19 +348,7 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             # pairs and two crops add two embeddings per item
             paired = not self._labelled or items_paired or self.augmentation is not None
             self.memory.check_batch_rows(batch * (2 if paired else 1))
-        callbacks: list[Any] = [
-            ("train_positive", PassthroughScoring(name="train_positive", on_train=True)),
-            ("train_entropy", PassthroughScoring(name="train_entropy", on_train=True)),
-        ]
-        # the selector, not skorch's batch_size, knows how many batches an epoch has
-        per_epoch = selector.get_n_splits(n, labels)
-        if self.verbose:
-            callbacks.append(("progress", ProgressBar(batches_per_epoch=per_epoch,
-                                                      postfix_keys=["train_loss"])))
-        if self.lr_schedule is not None:
-            callbacks.append(("lr_schedule", ScheduleCallback(clone(self.lr_schedule),
-                                                              per_epoch, self.max_epochs)))
-        callbacks += list(self.callbacks or [])
+        callbacks = self._callbacks(selector, n, labels, extra or [])
         optimizer_params = {f"optimizer__{k}": v for k, v in (self.optimizer_params or {}).items()}
         criterion = {f"criterion__{k}": v for k, v in {
             "loss": self.loss, "labelled": self._labelled,
@@ -286,13 +367,31 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         return kind(
             module=factory, criterion=ContrastiveCriterion, optimizer=self._optimizer(),
             lr=self.lr, max_epochs=self.max_epochs, batch_size=DEFAULT_BATCH_SIZE,
-            train_split=None, callbacks=callbacks, warm_start=self.warm_start,
+            train_split=None if valid is None else predefined_split(valid),
+            valid_batch_size=batch, callbacks=callbacks, warm_start=self.warm_start,
             verbose=self.verbose, selector=selector, labels=labels, **placement,
             augmentation=None if self.augmentation is None else Augmentation(self.augmentation),
             seed=seed, precision=self.precision if self.accelerator is None else "float32",
             num_workers=int(self.num_workers), labelled=self._labelled,
             micro_batch_size=self.micro_batch_size, **criterion,
             **optimizer_params)
+
+    def _callbacks(self, selector: BatchSelector, n: int, labels: Any, extra: list) -> list:
+        """The skorch callbacks of a fit: the loss terms, progress, schedule, held-out
+        score, then the user's."""
+        callbacks: list[Any] = [
+            ("train_positive", PassthroughScoring(name="train_positive", on_train=True)),
+            ("train_entropy", PassthroughScoring(name="train_entropy", on_train=True)),
+        ]
+        # the selector, not skorch's batch_size, knows how many batches an epoch has
+        per_epoch = selector.get_n_splits(n, labels)
+        if self.verbose:
+            callbacks.append(("progress", ProgressBar(batches_per_epoch=per_epoch,
+                                                      postfix_keys=["train_loss"])))
+        if self.lr_schedule is not None:
+            callbacks.append(("lr_schedule", ScheduleCallback(clone(self.lr_schedule),
+                                                              per_epoch, self.max_epochs)))
+        return callbacks + extra + list(self.callbacks or [])
 
     # -- inference --------------------------------------------------------------------
 

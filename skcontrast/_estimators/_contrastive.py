@@ -97,6 +97,18 @@ class ContrastiveEmbedder(BaseEmbedder):
         A learning-rate schedule stepped every batch: :class:`~skcontrast.WarmupCosine`
         (linear warm-up, then cosine decay over ``max_epochs``, as SimCLR and seed
         002's protocol). ``None`` keeps ``lr`` constant.
+    validation_fraction : float in (0, 1) or None, default=None
+        Hold this share of ``X`` out of training (stratified by class for labels), as
+        scikit-learn's ``MLPClassifier`` does; or pass ``X_val`` to ``fit``. Every epoch
+        then records ``valid_loss`` (the same loss at the same batch size, on the same
+        held-out batches, without gradients, memory or augmentation randomness that
+        changes), so skorch's ``EarlyStopping``, ``Checkpoint`` and
+        ``LRScheduler('ReduceLROnPlateau')`` work with their defaults. Held-out rows never
+        reach the selector or the memory.
+    scoring : str or callable or None, default=None
+        With held-out data, also record ``valid_score`` each epoch: a scorer of
+        :func:`skcontrast.metrics.get_scorer` by name, or any ``scorer(estimator, X,
+        y)`` (greater is better; ``valid_score_best`` marks the best epoch).
     optimizer : {'adam', 'adamw', 'sgd'} or torch.optim.Optimizer class, default='adam'
     optimizer_params : dict or None, default=None
         E.g. ``{'weight_decay': 1e-4}``.
@@ -184,6 +196,7 @@ class ContrastiveEmbedder(BaseEmbedder):
                  loss_params: dict | None = None, batch_size: int | None = None,
                  selector: Any = None, memory: Any = None, max_epochs: int = 20,
                  lr: float = 1e-3, lr_schedule: Any = None,
+                 validation_fraction: float | None = None, scoring: Any = None,
                  optimizer: Any = "adam", optimizer_params: dict | None = None,
                  view_split: int | None = None, shared_encoder: Any = "auto",
                  augmentation: Any = None, precision: str = "float32", num_workers: int = 0,
@@ -206,6 +219,8 @@ class ContrastiveEmbedder(BaseEmbedder):
         self.max_epochs = max_epochs
         self.lr = lr
         self.lr_schedule = lr_schedule
+        self.validation_fraction = validation_fraction
+        self.scoring = scoring
         self.optimizer = optimizer
         self.optimizer_params = optimizer_params
         self.view_split = view_split
@@ -224,7 +239,8 @@ class ContrastiveEmbedder(BaseEmbedder):
 
     # -- public API -------------------------------------------------------------------
 
-    def fit(self, X: Any, y: Any = None) -> ContrastiveEmbedder:
+    def fit(self, X: Any, y: Any = None, X_val: Any = None,
+            y_val: Any = None) -> ContrastiveEmbedder:
         """Train the encoder(s) on pairs (or augmented single views).
 
         Parameters
@@ -236,6 +252,10 @@ class ContrastiveEmbedder(BaseEmbedder):
             ``i`` is ``(x0, x1)`` (a single view with an ``augmentation``).
         y : array-like of shape (n,), optional
             Not used by the loss; handed to the selector (e.g. ``BindingSelector``).
+        X_val, y_val : optional
+            Held-out data in the form of ``X`` (and its labels, for label scorers):
+            ``valid_loss`` (and ``valid_score`` with ``scoring``) are recorded on it
+            every epoch. Instead of ``validation_fraction``.
 
         Returns
         -------
@@ -253,7 +273,11 @@ class ContrastiveEmbedder(BaseEmbedder):
             raise ValueError(f"shared_encoder=True needs views of equal shape and kind; got "
                              f"{first.describe()} and {last.describe()}")
         labels = None if y is None else check_labels(y, "y", n_samples=len(data))
-        net = self._fit_net(data, spec, labels, None, shared)
+        data, kept, held_out = self._held_out(data, spec, features, X_val, y_val, None,
+                                              labels)
+        if kept is not None and labels is not None:
+            labels = labels[kept]
+        net = self._fit_net(data, spec, labels, None, shared, held_out)
         self._commit(net, spec, view_split_=spec.split, **features)
         return self
 

@@ -138,6 +138,10 @@ class ViewData(Dataset):
         """The same items restricted to one view."""
         raise NotImplementedError
 
+    def subset(self, indices: np.ndarray) -> ViewData:
+        """The items at ``indices`` (e.g. the training or the held-out part)."""
+        raise NotImplementedError
+
     @property
     def resident_device(self) -> torch.device | None:
         """The device the data lives on, when it is held there whole; else ``None``."""
@@ -177,6 +181,12 @@ class TensorViews(ViewData):
         if self.views[view] is None:
             raise ValueError(f"X lacks the view {self.names[view]!r}, which is needed here")
         return TensorViews((self.views[view],), self.labels)
+
+    def subset(self, indices: np.ndarray) -> TensorViews:
+        index = torch.as_tensor(indices, dtype=torch.long)
+        labels = None if self.labels is None else self.labels[index]
+        return TensorViews(tuple(None if v is None else v[index.to(v.device)]
+                                 for v in self.views), labels, self.names)
 
     def nbytes(self) -> int:
         return sum(v.element_size() * v.nelement() for v in self.views)
@@ -233,6 +243,13 @@ class ItemViews(ViewData):
         if not self.spec.items_paired:
             return self
         return ItemViews(self.dataset, self.spec, self.labels, pick=view)
+
+    def subset(self, indices: np.ndarray) -> ItemViews:
+        from torch.utils.data import Subset
+
+        labels = None if self.labels is None else self.labels[torch.as_tensor(indices)]
+        return ItemViews(Subset(self.dataset, [int(i) for i in indices]), self.spec, labels,
+                         self.pick)
 
 
 def _item_views(item: Any, i: int, paired: bool) -> tuple[Any, ...]:
@@ -330,7 +347,13 @@ def read_fit_input(estimator: Any, X: Any, y: Any = None, *, single: bool,
 
 
 def read_input(estimator: Any, X: Any, spec: InputSpec) -> ViewData:
-    """Check input given after ``fit`` (same form, same view shapes) and read it."""
+    """Check input given after ``fit`` (same form, same view shapes) and read it.
+
+    Data already read (a :class:`ViewData`, e.g. the held-out part of the training
+    input that the per-epoch scorer embeds) passes through.
+    """
+    if isinstance(X, ViewData):
+        return X
     data = _read_input(estimator, X, spec)
     _check_length(len(data), "X", minimum=1)
     return data

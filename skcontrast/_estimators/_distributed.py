@@ -197,7 +197,10 @@ class DistributedSelectorNet(AccelerateMixin, SelectorNet):
 
     def get_loss(self, y_pred: torch.Tensor, y_true: Any, X: Any = None,
                  training: bool = False, index: torch.Tensor | None = None) -> torch.Tensor:
-        # ``index`` already describes the gathered global batch (see ._data.Batch)
+        # ``index`` already describes the gathered global batch (see ._data.Batch); every
+        # process computes the held-out batches whole, so they are not gathered
+        if not training:
+            return super().get_loss(y_pred, y_true, X=X, training=training, index=index)
         if y_true is not None:
             y_true = gather_rows(y_true.to(y_pred.device))
         return super().get_loss(gather_rows(y_pred.float()), y_true, X=X, training=training,

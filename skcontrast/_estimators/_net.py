@@ -225,14 +225,18 @@ class SelectorNet(NeuralNet):
     micro_batch_size : int or None
         Gradient caching: embed each batch this many items at a time (see
         :meth:`cached_step`).
+    valid_batch_size : int or None
+        Size of the fixed batches of held-out data (``train_split`` gives that data).
     """
 
     def __init__(self, *args: Any, selector: Any = None, labels: Any = None,
                  augmentation: Any = None, seed: int = 0, precision: str = "float32",
                  num_workers: int = 0, labelled: bool = False,
-                 micro_batch_size: int | None = None, **kwargs: Any) -> None:
+                 micro_batch_size: int | None = None, valid_batch_size: int | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.micro_batch_size = micro_batch_size
+        self.valid_batch_size = valid_batch_size
         self.selector = selector
         self.labels = labels
         self.augmentation = augmentation
@@ -267,12 +271,25 @@ class SelectorNet(NeuralNet):
                           persistent_workers=workers > 0)
 
     def get_iterator(self, dataset: Any, training: bool = False) -> Any:
-        if not training:
-            return self.inference_batches(dataset)
+        if not training:  # skorch asks for it only for the held-out data
+            return self.held_out_batches(dataset)
         self.training_data = dataset  # for the adaptive selectors' embedding pass
         if dataset.resident_device is not None:
             return DeviceBatches(self, dataset)
         return self._loader(dataset, SelectorBatchSampler(self, len(dataset)))
+
+    def held_out_batches(self, data: ViewData) -> Any:
+        """The same batches of the held-out data every epoch, of the training batch size
+        (a last batch of one sample joins the one before)."""
+        order = np.random.default_rng([self.seed, 4]).permutation(len(data))
+        size = max(2, min(self.valid_batch_size or len(data), len(data)))
+        batches = [order[i:i + size] for i in range(0, len(data), size)]
+        if len(batches) > 1 and len(batches[-1]) == 1:
+            batches[-2:] = [np.concatenate(batches[-2:])]
+        device = data.resident_device
+        if device is not None:
+            return [data.gather(torch.as_tensor(b, device=device)) for b in batches]
+        return self._loader(data, [b.tolist() for b in batches])
 
     def inference_batches(self, data: ViewData, indices: np.ndarray | None = None) -> Any:
         """Consecutive batches of ``data`` (or of its rows ``indices``), in order; never the
@@ -503,6 +520,39 @@ class SelectorNet(NeuralNet):
         else:
             loss.backward()
 
+    def validation_step(self, batch: Any, **fit_params: Any) -> dict:
+        """The loss of a held-out batch without gradients (and without the memory)."""
+        self._set_training(False)
+        Xi, yi, _ = batch
+        Xi = to_device(Xi, self.compute_device)
+        with torch.no_grad():
+            if self.augmentation is not None:
+                Xi = (self.augmentation(Xi), self.augmentation(Xi))
+            with self.autocast():
+                y_pred = self.infer(Xi, **fit_params)
+            loss = self.get_loss(y_pred, yi, X=Xi, training=False)
+        terms = self._batch_terms
+        return {"loss": loss, "y_pred": y_pred, "positive": terms.positive.detach(),
+                "entropy": terms.entropy.detach()}
+
+    @contextlib.contextmanager
+    def fixed_randomness(self) -> Iterator[None]:
+        """The same random views of the held-out data every epoch, leaving the training
+        stream of random numbers where it was."""
+        device = self.compute_device
+        generator = getattr(self.augmentation, "generator", None)
+        saved = None if generator is None else generator.get_state()
+        with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda"
+                                   else []):
+            torch.manual_seed(self.seed + 3)
+            if generator is not None:
+                generator.manual_seed(self.seed + 3)
+            try:
+                yield
+            finally:
+                if generator is not None:
+                    generator.set_state(saved)
+
     def train_step(self, batch: Any, **fit_params: Any) -> dict:
         scaler = self.grad_scaler_
         if scaler is None:
@@ -540,6 +590,13 @@ class SelectorNet(NeuralNet):
         """
         if iterator is None:
             return
+        if not training:
+            with self.fixed_randomness():
+                return self._run_epoch(iterator, training, prefix, step_fn, **fit_params)
+        return self._run_epoch(iterator, training, prefix, step_fn, **fit_params)
+
+    def _run_epoch(self, iterator: Any, training: bool, prefix: str, step_fn: Any,
+                   **fit_params: Any) -> None:
         per_batch = bool(self.verbose)
         first = len(self.history[-1]["batches"])
         pending, sizes = [], []

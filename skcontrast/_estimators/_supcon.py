@@ -65,6 +65,18 @@ class SupConEmbedder(BaseEmbedder):
         A learning-rate schedule stepped every batch: :class:`~skcontrast.WarmupCosine`
         (linear warm-up, then cosine decay over ``max_epochs``, as SimCLR and seed
         002's protocol). ``None`` keeps ``lr`` constant.
+    validation_fraction : float in (0, 1) or None, default=None
+        Hold this share of ``X`` out of training (stratified by class for labels), as
+        scikit-learn's ``MLPClassifier`` does; or pass ``X_val`` to ``fit``. Every epoch
+        then records ``valid_loss`` (the same loss at the same batch size, on the same
+        held-out batches, without gradients, memory or augmentation randomness that
+        changes), so skorch's ``EarlyStopping``, ``Checkpoint`` and
+        ``LRScheduler('ReduceLROnPlateau')`` work with their defaults. Held-out rows never
+        reach the selector or the memory.
+    scoring : str or callable or None, default=None
+        With held-out data, also record ``valid_score`` each epoch: a scorer of
+        :func:`skcontrast.metrics.get_scorer` by name, or any ``scorer(estimator, X,
+        y)`` (greater is better; ``valid_score_best`` marks the best epoch).
     optimizer : {'adam', 'adamw', 'sgd'} or torch.optim.Optimizer class, default='adam'
     optimizer_params : dict or None, default=None
     augmentation : callable or None, default=None
@@ -136,6 +148,7 @@ class SupConEmbedder(BaseEmbedder):
                  loss_params: dict | None = None, batch_size: int | None = None,
                  selector: Any = None, memory: Any = None, max_epochs: int = 20,
                  lr: float = 1e-3, lr_schedule: Any = None,
+                 validation_fraction: float | None = None, scoring: Any = None,
                  optimizer: Any = "adam", optimizer_params: dict | None = None,
                  augmentation: Any = None, precision: str = "float32", num_workers: int = 0,
                  data_on_device: Any = False, micro_batch_size: int | None = None,
@@ -157,6 +170,8 @@ class SupConEmbedder(BaseEmbedder):
         self.max_epochs = max_epochs
         self.lr = lr
         self.lr_schedule = lr_schedule
+        self.validation_fraction = validation_fraction
+        self.scoring = scoring
         self.optimizer = optimizer
         self.optimizer_params = optimizer_params
         self.augmentation = augmentation
@@ -171,7 +186,7 @@ class SupConEmbedder(BaseEmbedder):
         self.callbacks = callbacks
         self.warm_start = warm_start
 
-    def fit(self, X: Any, y: Any) -> SupConEmbedder:
+    def fit(self, X: Any, y: Any, X_val: Any = None, y_val: Any = None) -> SupConEmbedder:
         """Train the encoder on labelled samples.
 
         Parameters
@@ -179,6 +194,10 @@ class SupConEmbedder(BaseEmbedder):
         X : array-like or tensor of shape ``(n, d)`` or ``(n, *shape)``, or torch Dataset
         y : array-like of shape (n,)
             Class labels of any type (strings included); at least two classes.
+        X_val, y_val : optional
+            Held-out data and labels: ``valid_loss`` (and ``valid_score`` with
+            ``scoring``) are recorded on them every epoch. Instead of
+            ``validation_fraction``.
 
         Returns
         -------
@@ -188,7 +207,12 @@ class SupConEmbedder(BaseEmbedder):
         if y is None:
             raise ValueError(f"{name} requires y to be passed, but the target y is None.")
         data, spec, features = read_fit_input(self, X, single=True, labelled=True)
-        classes, codes = encode_labels(check_labels(y, "y", n_samples=len(data)))
+        y = check_labels(y, "y", n_samples=len(data))
+        data, kept, held_out = self._held_out(data, spec, features, X_val, y_val,
+                                              encode_labels(y)[1], y)
+        if kept is not None:
+            y = y[kept]
+        classes, codes = encode_labels(y)
         if len(classes) < 2:
             raise ValueError(f"{name} needs at least 2 classes in y; got 1 class "
                              f"({plain_label(classes[0])!r}): with a single class "
@@ -196,7 +220,7 @@ class SupConEmbedder(BaseEmbedder):
         convention = (self.loss_params or {}).get("anchors_without_positives", "exclude")
         if self.augmentation is None and not spec.items_paired:
             warn_single_member_classes(codes, classes, convention)
-        net = self._fit_net(data, spec, codes, codes, True)
+        net = self._fit_net(data, spec, codes, codes, True, held_out)
         embeddings = embed_net(net, data.select(0), self.loss_params)
         _, centres = class_centres(embeddings, codes)
         self._commit(net, spec, classes_=classes, class_centres_=centres, **features)

@@ -1,0 +1,105 @@
+"""Retrieval metrics vs pytorch-metric-learning's AccuracyCalculator: time and peak memory.
+
+Run:  python benchmarks/bench_metrics.py [--sizes 20000 100000] [--dim 128] [--classes 2000]
+
+Side by side in one process, CPU, 2 threads: skcontrast's mAP@R, R-precision and
+precision@1 (one blocked pass each, O(block * n) memory, pessimistic ties) against PML's
+``AccuracyCalculator`` with its torch k-NN (``CustomKNN(CosineSimilarity())``: PML's
+default k-NN needs faiss, which this machine does not have), which asks for the
+``max class size`` nearest neighbours of every query at once. The values are compared
+first; uniformity is timed alone (PML has no such metric). Peak memory is the rise of the
+process's peak resident set. A case is skipped, with the memory it would need, when it
+would not fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _harness import fmt_mib, fmt_seconds, measure, set_threads, table
+
+from skcontrast import geometry, metrics
+
+INCLUDE = ("mean_average_precision_at_r", "r_precision", "precision_at_1")
+
+
+def available_memory_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 * 2**30
+
+
+def ours(H: np.ndarray, y: np.ndarray) -> dict:
+    return {"mean_average_precision_at_r": metrics.map_at_r(H, y),
+            "r_precision": metrics.r_precision(H, y),
+            "precision_at_1": metrics.precision_at_1(H, y)}
+
+
+def row(n: int, d: int, classes: int, pml) -> list[list[str]]:
+    rng = np.random.default_rng(n)
+    H = rng.normal(size=(n, d)).astype(np.float32)
+    y = rng.integers(0, classes, size=n)
+    t_ours, m_ours = measure(lambda: ours(H, y), repeats=1, warmup=0)
+    rows = [[f"mAP@R + R-prec. + P@1, n={n:,}", "skcontrast", fmt_seconds(t_ours),
+             fmt_mib(m_ours), ""]]
+    t_unif, m_unif = measure(lambda: geometry.uniformity(H), repeats=1, warmup=0)
+    rows.append([f"uniformity, n={n:,}", "skcontrast", fmt_seconds(t_unif), fmt_mib(m_unif),
+                 ""])
+    if pml is None:
+        return rows
+    need = 2 * 4 * n * n  # PML's CustomKNN holds the n x n similarity matrix, float32
+    if need > 0.6 * available_memory_bytes():
+        rows.append(["", "PML AccuracyCalculator", f"needs ~{need / 2**30:.0f} GiB", "", ""])
+        return rows
+    from pytorch_metric_learning.distances import CosineSimilarity
+    from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+    from pytorch_metric_learning.utils.inference import CustomKNN
+
+    calculator = AccuracyCalculator(include=INCLUDE, knn_func=CustomKNN(CosineSimilarity()))
+    Ht, yt = torch.from_numpy(H), torch.from_numpy(y)
+
+    def theirs():
+        return calculator.get_accuracy(Ht, yt, Ht, yt, ref_includes_query=True)
+
+    t_pml, m_pml = measure(theirs, repeats=1, warmup=0)
+    a, b = ours(H, y), theirs()
+    agree = max(abs(a[key] - b[key]) for key in INCLUDE)
+    rows.append(["", "PML AccuracyCalculator", fmt_seconds(t_pml), fmt_mib(m_pml),
+                 f"{t_pml / t_ours:.1f}x, |Δ| {agree:.1e}"])
+    return rows
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[20_000, 100_000])
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--classes", type=int, default=2000)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    set_threads(args.threads)
+    try:
+        import pytorch_metric_learning as pml
+    except ImportError:
+        pml = None
+        print("pytorch-metric-learning is not installed; showing skcontrast alone.")
+    rows = [r for n in args.sizes for r in row(n, args.dim, args.classes, pml)]
+    text = (f"Class-level retrieval metrics, d={args.dim}, {args.classes} classes, CPU, "
+            f"{torch.get_num_threads()} threads, torch {torch.__version__}\n"
+            + table(rows, ["case", "implementation", "time", "peak mem", "PML/ours"]))
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()
