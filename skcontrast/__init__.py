@@ -6,8 +6,9 @@ the training of the estimators.
 """
 
 from ._estimators import AcceleratorCheckpoint, ContrastiveEmbedder, SupConEmbedder, WarmupCosine
+from ._estimators._persist import load
 
 __version__ = "0.1.0"
 
 __all__ = ["AcceleratorCheckpoint", "ContrastiveEmbedder", "SupConEmbedder", "WarmupCosine",
-           "__version__"]
+           "__version__", "load"]

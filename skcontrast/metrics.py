@@ -265,7 +265,34 @@ def precision_at_1(H: Any, y: Any, reference: Any = None, reference_labels: Any 
     return float(np.mean(result.first))
 
 
-for _metric in (map_at_r, r_map, r_precision, precision_at_1):
+def class_retrieval(H: Any, y: Any, reference: Any = None, reference_labels: Any = None
+                    ) -> dict[str, float]:
+    """:func:`map_at_r`, :func:`r_map`, :func:`r_precision` and :func:`precision_at_1`
+    from one blocked pass over the similarities (what pytorch-metric-learning's
+    ``AccuracyCalculator`` reports, in O(block * n) memory).
+
+    Parameters
+    ----------
+    H : array-like of shape (n, d)
+    y : array-like of shape (n,)
+    {reference}
+
+    Returns
+    -------
+    dict
+        ``{'map_at_r', 'r_map', 'r_precision', 'precision_at_1'}``.
+    """
+    result = _with_relevant(_class_retrieval(H, y, reference, reference_labels),
+                            "class retrieval")
+    sums, hits, r = result.precision_sums, result.hits, result.r
+    return {"map_at_r": float(np.mean(sums / r)),
+            "r_map": float(np.mean(np.divide(sums, hits, out=np.zeros_like(sums),
+                                             where=hits > 0))),
+            "r_precision": float(np.mean(hits / r)),
+            "precision_at_1": float(np.mean(result.first))}
+
+
+for _metric in (map_at_r, r_map, r_precision, precision_at_1, class_retrieval):
     _metric.__doc__ = _metric.__doc__.replace("{reference}", REFERENCE_DOC)
 
 

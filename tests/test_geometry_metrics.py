@@ -358,6 +358,10 @@ def test_class_retrieval_metrics_against_a_brute_force_loop(monkeypatch, ties):
                            ((H, y, R, r), ref.retrieval(H, y, R, r))):
         got = [metric(*args) for metric in metrics]
         np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+        together = M.class_retrieval(*args)
+        np.testing.assert_allclose([together[k] for k in ("map_at_r", "r_map", "r_precision",
+                                                          "precision_at_1")],
+                                   expected, rtol=1e-12, atol=1e-12)
 
 
 def test_collapsed_embeddings_retrieve_nothing():

@@ -47,7 +47,8 @@ class HeldOut:
 
 
 def resolve_device(device: Any) -> str:
-    """``'auto'`` -> ``'cuda'`` when a GPU is usable, else ``'cpu'``; refuse a missing GPU."""
+    """``'auto'`` -> ``'cuda'`` when a GPU is usable, else ``'cpu'``; ``'cuda[:N]'`` and
+    ``'mps'`` (Apple GPUs) only where torch can use them, with a clear error otherwise."""
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if isinstance(device, str) and device.startswith("cuda"):
@@ -56,15 +57,43 @@ def resolve_device(device: Any) -> str:
                              "use device='auto' to fall back to the CPU, or device='cpu' "
                              "(a model fitted on a GPU keeps training on the CPU so)")
         return device
+    if device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ValueError("device='mps' was requested but no Apple GPU (MPS) is usable "
+                             "here; use device='auto' to fall back to the CPU, or "
+                             "device='cpu'")
+        return device
     if device == "cpu":
         return device
-    raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]'; got {describe(device)}")
+    raise ValueError(f"device must be 'auto', 'cpu', 'cuda[:N]' or 'mps'; got {describe(device)}")
 
 
 class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Common machinery of :class:`ContrastiveEmbedder` and :class:`SupConEmbedder`."""
 
     _labelled = False
+    _nested_prefixes = ("module__", "optimizer__")
+
+    # -- nested parameters (skorch's convention) ---------------------------------------
+
+    def _set_nested(self, kwargs: dict) -> None:
+        for key, value in kwargs.items():
+            if not key.startswith(self._nested_prefixes) or key in self._nested_prefixes:
+                raise TypeError(f"{type(self).__name__}.__init__() got an unexpected keyword "
+                                f"argument {key!r} (nested parameters start with "
+                                f"'module__' or 'optimizer__')")
+            setattr(self, key, value)
+
+    def _nested(self, prefix: str) -> dict:
+        """The ``prefix*`` parameters set on the estimator, without the prefix."""
+        return {k[len(prefix):]: v for k, v in vars(self).items() if k.startswith(prefix)}
+
+    def get_params(self, deep: bool = True) -> dict:
+        params = super().get_params(deep=deep)
+        params.update({k: v for k, v in vars(self).items()
+                       if k.startswith(self._nested_prefixes)})
+        return params
 
     # -- parameter checks -------------------------------------------------------------
 
@@ -104,6 +133,12 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         check_int(self.num_workers, "num_workers", minimum=0)
         _check_callbacks(self.callbacks)
         check_validation_fraction(self.validation_fraction)
+        _check_normalization(self.image_normalization)
+        check_choice(self.transform_from, "transform_from", ("head", "backbone"))
+        clash = set(self._nested("optimizer__")) & set(self.optimizer_params or {})
+        if clash:
+            raise ValueError(f"{sorted(clash)} set both as optimizer__* and in "
+                             "optimizer_params; give each once")
         if self.micro_batch_size is not None:
             check_int(self.micro_batch_size, "micro_batch_size", minimum=1)
 
@@ -255,7 +290,8 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                 else:
                     factory = EncoderFactory(self.module, spec.views,
                                              tuple(self.hidden_layer_sizes), self.n_components,
-                                             shared)
+                                             shared, self._nested("module__"),
+                                             self.projection_head, self.freeze)
                     net = self._make_net(factory, labels, device, seed, len(data),
                                          spec.items_paired, valid, extra)
                     net.fit(data, None)
@@ -264,6 +300,33 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                 self._unfit()
             raise
         return net
+
+    def build_net(self, spec: InputSpec, n_samples: int, shared: bool,
+                  device: str = "cpu") -> SelectorNet:
+        """An initialised, untrained net for input ``spec`` (what :func:`skcontrast.load`
+        fills with saved weights)."""
+        self._check_params()
+        factory = EncoderFactory(self.module, spec.views, tuple(self.hidden_layer_sizes),
+                                 self.n_components, shared, self._nested("module__"),
+                                 self.projection_head, self.freeze)
+        net = self._make_net(factory, None, resolve_device(device), self._seed(), n_samples,
+                             spec.items_paired)
+        return net.initialize()
+
+    def save(self, path: Any) -> Any:
+        """Save the fitted estimator to the folder ``path`` without pickle: the weights
+        in safetensors (data only), parameters and fitted state in JSON, with the
+        versions of skcontrast, torch and skorch. Read it with :func:`skcontrast.load`,
+        which runs no code from the files.
+
+        Returns
+        -------
+        pathlib.Path
+            The folder.
+        """
+        from ._persist import save
+
+        return save(self, path)
 
     def _scorer(self, held_out: HeldOut | None) -> Any:
         if self.scoring is None:
@@ -291,12 +354,16 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     def _commit(self, net: SelectorNet, spec: InputSpec, **fitted: Any) -> None:
         """Set every fitted attribute at once, after a fit has fully succeeded.
 
-        ``fitted`` holds the other attributes; a value of ``None`` for
+        ``fitted`` holds the other attributes, and ``sample``, a few training items whose
+        embedding gives the output width ``n_components_``; a value of ``None`` for
         ``n_features_in_`` or ``feature_names_in_`` removes it (input without them).
         """
         self.net_ = net
         self.input_spec_ = spec
         self.history_ = net.history
+        self.n_samples_ = net.criterion__n_samples
+        self.n_components_ = int(net.embed(fitted.pop("sample"), view=0,
+                                           head=self.transform_from == "head").shape[1])
         self.temperature_ = float(torch.as_tensor(net.criterion_.temperature).detach())
         for name, value in fitted.items():
             if value is None and name in ("n_features_in_", "feature_names_in_"):
@@ -349,7 +416,9 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             paired = not self._labelled or items_paired or self.augmentation is not None
             self.memory.check_batch_rows(batch * (2 if paired else 1))
         callbacks = self._callbacks(selector, n, labels, extra or [])
-        optimizer_params = {f"optimizer__{k}": v for k, v in (self.optimizer_params or {}).items()}
+        optimizer_params = {f"optimizer__{k}": v for k, v in
+                            {**(self.optimizer_params or {}), **self._nested("optimizer__")
+                             }.items()}
         criterion = {f"criterion__{k}": v for k, v in {
             "loss": self.loss, "labelled": self._labelled,
             "temperature": float(self.temperature),
@@ -373,7 +442,8 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             augmentation=None if self.augmentation is None else Augmentation(self.augmentation),
             seed=seed, precision=self.precision if self.accelerator is None else "float32",
             num_workers=int(self.num_workers), labelled=self._labelled,
-            micro_batch_size=self.micro_batch_size, **criterion,
+            micro_batch_size=self.micro_batch_size,
+            image_normalization=self.image_normalization, **criterion,
             **optimizer_params)
 
     def _callbacks(self, selector: BatchSelector, n: int, labels: Any, extra: list) -> list:
@@ -395,13 +465,37 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
 
     # -- inference --------------------------------------------------------------------
 
-    def _embed(self, data: ViewData, view: int | None = 0, augment: Any = None) -> np.ndarray:
+    def _embed(self, data: ViewData, view: int | None = 0, augment: Any = None,
+               output: str | None = None) -> np.ndarray:
+        """Embeddings of one view: ``output`` 'head' (the loss's space, unit norm when
+        the loss normalises) or 'backbone' (the module's own features, as they are);
+        default ``transform_from``."""
         check_is_fitted(self, "net_")
-        return embed_net(self.net_, data, self.loss_params, view, augment)
+        output = self.transform_from if output is None else output
+        return embed_net(self.net_, data, self.loss_params, view, augment, output == "head")
+
+    def _transform(self, X: Any, output: str) -> Any:
+        check_is_fitted(self, "net_")
+        data = read_input(self, X, self.input_spec_).select(0)
+        return self._wrap_output(self._embed(data, view=0, output=output), X, output)
+
+    def transform_head(self, X: Any) -> Any:
+        """Embeddings of ``X`` (view 0) by the projection head: the space the loss
+        trained, unit norm when the loss normalises. The same as :meth:`transform_backbone`
+        without a ``projection_head``."""
+        return self._transform(X, "head")
+
+    def transform_backbone(self, X: Any) -> Any:
+        """Features of ``X`` (view 0) from the module alone, before any projection head,
+        as the module outputs them (SimCLR's representation for downstream tasks)."""
+        return self._transform(X, "backbone")
 
     def set_params(self, **params: Any) -> BaseEmbedder:
         """Set parameters; ``selector__*``, ``memory__*`` and ``lr_schedule__*`` need an
-        object there first (their defaults are ``None``)."""
+        object there first (their defaults are ``None``); ``module__*`` and
+        ``optimizer__*`` are stored as they are."""
+        nested = {k: params.pop(k) for k in list(params) if k.startswith(self._nested_prefixes)}
+        self._set_nested(nested)
         for key in params:
             owner, _, rest = key.partition("__")
             if rest and owner in ("selector", "memory", "lr_schedule") and \
@@ -414,11 +508,22 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                                  f"{owner} first ({hint})")
         return super().set_params(**params)
 
-    def _wrap_output(self, embedded: np.ndarray, X: Any) -> Any:
-        """``embedded`` in the container ``set_output`` chose for ``transform``."""
-        from sklearn.utils._set_output import _wrap_data_with_container
+    def _wrap_output(self, embedded: np.ndarray, X: Any, output: str | None = None) -> Any:
+        """``embedded`` in the container ``set_output`` chose for ``transform`` (columns
+        named by :meth:`get_feature_names_out` for ``transform``'s own output)."""
+        from sklearn.utils._set_output import ADAPTERS_MANAGER, _get_output_config
 
-        return _wrap_data_with_container("transform", embedded, X, self)
+        dense = _get_output_config("transform", self)["dense"]
+        if dense == "default":
+            return embedded
+        output = self.transform_from if output is None else output
+        if output == self.transform_from:
+            names = self.get_feature_names_out
+        else:
+            prefix = type(self).__name__.lower()
+            names = np.asarray([f"{prefix}_{output}{i}" for i in range(embedded.shape[1])],
+                               dtype=object)
+        return ADAPTERS_MANAGER.adapters[dense].create_container(embedded, X, names)
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
         """Output feature names (``<classname>0``, ``<classname>1``, ...), after ``fit``."""
@@ -433,7 +538,7 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
 
     @property
     def _n_features_out(self) -> int:
-        return self.n_components
+        return self.n_components_
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -443,6 +548,20 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         # initialisation, selector, augmentations and data order are all seeded).
         tags.non_deterministic = False
         return tags
+
+
+def _check_normalization(normalization: Any) -> None:
+    if normalization is None:
+        return
+    try:
+        mean, std = (np.atleast_1d(np.asarray(v, dtype=float)) for v in normalization)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"image_normalization must be None or (mean, std); got "
+                         f"{describe(normalization)}") from exc
+    if mean.ndim != 1 or mean.shape != std.shape or not (std > 0).all() or \
+            not np.isfinite(mean).all():
+        raise ValueError(f"image_normalization must be (mean, std) with one value or one per "
+                         f"channel each, std > 0; got {describe(normalization)}")
 
 
 def _check_callbacks(callbacks: Any) -> None:
@@ -464,11 +583,17 @@ def _check_callbacks(callbacks: Any) -> None:
                              f"{describe(item)}")
 
 
+def sample_of(data: ViewData) -> ViewData:
+    """Two training items (view 0), enough to read the output width off the net."""
+    return data.select(0).subset(np.arange(min(2, len(data))))
+
+
 def embed_net(net: SelectorNet, data: ViewData, loss_params: dict | None, view: int | None = 0,
-              augment: Any = None) -> np.ndarray:
-    """Embeddings of ``data`` by a trained net, unit norm when the loss normalises."""
-    out = net.embed(data, view=view, augment=augment)
-    if (loss_params or {}).get("normalize", True):
+              augment: Any = None, head: bool = True) -> np.ndarray:
+    """Embeddings of ``data`` by a trained net: by the projection head, unit norm when
+    the loss normalises, or the backbone's features as they are."""
+    out = net.embed(data, view=view, augment=augment, head=head)
+    if head and (loss_params or {}).get("normalize", True):
         out = torch.nn.functional.normalize(out, dim=-1)
     return out.numpy().astype(np.float32, copy=False)
 

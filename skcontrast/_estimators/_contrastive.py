@@ -10,7 +10,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._validation import check_labels, describe
 from ..metrics import recall_at_k
-from ._base import BaseEmbedder
+from ._base import BaseEmbedder, sample_of
 from ._data import read_fit_input, read_input, read_view
 from ._net import Augmentation
 
@@ -132,6 +132,12 @@ class ContrastiveEmbedder(BaseEmbedder):
         Hold array training data whole on the training GPU, so that no batch is copied
         from the host; ``'auto'`` does so when it takes at most half the free GPU
         memory. The adaptive selectors' embedding pass always goes batch by batch.
+    image_normalization : (mean, std) or None, default=None
+        uint8 images (views of dtype uint8) stay bytes on the host and become floats in
+        [0, 1] on the training device, batch by batch, so no float copy of the data set
+        is made; with ``(mean, std)`` (one value or one per channel, channel axis 1) they
+        are then standardised, e.g. ImageNet's ``((0.485, 0.456, 0.406), (0.229, 0.224,
+        0.225))``. Other float views are cast to float32 on the device the same way.
     micro_batch_size : int or None, default=None
         Gradient caching (GradCache, Gao et al. 2021): embed each selected batch this
         many items at a time, take the loss and its gradient on the whole batch, then
@@ -149,7 +155,9 @@ class ContrastiveEmbedder(BaseEmbedder):
         user guide, "Scaling out"). Mixed precision is then the accelerator's
         (``Accelerator(mixed_precision='bf16')``) and ``device`` is ignored. Not
         pickled: ``None`` after unpickling.
-    device : {'auto', 'cpu', 'cuda'}, default='auto'
+    device : {'auto', 'cpu', 'cuda', 'cuda:N', 'mps'}, default='auto'
+        ``'auto'``: a CUDA GPU when one is usable, else the CPU. A device that is
+        asked for but missing is a clear error.
     random_state : int or None, default=None
         Seeds the module, the selector (when it has none) and the augmentations;
         fitting is then reproducible on the CPU.
@@ -161,8 +169,34 @@ class ContrastiveEmbedder(BaseEmbedder):
     warm_start : bool, default=False
         Continue training the fitted network on the next ``fit``.
 
+    projection_head : None, 'mlp', int or nn.Module, default=None
+        A projection head on top of ``module`` (SimCLR, Chen et al. 2020): ``'mlp'`` is
+        SimCLR's two-layer head (Linear(w, w), ReLU, Linear(w, n_components), ``w`` the
+        module's output width), an int the same with that hidden width, a module is
+        used as given. The loss sees the head's output; the representation *before* the
+        head is usually the better one for downstream tasks (``transform_from``).
+    transform_from : {'head', 'backbone'}, default='head'
+        What :meth:`transform` (and so a ``Pipeline``) returns: the head's unit-norm
+        embeddings, or the module's own features as they are. :meth:`transform_head`
+        and :meth:`transform_backbone` give either; ``score`` always uses the head.
+        ``n_components_`` and the feature names follow the width of that output.
+    freeze : None, 'backbone' or list of str, default=None
+        Parts of a (pretrained) module to keep fixed: their parameters do not train and
+        they stay in eval mode, so their batch-norm statistics do not drift.
+        ``'backbone'`` freezes the whole module (only a projection head trains: a
+        linear or MLP probe); a list names submodules of the module (e.g.
+        ``['conv1', 'layer1']``, names as in ``module.named_modules()``).
+    **kwargs : ``module__*`` and ``optimizer__*``
+        skorch-style nested parameters: ``module__*`` go to a module class or factory
+        (a class whose ``__init__`` takes ``n_in``/``n_out`` receives the input size
+        and ``n_components`` unless given), ``optimizer__*`` to the optimizer (e.g.
+        ``optimizer__weight_decay=1e-4``, or per-group rates with
+        ``optimizer__param_groups=[('heads.*', {'lr': 1e-2})]``, names as in the
+        fitted ``net_.module_``). Both can be tuned by ``GridSearchCV``.
     Attributes
     ----------
+    n_components_ : int
+        Width of :meth:`transform`'s output (the head's or the backbone's).
     net_ : skorch.NeuralNet
         The trained net.
     history_ : skorch.History
@@ -201,9 +235,11 @@ class ContrastiveEmbedder(BaseEmbedder):
                  view_split: int | None = None, shared_encoder: Any = "auto",
                  augmentation: Any = None, precision: str = "float32", num_workers: int = 0,
                  data_on_device: Any = False, micro_batch_size: int | None = None,
+                 image_normalization: Any = None,
                  accelerator: Any = None, device: str = "auto",
                  random_state: Any = None, verbose: int = 0, callbacks: list | None = None,
-                 warm_start: bool = False) -> None:
+                 warm_start: bool = False, projection_head: Any = None,
+                 transform_from: str = "head", freeze: Any = None, **kwargs: Any) -> None:
         self.module = module
         self.n_components = n_components
         self.hidden_layer_sizes = hidden_layer_sizes
@@ -230,12 +266,17 @@ class ContrastiveEmbedder(BaseEmbedder):
         self.num_workers = num_workers
         self.data_on_device = data_on_device
         self.micro_batch_size = micro_batch_size
+        self.image_normalization = image_normalization
         self.accelerator = accelerator
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
         self.callbacks = callbacks
         self.warm_start = warm_start
+        self.projection_head = projection_head
+        self.transform_from = transform_from
+        self.freeze = freeze
+        self._set_nested(kwargs)
 
     # -- public API -------------------------------------------------------------------
 
@@ -278,17 +319,30 @@ class ContrastiveEmbedder(BaseEmbedder):
         if kept is not None and labels is not None:
             labels = labels[kept]
         net = self._fit_net(data, spec, labels, None, shared, held_out)
-        self._commit(net, spec, view_split_=spec.split, **features)
+        self._commit(net, spec, view_split_=spec.split, sample=sample_of(data), **features)
         return self
 
     def transform(self, X: Any) -> np.ndarray:
-        """Embeddings of view 0 (unit norm, float32), shape ``(n, n_components)``.
+        """Embeddings of view 0, float32, of shape ``(n, n_components_)``: by the
+        projection head (unit norm) or the backbone, as ``transform_from`` says.
 
         ``X`` has the form seen in ``fit``. Use :meth:`transform_view` to embed the
         items of one view alone, :meth:`transform_pairs` for both views.
         """
         check_is_fitted(self, "net_")
         return self._embed(read_input(self, X, self.input_spec_).select(0), view=0)
+
+    def _pairs(self, X: Any, output: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        check_is_fitted(self, "net_")
+        data = read_input(self, X, self.input_spec_)
+        if self.input_spec_.paired:
+            return (self._embed(data.select(0), view=0, output=output),
+                    self._embed(data.select(1), view=1, output=output))
+        views = Augmentation(self.augmentation).seed(self.net_.device, 0)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            return (self._embed(data, view=0, augment=views, output=output),
+                    self._embed(data, view=0, augment=views, output=output))
 
     def transform_pairs(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Embeddings ``(U, V)`` of both views of ``X`` (same forms as ``fit``).
@@ -298,16 +352,7 @@ class ContrastiveEmbedder(BaseEmbedder):
         the container chosen by ``set_output`` (e.g. a pandas DataFrame), like
         :meth:`transform`'s output.
         """
-        check_is_fitted(self, "net_")
-        data = read_input(self, X, self.input_spec_)
-        if self.input_spec_.paired:
-            U, V = self._embed(data.select(0), view=0), self._embed(data.select(1), view=1)
-        else:
-            views = Augmentation(self.augmentation).seed(self.net_.device, 0)
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(0)
-                U = self._embed(data, view=0, augment=views)
-                V = self._embed(data, view=0, augment=views)
+        U, V = self._pairs(X)
         return self._wrap_output(U, X), self._wrap_output(V, X)
 
     def transform_view(self, X_view: Any, view: Any = 1) -> np.ndarray:
@@ -330,5 +375,6 @@ class ContrastiveEmbedder(BaseEmbedder):
         return self._wrap_output(embedded, X_view)
 
     def score(self, X: Any, y: Any = None) -> float:
-        """Pair-retrieval recall@1 on ``X``, mean of both directions (y is ignored)."""
-        return recall_at_k(*self.transform_pairs(X), k=1)
+        """Pair-retrieval recall@1 on ``X`` in the head's space (the one the loss trained),
+        mean of both directions (y is ignored)."""
+        return recall_at_k(*self._pairs(X, "head"), k=1)

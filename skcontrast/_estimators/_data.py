@@ -50,7 +50,7 @@ class View:
         return math.prod(self.shape)
 
     def describe(self) -> str:
-        kind = "integer" if self.integer else "float"
+        kind = "integer" if self.integer else "real"
         return f"view {self.name!r} ({kind}, shape {self.shape})"
 
 
@@ -63,13 +63,16 @@ class InputSpec:
     ``views`` holds two views for paired data and one for single views (augmented or
     labelled). ``split`` is, for flat paired data, the column where view 1 starts.
     ``items_paired`` says whether each item (row, Dataset item) carries two views, which
-    can differ from ``len(views)`` only for SupCon's two-crop Datasets.
+    can differ from ``len(views)`` only for SupCon's two-crop Datasets. ``item_labels``:
+    a Dataset's items are ``(x, label)`` (torchvision's ``ImageFolder``), ``x`` being a
+    view or a pair of them.
     """
 
     form: str
     views: tuple[View, ...]
     split: int | None = None
     items_paired: bool = False
+    item_labels: bool = False
 
     @property
     def paired(self) -> bool:
@@ -226,7 +229,8 @@ class ItemViews(ViewData):
         items = fetch(indices) if fetch is not None else [self.dataset[i] for i in indices]
         columns = [[] for _ in range(2 if self.spec.items_paired else 1)]
         for i, item in zip(indices, items, strict=True):
-            for column, x in zip(columns, _item_views(item, i, self.spec.items_paired),
+            parts = _unwrap(item, self.spec.item_labels)[0]
+            for column, x in zip(columns, _item_views(parts, i, self.spec.items_paired),
                                  strict=True):
                 column.append(x)
         views = self.spec.views
@@ -244,12 +248,48 @@ class ItemViews(ViewData):
             return self
         return ItemViews(self.dataset, self.spec, self.labels, pick=view)
 
+    def item_labels(self) -> np.ndarray:
+        """The labels the items carry (``(x, label)`` items): a ``targets`` attribute
+        (torchvision's datasets have one) if there is one, else read item by item."""
+        if not self.spec.item_labels:
+            raise ValueError("the Dataset's items carry no labels (items (x, label) do); "
+                             "pass y")
+        targets = getattr(self.dataset, "targets", None)
+        if targets is not None and len(targets) == len(self.dataset):
+            return np.asarray(targets.cpu() if isinstance(targets, torch.Tensor) else targets)
+        return np.asarray([_plain(_unwrap(self.dataset[i], True)[1])
+                           for i in range(len(self.dataset))])
+
     def subset(self, indices: np.ndarray) -> ItemViews:
         from torch.utils.data import Subset
 
         labels = None if self.labels is None else self.labels[torch.as_tensor(indices)]
         return ItemViews(Subset(self.dataset, [int(i) for i in indices]), self.spec, labels,
                          self.pick)
+
+
+def _is_label(x: Any) -> bool:
+    """A class label: a Python or NumPy scalar, or a 0-d tensor (not a view)."""
+    if isinstance(x, str | int | np.integer | np.str_):
+        return not isinstance(x, bool)
+    return isinstance(x, torch.Tensor | np.ndarray) and x.ndim == 0 and \
+        not (x.dtype.is_floating_point if isinstance(x, torch.Tensor) else x.dtype.kind == "f")
+
+
+def _plain(label: Any) -> Any:
+    return label.item() if isinstance(label, torch.Tensor | np.ndarray | np.generic) else label
+
+
+def _unwrap(item: Any, labelled: bool | None = None) -> tuple[Any, Any]:
+    """``(views part, label)`` of a Dataset item: a 1-tuple (a one-tensor
+    ``TensorDataset``) is its tensor; ``(x, label)`` carries a label when ``labelled``
+    (``None``: when its second part looks like one)."""
+    if isinstance(item, tuple | list):
+        if len(item) == 1:
+            return item[0], None
+        if len(item) == 2 and (labelled or (labelled is None and _is_label(item[1]))):
+            return item[0], item[1]
+    return item, None
 
 
 def _item_views(item: Any, i: int, paired: bool) -> tuple[Any, ...]:
@@ -259,9 +299,8 @@ def _item_views(item: Any, i: int, paired: bool) -> tuple[Any, ...]:
                              f"got {_describe_item(item)}")
         return tuple(item)
     if isinstance(item, tuple | list):
-        raise ValueError(f"X[{i}] must be a single view (an array or tensor); got "
-                         f"{_describe_item(item)}. A Dataset that returns (x, label) "
-                         "pairs must be wrapped to return x alone: labels go through y")
+        raise ValueError(f"X[{i}] must be a single view (an array or tensor), or (x, label); "
+                         f"got {_describe_item(item)}")
     return (item,)
 
 
@@ -377,9 +416,16 @@ def _read_input(estimator: Any, X: Any, spec: InputSpec) -> ViewData:
         data, _ = _read_dict(X, spec)
         return data
     if spec.form == "dataset":
-        if not is_dataset(X):
-            raise ValueError(f"{name} was fitted on a Dataset; got {_form_of(X)}")
-        return ItemViews(_check_map_style(X), spec)
+        if is_dataset(X):
+            return ItemViews(_check_map_style(X), spec)
+        if not isinstance(X, np.ndarray | torch.Tensor):
+            raise ValueError(f"{name} was fitted on a Dataset; got {_form_of(X)} (pass a "
+                             "Dataset, or an array of items of the shape fitted on)")
+        # an array of the Dataset's items: single views, or pairs (n, 2, *shape)
+        shape = spec.views[0].shape
+        pairs = spec.items_paired and np.ndim(X) == len(shape) + 2
+        data, _ = _read_array(X, InputSpec("array", spec.views), single=not pairs)
+        return data
     if not isinstance(X, np.ndarray | torch.Tensor):
         X = np.asarray(X)
     data, _ = _read_array(X, spec, single=not spec.items_paired)
@@ -507,7 +553,8 @@ def _read_dataset(X: Any, *, single: bool, labelled: bool) -> tuple[ItemViews, I
     """A map-style Dataset: the first item tells the structure, every batch is checked."""
     dataset = _check_map_style(X)
     _check_length(len(dataset), "X", minimum=2)
-    first = dataset[0]
+    first, label = _unwrap(dataset[0])
+    item_labels = label is not None
     paired_item = isinstance(first, tuple | list)
     if labelled:
         items_paired = paired_item  # SupCon: one view, or two crops of it
@@ -517,8 +564,7 @@ def _read_dataset(X: Any, *, single: bool, labelled: bool) -> tuple[ItemViews, I
     for i, part in enumerate(parts):
         if np.ndim(part) == 0:
             raise ValueError(f"view {i} of X[0] is a scalar ({type(part).__name__}); each view "
-                             "must be an array or tensor. A Dataset that returns (x, label) "
-                             "must be wrapped to return x alone: labels go through y")
+                             "must be an array or tensor")
     views = tuple(_array_view(_as_tensor(p, f"view {i} of X[0]")[None], i, None,
                               f"X[0][{i}]") for i, p in enumerate(parts))
     if labelled and items_paired:
@@ -526,7 +572,7 @@ def _read_dataset(X: Any, *, single: bool, labelled: bool) -> tuple[ItemViews, I
             raise ValueError(f"the two crops of a SupCon item must be alike; got "
                              f"{views[0].describe()} and {views[1].describe()}")
         views = views[:1]
-    spec = InputSpec("dataset", views, items_paired=items_paired)
+    spec = InputSpec("dataset", views, items_paired=items_paired, item_labels=item_labels)
     return ItemViews(dataset, spec), spec
 
 
@@ -555,7 +601,7 @@ def _array_view(x: torch.Tensor, name: Any, expected: View | None, label: str) -
                          f"axis; got {describe(x)}")
     if x.dtype.is_complex or x.dtype == torch.bool:
         raise ValueError(f"{label} must hold real numbers; got {describe(x)}")
-    integer = not x.is_floating_point()
+    integer = not x.is_floating_point() and x.dtype != torch.uint8  # bytes: images
     view = View(name, tuple(x.shape[1:]), integer)
     if expected is not None:
         if view.shape != expected.shape:
@@ -594,13 +640,24 @@ def _as_tensor(x: Any, label: str) -> torch.Tensor:
     return from_numpy(np.ascontiguousarray(array))
 
 
+#: Values per chunk of the finiteness check, so a memory-mapped array is never copied
+#: whole (nor a boolean mask of its size made).
+FINITE_CHUNK = 2**24
+
+
 def _conform(x: torch.Tensor, view: View, label: Any) -> torch.Tensor:
-    """Floats become float32 and must be finite; integers stay integers."""
-    if view.integer:
+    """Check a view's values; keep them as they are (no copy: floats are cast to float32
+    and bytes turned into [0, 1] images on the training device, batch by batch).
+
+    Floats must be finite: checked chunk by chunk, so a memory-mapped array is read but
+    never held whole in memory twice.
+    """
+    if view.integer or not x.is_floating_point():
         return x
-    x = x if x.dtype == torch.float32 else x.to(torch.float32)
-    if not bool(torch.isfinite(x).all()):
-        bad = int((~torch.isfinite(x)).sum())
+    flat = x.reshape(len(x), -1) if len(x) else x
+    rows = max(1, FINITE_CHUNK // max(1, flat.shape[-1] if flat.ndim > 1 else 1))
+    bad = sum(int((~torch.isfinite(flat[i:i + rows])).sum()) for i in range(0, len(flat), rows))
+    if bad:
         raise ValueError(f"{label()} contains {bad} NaN or infinite value(s); clean or impute "
                          "them first")
     return x

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,13 +29,26 @@ def make_mlp(n_in: int, hidden_layer_sizes: Sequence[int], n_out: int) -> nn.Seq
     return nn.Sequential(*layers)
 
 
-def _instantiate(module: Any, n_in: int, n_out: int) -> nn.Module:
+def _instantiate(module: Any, n_in: int, n_out: int, kwargs: dict | None = None) -> nn.Module:
+    """One encoder from what ``module`` says: an instance (copied), a class (called with
+    ``kwargs``, the ``module__*`` parameters, and with ``n_in``/``n_out`` when its
+    ``__init__`` takes them and they are not given) or a factory ``f(n_in, n_out,
+    **kwargs)``."""
+    kwargs = dict(kwargs or {})
     if isinstance(module, nn.Module):
+        if kwargs:
+            raise ValueError(f"module__* parameters ({', '.join(kwargs)}) go to a module "
+                             f"class or factory, but module is an instance of "
+                             f"{type(module).__name__}; pass the class instead")
         return copy.deepcopy(module)
     if isinstance(module, type) and issubclass(module, nn.Module):
-        return module()
+        accepted = inspect.signature(module).parameters
+        for name, value in (("n_in", n_in), ("n_out", n_out)):
+            if name in accepted and name not in kwargs:
+                kwargs[name] = value
+        return module(**kwargs)
     if callable(module):
-        return module(n_in, n_out)
+        return module(n_in, n_out, **kwargs)
     raise ValueError(f"module must be an nn.Module, an nn.Module class, or a factory "
                      f"f(n_in, n_out); got {describe(module)}")
 
@@ -50,44 +65,94 @@ def default_encoder(view: View, hidden_layer_sizes: Sequence[int], n_out: int) -
     return nn.Sequential(nn.Flatten(), mlp) if len(view.shape) > 1 else mlp
 
 
+def output_width(encoder: nn.Module, view: View) -> int:
+    """Features an encoder outputs per item, from a forward pass on two blank items."""
+    blank = torch.zeros((2, *view.shape), dtype=torch.long if view.integer else torch.float32)
+    was_training = encoder.training
+    encoder.eval()
+    try:
+        with torch.no_grad():
+            return int(encoder(blank).shape[-1])
+    finally:
+        encoder.train(was_training)
+
+
+def make_head(head: Any, width: int, n_components: int) -> nn.Module:
+    """A projection head from ``width`` backbone features to ``n_components``:
+    ``'mlp'`` is SimCLR's (Linear(w, w), ReLU, Linear(w, k)), an int ``h`` the same with
+    ``h`` hidden units, a module is copied."""
+    if head == "mlp":
+        head = width
+    if isinstance(head, numbers.Integral) and not isinstance(head, bool) and head >= 1:
+        return nn.Sequential(nn.Linear(width, int(head)), nn.ReLU(),
+                             nn.Linear(int(head), n_components))
+    if isinstance(head, nn.Module):
+        return copy.deepcopy(head)
+    raise ValueError(f"projection_head must be None, 'mlp', a positive int (hidden width) or "
+                     f"an nn.Module; got {describe(head)}")
+
+
 class ViewEncoders(nn.Module):
-    """One encoder per view, or one shared by both.
+    """One encoder per view, or one shared by both, each with an optional projection head.
 
     ``forward`` takes a batch of one view (a tensor) and returns ``(B, k)`` embeddings,
     or a pair ``(x0, x1)`` and returns ``(B, 2, k)``. A shared encoder embeds both views
-    of a pair in one call on the ``2B`` stacked rows, as SimCLR does.
+    of a pair in one call on the ``2B`` stacked rows, as SimCLR does. The loss sees the
+    heads' outputs; :meth:`encode` gives the backbone's with ``head=False``.
+
+    ``frozen`` names submodules (e.g. ``'encoders.0.layer1'``) whose parameters do not
+    train and which stay in eval mode, so their batch-norm statistics do not drift.
     """
 
-    def __init__(self, encoders: Sequence[nn.Module]) -> None:
+    def __init__(self, encoders: Sequence[nn.Module], heads: Sequence[nn.Module] | None = None,
+                 frozen: Sequence[str] = ()) -> None:
         super().__init__()
         self.encoders = nn.ModuleList(encoders)
+        self.heads = None if heads is None else nn.ModuleList(heads)
+        self.frozen = tuple(frozen)
+        for name in self.frozen:
+            self.get_submodule(name).requires_grad_(False)
+        self.train()
 
-    def encode(self, x: torch.Tensor, view: int = 0) -> torch.Tensor:
-        """Embeddings of a batch of one view."""
-        return self.encoders[min(view, len(self.encoders) - 1)](x)
+    def train(self, mode: bool = True) -> ViewEncoders:
+        super().train(mode)
+        for name in self.frozen:
+            self.get_submodule(name).eval()
+        return self
+
+    def encode(self, x: torch.Tensor, view: int = 0, head: bool = True) -> torch.Tensor:
+        """Embeddings of a batch of one view (the backbone's features with ``head=False``)."""
+        index = min(view, len(self.encoders) - 1)
+        z = self.encoders[index](x)
+        return self.heads[index](z) if head and self.heads is not None else z
 
     def forward(self, x: Any) -> torch.Tensor:
         if not isinstance(x, tuple | list):
             return self.encode(x, 0)
         x0, x1 = x
         if len(self.encoders) == 1 and x0.shape[1:] == x1.shape[1:]:
-            z = self.encoders[0](torch.cat([x0, x1]))
+            z = self.encode(torch.cat([x0, x1]), 0)
             return torch.stack([z[:len(x0)], z[len(x0):]], dim=1)
         z0, z1 = self.encode(x0, 0), self.encode(x1, 1)
         if z0.shape[1:] != z1.shape[1:]:
             raise ValueError(f"the two views' encoders must embed into the same space; they "
                              f"output {tuple(z0.shape[1:])} and {tuple(z1.shape[1:])} per item "
-                             "(give both n_out outputs, the estimator's n_components)")
+                             "(give both n_out outputs, the estimator's n_components, or a "
+                             "projection_head)")
         return torch.stack([z0, z1], dim=1)
 
 
 def build_encoders(module: Any, views: Sequence[View], hidden_layer_sizes: Sequence[int],
-                   n_components: int, shared: bool) -> ViewEncoders:
+                   n_components: int, shared: bool, *, module_kwargs: dict | None = None,
+                   head: Any = None, freeze: Any = None) -> ViewEncoders:
     """Encoders for the given views (one view for single-view data).
 
     ``module`` is ``None`` (an MLP per view), one encoder (an ``nn.Module`` instance,
     which is copied, a class, or a factory ``f(n_in, n_out)`` with ``n_in`` the number of
     values per item), a pair of those (one per view), or a dict keyed by view name.
+    ``module_kwargs`` go to classes and factories; ``head`` puts a projection head (see
+    :func:`make_head`) on each encoder; ``freeze`` is ``'backbone'`` or names of parts
+    of the module (prefixes of its submodule names) to keep fixed.
     """
     if isinstance(module, Mapping):
         names = [v.name for v in views]
@@ -99,13 +164,42 @@ def build_encoders(module: Any, views: Sequence[View], hidden_layer_sizes: Seque
         if len(module) != 2 or len(views) != 2:
             raise ValueError(f"module as a sequence must hold two encoders, one per view of "
                              f"paired data; got {len(module)} for {len(views)} view(s)")
-        return ViewEncoders([_instantiate(m, v.size, n_components)
-                             for m, v in zip(module, views, strict=True)])
-    used = views[:1] if shared else views
-    if module is None:
-        return ViewEncoders([default_encoder(v, hidden_layer_sizes, n_components)
-                             for v in used])
-    return ViewEncoders([_instantiate(module, v.size, n_components) for v in used])
+        used, encoders = views, [_instantiate(m, v.size, n_components, module_kwargs)
+                                 for m, v in zip(module, views, strict=True)]
+    else:
+        used = views[:1] if shared else views
+        if module is None:
+            encoders = [default_encoder(v, hidden_layer_sizes, n_components) for v in used]
+        else:
+            encoders = [_instantiate(module, v.size, n_components, module_kwargs)
+                        for v in used]
+    heads = None
+    if head is not None:
+        heads = [make_head(head, output_width(e, v), n_components)
+                 for e, v in zip(encoders, used, strict=True)]
+    return ViewEncoders(encoders, heads, _frozen_names(encoders, freeze))
+
+
+def _frozen_names(encoders: Sequence[nn.Module], freeze: Any) -> list[str]:
+    if freeze is None:
+        return []
+    if freeze == "backbone":
+        return ["encoders"]
+    if isinstance(freeze, str) or not all(isinstance(p, str) and p for p in freeze):
+        raise ValueError(f"freeze must be None, 'backbone' or a list of submodule names of "
+                         f"the module (e.g. ['conv1', 'layer1']); got {describe(freeze)}")
+    names = []
+    for prefix in freeze:
+        found = [f"encoders.{i}.{name}" for i, encoder in enumerate(encoders)
+                 for name, _ in encoder.named_modules()
+                 if name == prefix]
+        if not found:
+            available = sorted({n.split(".")[0] for e in encoders
+                                for n, _ in e.named_modules() if n})
+            raise ValueError(f"freeze names {prefix!r}, which the module does not have; its "
+                             f"parts are {available[:12]}")
+        names += found
+    return names
 
 
 class EncoderFactory:
@@ -119,16 +213,22 @@ class EncoderFactory:
     """
 
     def __init__(self, module: Any, views: Sequence[View], hidden_layer_sizes: Sequence[int],
-                 n_components: int, shared: bool) -> None:
+                 n_components: int, shared: bool, module_kwargs: dict | None = None,
+                 head: Any = None, freeze: Any = None) -> None:
         self.module = _to_cpu(module)
         self.views = tuple(views)
         self.hidden_layer_sizes = tuple(hidden_layer_sizes)
         self.n_components = n_components
         self.shared = shared
+        self.module_kwargs = dict(module_kwargs or {})
+        self.head = _to_cpu(head)
+        self.freeze = freeze
 
     def __call__(self) -> ViewEncoders:
         return build_encoders(self.module, self.views, self.hidden_layer_sizes,
-                              self.n_components, self.shared)
+                              self.n_components, self.shared,
+                              module_kwargs=self.module_kwargs, head=self.head,
+                              freeze=self.freeze)
 
 
 def _to_cpu(module: Any) -> Any:

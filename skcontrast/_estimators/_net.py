@@ -52,11 +52,26 @@ def _as_batch(batch: Any) -> Any:
     return batch
 
 
-def to_device(x: Any, device: Any) -> Any:
-    """A tensor or tuple of tensors on ``device``; copies from pinned memory overlap."""
+def to_device(x: Any, device: Any, normalization: Any = None) -> Any:
+    """A batch (a tensor, or a tuple of one per view) on ``device``, ready for the module.
+
+    Copies from pinned memory overlap. On the device, floats become float32 and bytes
+    (uint8 images) become floats in [0, 1], then ``(x - mean) / std`` per channel (axis 1)
+    with ``normalization=(mean, std)``, so the host keeps the data as it was given.
+    Integer views (token ids) stay as they are.
+    """
     if isinstance(x, tuple | list):
-        return tuple(to_device(t, device) for t in x)
-    return x.to(device, non_blocking=True)
+        return tuple(to_device(t, device, normalization) for t in x)
+    x = x.to(device, non_blocking=True)
+    if x.dtype == torch.uint8:
+        x = x.float().div_(255)
+        if normalization is not None:
+            mean, std = (torch.as_tensor(v, dtype=torch.float32, device=x.device)
+                         .reshape(1, -1, *([1] * (x.ndim - 2))) for v in normalization)
+            x = (x - mean) / std
+    elif x.is_floating_point() and x.dtype != torch.float32:
+        x = x.float()
+    return x
 
 
 def batch_length(x: Any) -> int:
@@ -227,14 +242,17 @@ class SelectorNet(NeuralNet):
         :meth:`cached_step`).
     valid_batch_size : int or None
         Size of the fixed batches of held-out data (``train_split`` gives that data).
+    image_normalization : (mean, std) or None
+        Applied to uint8 images once they are floats in [0, 1] on the device.
     """
 
     def __init__(self, *args: Any, selector: Any = None, labels: Any = None,
                  augmentation: Any = None, seed: int = 0, precision: str = "float32",
                  num_workers: int = 0, labelled: bool = False,
                  micro_batch_size: int | None = None, valid_batch_size: int | None = None,
-                 **kwargs: Any) -> None:
+                 image_normalization: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.image_normalization = image_normalization
         self.micro_batch_size = micro_batch_size
         self.valid_batch_size = valid_batch_size
         self.selector = selector
@@ -428,7 +446,7 @@ class SelectorNet(NeuralNet):
     def train_step_single(self, batch: Any, **fit_params: Any) -> dict:
         self._set_training(True)
         Xi, yi, index = batch
-        Xi = to_device(Xi, self.compute_device)
+        Xi = to_device(Xi, self.compute_device, self.image_normalization)
         if self.augmentation is not None:
             Xi = (self.augment(Xi), self.augment(Xi))
         micro = self.micro_batch_size
@@ -524,7 +542,7 @@ class SelectorNet(NeuralNet):
         """The loss of a held-out batch without gradients (and without the memory)."""
         self._set_training(False)
         Xi, yi, _ = batch
-        Xi = to_device(Xi, self.compute_device)
+        Xi = to_device(Xi, self.compute_device, self.image_normalization)
         with torch.no_grad():
             if self.augmentation is not None:
                 Xi = (self.augmentation(Xi), self.augmentation(Xi))
@@ -646,13 +664,13 @@ class SelectorNet(NeuralNet):
 
     @torch.no_grad()
     def embed(self, data: ViewData, view: int | None = None, augment: Any = None,
-              indices: np.ndarray | None = None) -> torch.Tensor:
+              indices: np.ndarray | None = None, head: bool = True) -> torch.Tensor:
         """Embeddings of ``data`` in inference mode, batch by batch, on the net's device.
 
         ``view=None`` runs the module's own ``forward`` (both views of pairs); an int
-        embeds single-view data with that view's encoder. ``augment`` is applied to each
-        batch on the device first; ``indices`` restricts the pass to those rows. Returns
-        float32 on the CPU.
+        embeds single-view data with that view's encoder, through its projection head or
+        (``head=False``) not. ``augment`` is applied to each batch on the device first;
+        ``indices`` restricts the pass to those rows. Returns float32 on the CPU.
         """
         module = self.inference_module()
         was_training = module.training
@@ -660,11 +678,11 @@ class SelectorNet(NeuralNet):
         out = []
         try:
             for batch in self.inference_batches(data, indices):
-                xb = to_device(batch.views, self.compute_device)
+                xb = to_device(batch.views, self.compute_device, self.image_normalization)
                 if augment is not None:
                     xb = augment(xb)
                 with self.autocast():
-                    z = module(xb) if view is None else module.encode(xb, view)
+                    z = module(xb) if view is None else module.encode(xb, view, head=head)
                 out.append(z.float())
         finally:
             module.train(was_training)

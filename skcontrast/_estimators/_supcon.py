@@ -9,8 +9,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._validation import check_labels, encode_labels, plain_label
 from ..metrics import class_centres, nearest_centre
-from ._base import BaseEmbedder, embed_net, warn_single_member_classes
-from ._data import read_fit_input, read_input
+from ._base import BaseEmbedder, embed_net, sample_of, warn_single_member_classes
+from ._data import is_dataset, read_fit_input, read_input
 
 
 class SupConEmbedder(BaseEmbedder):
@@ -90,6 +90,12 @@ class SupConEmbedder(BaseEmbedder):
     data_on_device : {False, True, 'auto'}, default=False
         Hold array training data whole on the training GPU (``'auto'``: when it takes at
         most half the free memory).
+    image_normalization : (mean, std) or None, default=None
+        uint8 images (views of dtype uint8) stay bytes on the host and become floats in
+        [0, 1] on the training device, batch by batch, so no float copy of the data set
+        is made; with ``(mean, std)`` (one value or one per channel, channel axis 1) they
+        are then standardised, e.g. ImageNet's ``((0.485, 0.456, 0.406), (0.229, 0.224,
+        0.225))``. Other float views are cast to float32 on the device the same way.
     micro_batch_size : int or None, default=None
         Gradient caching (GradCache, Gao et al. 2021): embed each selected batch this
         many items at a time, take the loss and its gradient on the whole batch, then
@@ -107,14 +113,42 @@ class SupConEmbedder(BaseEmbedder):
         user guide, "Scaling out"). Mixed precision is then the accelerator's
         (``Accelerator(mixed_precision='bf16')``) and ``device`` is ignored. Not
         pickled: ``None`` after unpickling.
-    device : {'auto', 'cpu', 'cuda'}, default='auto'
+    device : {'auto', 'cpu', 'cuda', 'cuda:N', 'mps'}, default='auto'
+        ``'auto'``: a CUDA GPU when one is usable, else the CPU. A device that is
+        asked for but missing is a clear error.
     random_state : int or None, default=None
     verbose : int, default=0
     callbacks : list or None, default=None
     warm_start : bool, default=False
 
+    projection_head : None, 'mlp', int or nn.Module, default=None
+        A projection head on top of ``module`` (SimCLR, Chen et al. 2020): ``'mlp'`` is
+        SimCLR's two-layer head (Linear(w, w), ReLU, Linear(w, n_components), ``w`` the
+        module's output width), an int the same with that hidden width, a module is
+        used as given. The loss sees the head's output; the representation *before* the
+        head is usually the better one for downstream tasks (``transform_from``).
+    transform_from : {'head', 'backbone'}, default='head'
+        What :meth:`transform` (and so a ``Pipeline``) returns: the head's unit-norm
+        embeddings, or the module's own features as they are. :meth:`transform_head`
+        and :meth:`transform_backbone` give either; ``score`` always uses the head.
+        ``n_components_`` and the feature names follow the width of that output.
+    freeze : None, 'backbone' or list of str, default=None
+        Parts of a (pretrained) module to keep fixed: their parameters do not train and
+        they stay in eval mode, so their batch-norm statistics do not drift.
+        ``'backbone'`` freezes the whole module (only a projection head trains: a
+        linear or MLP probe); a list names submodules of the module (e.g.
+        ``['conv1', 'layer1']``, names as in ``module.named_modules()``).
+    **kwargs : ``module__*`` and ``optimizer__*``
+        skorch-style nested parameters: ``module__*`` go to a module class or factory
+        (a class whose ``__init__`` takes ``n_in``/``n_out`` receives the input size
+        and ``n_components`` unless given), ``optimizer__*`` to the optimizer (e.g.
+        ``optimizer__weight_decay=1e-4``, or per-group rates with
+        ``optimizer__param_groups=[('heads.*', {'lr': 1e-2})]``, names as in the
+        fitted ``net_.module_``). Both can be tuned by ``GridSearchCV``.
     Attributes
     ----------
+    n_components_ : int
+        Width of :meth:`transform`'s output (the head's or the backbone's).
     net_ : skorch.NeuralNet
     history_ : skorch.History
     classes_ : ndarray
@@ -152,9 +186,11 @@ class SupConEmbedder(BaseEmbedder):
                  optimizer: Any = "adam", optimizer_params: dict | None = None,
                  augmentation: Any = None, precision: str = "float32", num_workers: int = 0,
                  data_on_device: Any = False, micro_batch_size: int | None = None,
+                 image_normalization: Any = None,
                  accelerator: Any = None, device: str = "auto",
                  random_state: Any = None, verbose: int = 0, callbacks: list | None = None,
-                 warm_start: bool = False) -> None:
+                 warm_start: bool = False, projection_head: Any = None,
+                 transform_from: str = "head", freeze: Any = None, **kwargs: Any) -> None:
         self.module = module
         self.n_components = n_components
         self.hidden_layer_sizes = hidden_layer_sizes
@@ -179,21 +215,29 @@ class SupConEmbedder(BaseEmbedder):
         self.num_workers = num_workers
         self.data_on_device = data_on_device
         self.micro_batch_size = micro_batch_size
+        self.image_normalization = image_normalization
         self.accelerator = accelerator
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
         self.callbacks = callbacks
         self.warm_start = warm_start
+        self.projection_head = projection_head
+        self.transform_from = transform_from
+        self.freeze = freeze
+        self._set_nested(kwargs)
 
-    def fit(self, X: Any, y: Any, X_val: Any = None, y_val: Any = None) -> SupConEmbedder:
+    def fit(self, X: Any, y: Any = None, X_val: Any = None,
+            y_val: Any = None) -> SupConEmbedder:
         """Train the encoder on labelled samples.
 
         Parameters
         ----------
         X : array-like or tensor of shape ``(n, d)`` or ``(n, *shape)``, or torch Dataset
-        y : array-like of shape (n,)
-            Class labels of any type (strings included); at least two classes.
+        y : array-like of shape (n,), or None for a Dataset of ``(x, label)`` items
+            Class labels of any type (strings included); at least two classes. For a
+            Dataset whose items are ``(x, label)`` (torchvision's ``ImageFolder``) they
+            come from the items when ``y`` is None (from its ``targets`` if it has them).
         X_val, y_val : optional
             Held-out data and labels: ``valid_loss`` (and ``valid_score`` with
             ``scoring``) are recorded on them every epoch. Instead of
@@ -204,9 +248,11 @@ class SupConEmbedder(BaseEmbedder):
         self
         """
         name = type(self).__name__
-        if y is None:
+        if y is None and not is_dataset(X):
             raise ValueError(f"{name} requires y to be passed, but the target y is None.")
         data, spec, features = read_fit_input(self, X, single=True, labelled=True)
+        if y is None:  # a Dataset of (x, label) items
+            y = data.item_labels()
         y = check_labels(y, "y", n_samples=len(data))
         data, kept, held_out = self._held_out(data, spec, features, X_val, y_val,
                                               encode_labels(y)[1], y)
@@ -223,11 +269,13 @@ class SupConEmbedder(BaseEmbedder):
         net = self._fit_net(data, spec, codes, codes, True, held_out)
         embeddings = embed_net(net, data.select(0), self.loss_params)
         _, centres = class_centres(embeddings, codes)
-        self._commit(net, spec, classes_=classes, class_centres_=centres, **features)
+        self._commit(net, spec, classes_=classes, class_centres_=centres,
+                     sample=sample_of(data), **features)
         return self
 
     def transform(self, X: Any) -> np.ndarray:
-        """Embeddings (unit norm, float32) of shape ``(n, n_components)``.
+        """Embeddings, float32, of shape ``(n, n_components_)``: by the projection head
+        (unit norm) or the backbone, as ``transform_from`` says.
 
         For a two-crop Dataset, of the first crop of each item.
         """
@@ -235,8 +283,10 @@ class SupConEmbedder(BaseEmbedder):
         return self._embed(read_input(self, X, self.input_spec_).select(0), view=0)
 
     def score(self, X: Any, y: Any) -> float:
-        """Nearest-class-centre accuracy of ``X`` against the training class centres."""
-        H = self.transform(X)
+        """Nearest-class-centre accuracy of ``X`` against the training class centres, in
+        the head's space (the one the loss trained)."""
+        check_is_fitted(self, "net_")
+        H = self._embed(read_input(self, X, self.input_spec_).select(0), view=0, output="head")
         y = check_labels(y, "y", n_samples=len(H), like=self.classes_)
         return float(np.mean(nearest_centre(H, self.classes_, self.class_centres_) == y))
 
