@@ -131,7 +131,8 @@ class RecordingDropout(nn.Module):
 
     def forward(self, x):
         out = self.dropout(x)
-        self.calls.append((torch.is_grad_enabled(), out.detach().clone()))
+        if self.training:  # the training passes, not the inference ones
+            self.calls.append((torch.is_grad_enabled(), out.detach().clone()))
         return out
 
 

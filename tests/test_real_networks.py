@@ -299,11 +299,12 @@ def test_dataset_errors(digits):
         def __getitem__(self, i):
             return self.images[i], 3
 
-    with pytest.raises(ValueError, match=r"view 1 of X\[0\] is a scalar \(int\).*labels go "
-                                         "through y"):
+    # (x, label) items: the label is set aside (ContrastiveEmbedder does not use it), so
+    # the item is a single view, which pairs training refuses and SimCLR takes
+    with pytest.raises(ValueError, match=r"X\[0\] must be a pair \(x0, x1\)"):
         ContrastiveEmbedder(**SMALL).fit(Labelled(images))
-    with pytest.raises(ValueError, match=r"X\[0\] must be a single view.*\(x, label\)"):
-        ContrastiveEmbedder(augmentation=GaussianNoise(0.1), **SMALL).fit(Labelled(images))
+    simclr = ContrastiveEmbedder(augmentation=GaussianNoise(0.1), **SMALL).fit(Labelled(images))
+    assert simclr.input_spec_.item_labels and simclr.transform(images).shape == (96, 4)
 
     class Stream(IterableDataset):
         def __iter__(self):
@@ -313,8 +314,15 @@ def test_dataset_errors(digits):
                                          "access"):
         ContrastiveEmbedder(**SMALL).fit(Stream())
     est = ContrastiveEmbedder(module=tiny_cnn(), **SMALL).fit(PairDataset(images))
-    with pytest.raises(ValueError, match=r"fitted on a Dataset; got ndarray"):
-        est.transform(image_pairs(images))
+    # after a Dataset, arrays of its items are accepted too (pairs, or single views)
+    np.testing.assert_allclose(est.transform(image_pairs(images)),
+                               est.transform(PairDataset(images)), atol=1e-6)
+    np.testing.assert_allclose(est.transform(images), est.transform(PairDataset(images)),
+                               atol=1e-6)
+    with pytest.raises(ValueError, match=r"items of shape \(8, 8\)"):
+        est.transform(images[:, 0])
+    with pytest.raises(ValueError, match=r"fitted on a Dataset; got a dict"):
+        est.transform({"a": images})
     with pytest.raises(ValueError, match="y has 5 labels but X has 96 samples"):
         ContrastiveEmbedder(**SMALL).fit(PairDataset(images), np.zeros(5))
 

@@ -78,21 +78,24 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     # -- nested parameters (skorch's convention) ---------------------------------------
 
     def _set_nested(self, kwargs: dict) -> None:
+        """Store ``**kwargs`` as they are (checked in ``fit``, as scikit-learn asks)."""
         for key, value in kwargs.items():
-            if not key.startswith(self._nested_prefixes) or key in self._nested_prefixes:
-                raise TypeError(f"{type(self).__name__}.__init__() got an unexpected keyword "
-                                f"argument {key!r} (nested parameters start with "
-                                f"'module__' or 'optimizer__')")
             setattr(self, key, value)
+
+    def _extra_params(self) -> list[str]:
+        """Names of the parameters given through ``**kwargs`` (``module__*`` etc.)."""
+        declared = self._get_param_names()
+        return [k for k in vars(self) if k not in declared and not k.startswith("_")
+                and not k.endswith("_")]
 
     def _nested(self, prefix: str) -> dict:
         """The ``prefix*`` parameters set on the estimator, without the prefix."""
-        return {k[len(prefix):]: v for k, v in vars(self).items() if k.startswith(prefix)}
+        return {k[len(prefix):]: getattr(self, k) for k in self._extra_params()
+                if k.startswith(prefix)}
 
     def get_params(self, deep: bool = True) -> dict:
         params = super().get_params(deep=deep)
-        params.update({k: v for k, v in vars(self).items()
-                       if k.startswith(self._nested_prefixes)})
+        params.update({k: getattr(self, k) for k in self._extra_params()})
         return params
 
     # -- parameter checks -------------------------------------------------------------
@@ -133,6 +136,11 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         check_int(self.num_workers, "num_workers", minimum=0)
         _check_callbacks(self.callbacks)
         check_validation_fraction(self.validation_fraction)
+        unknown = [k for k in self._extra_params() if not k.startswith(self._nested_prefixes)
+                   or k in self._nested_prefixes]
+        if unknown:
+            raise ValueError(f"unknown parameter(s) {unknown} of {type(self).__name__}; nested "
+                             "parameters start with 'module__' or 'optimizer__'")
         _check_normalization(self.image_normalization)
         check_choice(self.transform_from, "transform_from", ("head", "backbone"))
         clash = set(self._nested("optimizer__")) & set(self.optimizer_params or {})
@@ -494,8 +502,9 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         """Set parameters; ``selector__*``, ``memory__*`` and ``lr_schedule__*`` need an
         object there first (their defaults are ``None``); ``module__*`` and
         ``optimizer__*`` are stored as they are."""
-        nested = {k: params.pop(k) for k in list(params) if k.startswith(self._nested_prefixes)}
-        self._set_nested(nested)
+        extra = set(self._extra_params())
+        self._set_nested({k: params.pop(k) for k in list(params)
+                          if k.startswith(self._nested_prefixes) or k in extra})
         for key in params:
             owner, _, rest = key.partition("__")
             if rest and owner in ("selector", "memory", "lr_schedule") and \

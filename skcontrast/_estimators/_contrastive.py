@@ -308,7 +308,8 @@ class ContrastiveEmbedder(BaseEmbedder):
             raise ValueError(f"shared_encoder must be 'auto', True or False; got "
                              f"{describe(self.shared_encoder)}")
         first, last = spec.views[0], spec.views[-1]
-        alike = (first.shape, first.integer) == (last.shape, last.integer)
+        alike = (first.shape, first.integer, first.parts) == \
+            (last.shape, last.integer, last.parts)
         shared = alike if self.shared_encoder == "auto" else bool(self.shared_encoder)
         if shared and not alike:
             raise ValueError(f"shared_encoder=True needs views of equal shape and kind; got "

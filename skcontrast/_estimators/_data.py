@@ -38,11 +38,16 @@ from .._validation import describe
 
 @dataclass(frozen=True)
 class View:
-    """One view (modality) of the data: its name, per-item shape and kind of values."""
+    """One view (modality) of the data: its name, per-item shape and kind of values.
+
+    A view made of several tensors (a text's ``input_ids`` and ``attention_mask``, given
+    to its encoder as keyword arguments) has ``parts``: one :class:`View` per tensor.
+    """
 
     name: Any
     shape: tuple[int, ...]
     integer: bool
+    parts: tuple[View, ...] = ()
 
     @property
     def size(self) -> int:
@@ -50,8 +55,37 @@ class View:
         return math.prod(self.shape)
 
     def describe(self) -> str:
-        kind = "integer" if self.integer else "real"
+        if self.parts:
+            inner = ", ".join(p.describe().removeprefix("view ") for p in self.parts)
+            return f"view {self.name!r} made of {inner}"
+        kind = "integer" if self.integer else "float"
         return f"view {self.name!r} ({kind}, shape {self.shape})"
+
+
+# A view is a tensor, or for a view of several tensors a dict of them (row-aligned):
+def _rows(view: Any) -> int:
+    return len(next(iter(view.values()))) if isinstance(view, Mapping) else len(view)
+
+
+def _index(view: Any, rows: torch.Tensor) -> Any:
+    if isinstance(view, Mapping):
+        return {k: v[rows.to(v.device)] for k, v in view.items()}
+    return view[rows.to(view.device)]
+
+
+def _device(view: Any) -> torch.device:
+    return next(iter(view.values())).device if isinstance(view, Mapping) else view.device
+
+
+def _moved(view: Any, device: Any) -> Any:
+    if isinstance(view, Mapping):
+        return {k: v.to(device) for k, v in view.items()}
+    return view.to(device)
+
+
+def _nbytes(view: Any) -> int:
+    tensors = view.values() if isinstance(view, Mapping) else [view]
+    return sum(t.element_size() * t.nelement() for t in tensors)
 
 
 @dataclass(frozen=True)
@@ -165,18 +199,18 @@ class TensorViews(ViewData):
         self.names = names
 
     def __len__(self) -> int:
-        return len(next(v for v in self.views if v is not None))
+        return _rows(next(v for v in self.views if v is not None))
 
     def __getitems__(self, indices: Any) -> Batch:
         rows, batch = _rows_and_batch(indices)
-        device = self.views[0].device
+        device = _device(self.views[0])
         return self.gather(torch.as_tensor(rows, dtype=torch.long, device=device),
                            torch.from_numpy(batch).to(device))
 
     def gather(self, rows: torch.Tensor, batch: torch.Tensor | None = None) -> Batch:
         """The ``rows`` (a long tensor on the data's device) of the selected ``batch``
         (default: the rows are the whole batch)."""
-        xs = tuple(v[rows] for v in self.views)
+        xs = tuple(_index(v, rows) for v in self.views)
         labels = None if self.labels is None else self.labels[rows]
         return Batch(xs if len(xs) > 1 else xs[0], labels, rows if batch is None else batch)
 
@@ -188,20 +222,20 @@ class TensorViews(ViewData):
     def subset(self, indices: np.ndarray) -> TensorViews:
         index = torch.as_tensor(indices, dtype=torch.long)
         labels = None if self.labels is None else self.labels[index]
-        return TensorViews(tuple(None if v is None else v[index.to(v.device)]
+        return TensorViews(tuple(None if v is None else _index(v, index)
                                  for v in self.views), labels, self.names)
 
     def nbytes(self) -> int:
-        return sum(v.element_size() * v.nelement() for v in self.views)
+        return sum(_nbytes(v) for v in self.views)
 
     def to(self, device: Any) -> TensorViews:
         """A copy held whole on ``device``."""
         labels = None if self.labels is None else self.labels.to(device)
-        return TensorViews(tuple(v.to(device) for v in self.views), labels)
+        return TensorViews(tuple(_moved(v, device) for v in self.views), labels)
 
     @property
     def resident_device(self) -> torch.device | None:
-        device = next(v for v in self.views if v is not None).device
+        device = _device(next(v for v in self.views if v is not None))
         return device if device.type != "cpu" else None
 
 
@@ -280,10 +314,24 @@ def _plain(label: Any) -> Any:
     return label.item() if isinstance(label, torch.Tensor | np.ndarray | np.generic) else label
 
 
+LABEL_KEYS = ("label", "labels")
+
+
 def _unwrap(item: Any, labelled: bool | None = None) -> tuple[Any, Any]:
     """``(views part, label)`` of a Dataset item: a 1-tuple (a one-tensor
     ``TensorDataset``) is its tensor; ``(x, label)`` carries a label when ``labelled``
-    (``None``: when its second part looks like one)."""
+    (``None``: when its second part looks like one). A dict item (a HuggingFace
+    ``datasets.Dataset`` in torch format) holds one or two views by name, and its label
+    under ``'label'`` or ``'labels'``."""
+    if isinstance(item, Mapping):
+        label = next((item[k] for k in LABEL_KEYS if k in item), None)
+        views = [v for k, v in item.items() if k not in LABEL_KEYS]
+        if len(views) not in (1, 2):
+            raise ValueError(f"a dict item must hold one or two views besides its label; got "
+                             f"keys {list(item)} (group the tensors of a view in a dict, "
+                             "e.g. {'image': ..., 'text': {'input_ids': ..., "
+                             "'attention_mask': ...}, 'label': ...})")
+        return (tuple(views) if len(views) == 2 else views[0]), label
     if isinstance(item, tuple | list):
         if len(item) == 1:
             return item[0], None
@@ -312,7 +360,9 @@ def _describe_item(item: Any) -> str:
     return describe(item)
 
 
-def _stack(column: list, indices: list[int], view: View) -> torch.Tensor:
+def _stack(column: list, indices: list[int], view: View) -> Any:
+    if view.parts:  # a view of several tensors: stack each
+        return {p.name: _stack([x[p.name] for x in column], indices, p) for p in view.parts}
     tensors = []
     for i, x in zip(indices, column, strict=True):
         t = _as_tensor(x, f"view {view.name!r} of X[{i}]")
@@ -437,6 +487,10 @@ def read_view(X: Any, view: View, name: str = "X_view") -> ViewData:
     if is_dataset(X):
         single = InputSpec("dataset", (view,))
         return ItemViews(_check_map_style(X, name), single)
+    if view.parts or is_view_dict(X):
+        tensors, _ = _read_view_value(X, view.name, view, name)
+        _check_length(_rows(tensors), name, minimum=1)
+        return TensorViews((tensors,))
     x = _as_tensor(X, name)
     _check_length(len(x), name, minimum=1)
     if tuple(x.shape[1:]) != view.shape:
@@ -537,16 +591,44 @@ def _read_dict(X: Mapping, spec: InputSpec | None) -> tuple[TensorViews, InputSp
             tensors.append(None)
             views.append(spec.views[i])
             continue
-        x = _as_tensor(X[key], f"X[{key!r}]")
         expected = None if spec is None else spec.views[i]
-        view = _array_view(x, key, expected, f"X[{key!r}]")
-        tensors.append(_conform(x, view, lambda key=key: f"X[{key!r}]"))
+        tensor, view = _read_view_value(X[key], key, expected, f"X[{key!r}]")
+        tensors.append(tensor)
         views.append(view)
-    lengths = {key: len(t) for key, t in zip(names, tensors, strict=True) if t is not None}
+    lengths = {key: _rows(t) for key, t in zip(names, tensors, strict=True) if t is not None}
     if len(set(lengths.values())) != 1:
         raise ValueError(f"the views of X must hold equally many items; got {lengths}")
     return (TensorViews(tuple(tensors), names=tuple(names)),
             InputSpec("dict", tuple(views), items_paired=True))
+
+
+def _read_view_value(value: Any, name: Any, expected: View | None, label: str
+                     ) -> tuple[Any, View]:
+    """One modality: an array or tensor, or a dict of them (one view of several tensors,
+    passed to its encoder as keyword arguments, e.g. ``input_ids`` and
+    ``attention_mask``)."""
+    if not is_view_dict(value):
+        if expected is not None and expected.parts:
+            raise ValueError(f"{label} must be a dict with the keys "
+                             f"{[p.name for p in expected.parts]}, as in fit")
+        x = _as_tensor(value, label)
+        view = _array_view(x, name, expected, label)
+        return _conform(x, view, lambda: label), view
+    keys = list(value)
+    if expected is not None and [p.name for p in expected.parts] != keys:
+        raise ValueError(f"{label} must have the keys {[p.name for p in expected.parts]} seen "
+                         f"in fit; got {keys}")
+    if not keys:
+        raise ValueError(f"{label} is an empty dict; a view needs at least one tensor")
+    tensors, parts = {}, []
+    for j, key in enumerate(keys):
+        inner = None if expected is None else expected.parts[j]
+        tensors[key], part = _read_view_value(value[key], key, inner, f"{label}[{key!r}]")
+        parts.append(part)
+    lengths = {key: len(t) for key, t in tensors.items()}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"the tensors of {label} must hold equally many items; got {lengths}")
+    return tensors, View(name, (), False, tuple(parts))
 
 
 def _read_dataset(X: Any, *, single: bool, labelled: bool) -> tuple[ItemViews, InputSpec]:
@@ -562,11 +644,10 @@ def _read_dataset(X: Any, *, single: bool, labelled: bool) -> tuple[ItemViews, I
         items_paired = not single
     parts = _item_views(first, 0, items_paired)
     for i, part in enumerate(parts):
-        if np.ndim(part) == 0:
+        if not is_view_dict(part) and np.ndim(part) == 0:
             raise ValueError(f"view {i} of X[0] is a scalar ({type(part).__name__}); each view "
                              "must be an array or tensor")
-    views = tuple(_array_view(_as_tensor(p, f"view {i} of X[0]")[None], i, None,
-                              f"X[0][{i}]") for i, p in enumerate(parts))
+    views = tuple(_item_view(p, i, f"view {i} of X[0]") for i, p in enumerate(parts))
     if labelled and items_paired:
         if (views[0].shape, views[0].integer) != (views[1].shape, views[1].integer):
             raise ValueError(f"the two crops of a SupCon item must be alike; got "
@@ -574,6 +655,14 @@ def _read_dataset(X: Any, *, single: bool, labelled: bool) -> tuple[ItemViews, I
         views = views[:1]
     spec = InputSpec("dataset", views, items_paired=items_paired, item_labels=item_labels)
     return ItemViews(dataset, spec), spec
+
+
+def _item_view(part: Any, name: Any, label: str) -> View:
+    """The :class:`View` of one item's view: a tensor, or a dict of tensors."""
+    if is_view_dict(part):
+        return View(name, (), False, tuple(_item_view(v, k, f"{label}[{k!r}]")
+                                           for k, v in part.items()))
+    return _array_view(_as_tensor(part, label)[None], name, None, label)
 
 
 def _check_map_style(X: Any, name: str = "X") -> Any:

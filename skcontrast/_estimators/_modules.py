@@ -55,6 +55,9 @@ def _instantiate(module: Any, n_in: int, n_out: int, kwargs: dict | None = None)
 
 def default_encoder(view: View, hidden_layer_sizes: Sequence[int], n_out: int) -> nn.Module:
     """The MLP for one view; N-D views are flattened first. Integer views are refused."""
+    if view.parts:
+        raise ValueError(f"{view.describe()} goes to its encoder as keyword arguments; pass "
+                         "an encoder for it (module={name: encoder, ...})")
     if view.integer:
         raise ValueError(
             f"{view.describe()} holds integers (e.g. token ids), and the default MLP "
@@ -65,14 +68,24 @@ def default_encoder(view: View, hidden_layer_sizes: Sequence[int], n_out: int) -
     return nn.Sequential(nn.Flatten(), mlp) if len(view.shape) > 1 else mlp
 
 
+def _blank(view: View) -> Any:
+    if view.parts:
+        return {p.name: _blank(p) for p in view.parts}
+    return torch.zeros((2, *view.shape), dtype=torch.long if view.integer else torch.float32)
+
+
+def call_encoder(encoder: nn.Module, x: Any) -> torch.Tensor:
+    """An encoder on a batch: a view of several tensors goes in as keyword arguments."""
+    return encoder(**x) if isinstance(x, Mapping) else encoder(x)
+
+
 def output_width(encoder: nn.Module, view: View) -> int:
     """Features an encoder outputs per item, from a forward pass on two blank items."""
-    blank = torch.zeros((2, *view.shape), dtype=torch.long if view.integer else torch.float32)
     was_training = encoder.training
     encoder.eval()
     try:
         with torch.no_grad():
-            return int(encoder(blank).shape[-1])
+            return int(call_encoder(encoder, _blank(view)).shape[-1])
     finally:
         encoder.train(was_training)
 
@@ -123,16 +136,18 @@ class ViewEncoders(nn.Module):
     def encode(self, x: torch.Tensor, view: int = 0, head: bool = True) -> torch.Tensor:
         """Embeddings of a batch of one view (the backbone's features with ``head=False``)."""
         index = min(view, len(self.encoders) - 1)
-        z = self.encoders[index](x)
+        z = call_encoder(self.encoders[index], x)
         return self.heads[index](z) if head and self.heads is not None else z
 
     def forward(self, x: Any) -> torch.Tensor:
         if not isinstance(x, tuple | list):
             return self.encode(x, 0)
         x0, x1 = x
-        if len(self.encoders) == 1 and x0.shape[1:] == x1.shape[1:]:
-            z = self.encode(torch.cat([x0, x1]), 0)
-            return torch.stack([z[:len(x0)], z[len(x0):]], dim=1)
+        stacked = _stack_views(x0, x1) if len(self.encoders) == 1 else None
+        if stacked is not None:
+            z = self.encode(stacked, 0)
+            half = len(z) // 2
+            return torch.stack([z[:half], z[half:]], dim=1)
         z0, z1 = self.encode(x0, 0), self.encode(x1, 1)
         if z0.shape[1:] != z1.shape[1:]:
             raise ValueError(f"the two views' encoders must embed into the same space; they "
@@ -140,6 +155,18 @@ class ViewEncoders(nn.Module):
                              "(give both n_out outputs, the estimator's n_components, or a "
                              "projection_head)")
         return torch.stack([z0, z1], dim=1)
+
+
+def _stack_views(x0: Any, x1: Any) -> Any:
+    """The two views' rows in one batch, for a shared encoder (None when they differ)."""
+    if isinstance(x0, Mapping) and isinstance(x1, Mapping):
+        if x0.keys() != x1.keys() or any(x0[k].shape[1:] != x1[k].shape[1:] for k in x0):
+            return None
+        return {k: torch.cat([x0[k], x1[k]]) for k in x0}
+    if isinstance(x0, torch.Tensor) and isinstance(x1, torch.Tensor) and \
+            x0.shape[1:] == x1.shape[1:]:
+        return torch.cat([x0, x1])
+    return None
 
 
 def build_encoders(module: Any, views: Sequence[View], hidden_layer_sizes: Sequence[int],

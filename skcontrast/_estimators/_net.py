@@ -30,7 +30,7 @@ import re
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -62,6 +62,8 @@ def to_device(x: Any, device: Any, normalization: Any = None) -> Any:
     """
     if isinstance(x, tuple | list):
         return tuple(to_device(t, device, normalization) for t in x)
+    if isinstance(x, Mapping):  # a view of several tensors (keyword arguments)
+        return {k: to_device(t, device, normalization) for k, t in x.items()}
     x = x.to(device, non_blocking=True)
     if x.dtype == torch.uint8:
         x = x.float().div_(255)
@@ -75,7 +77,9 @@ def to_device(x: Any, device: Any, normalization: Any = None) -> Any:
 
 
 def batch_length(x: Any) -> int:
-    return len(x[0]) if isinstance(x, tuple | list) else len(x)
+    if isinstance(x, tuple | list):
+        return batch_length(x[0])
+    return len(next(iter(x.values()))) if isinstance(x, Mapping) else len(x)
 
 
 def _steps_recorded(history: Any) -> int:
@@ -87,9 +91,14 @@ def _plain_temperature(criterion: Any) -> str:
 
 
 def split_rows(x: Any, size: int) -> list[Any]:
-    """A batch (a tensor, or a tuple of one tensor per view) cut into micro-batches."""
+    """A batch (a tensor, a dict of them for a view of several tensors, or a tuple of one
+    of those per view) cut into micro-batches."""
     if isinstance(x, tuple | list):
-        return list(zip(*(t.split(size) for t in x), strict=True))
+        return list(zip(*(split_rows(t, size) for t in x), strict=True))
+    if isinstance(x, Mapping):
+        pieces = {k: t.split(size) for k, t in x.items()}
+        return [dict(zip(pieces, row, strict=True))
+                for row in zip(*pieces.values(), strict=True)]
     return list(x.split(size))
 
 
