@@ -283,6 +283,48 @@ def test_memory_mapped_arrays_are_not_copied(digits, tmp_path):
         ContrastiveEmbedder(**SMALL).fit(np.lib.format.open_memmap(tmp_path / "bad.npy"))
 
 
+def test_a_randomly_initialised_timm_model_trains_on_images(digits):
+    """timm needs torchvision, and this project's package index has no CPU build of it
+    (see the README): the test runs where both are installed."""
+    pytest.importorskip("torchvision", reason="timm needs a torchvision matching torch; "
+                                              "none is installable here")
+    timm = pytest.importorskip("timm")
+    images, _ = digits
+
+    def resnet(n_in, n_out):
+        body = timm.create_model("resnet10t", pretrained=False, in_chans=1, num_classes=0)
+        return nn.Sequential(body, nn.Linear(body.num_features, n_out))
+
+    est = ContrastiveEmbedder(module=resnet, augmentation=GaussianNoise(0.1), **SMALL)
+    assert est.fit(images).transform(images).shape == (160, 4)
+
+
+def test_a_transformers_text_encoder_takes_its_view_as_keyword_arguments():
+    transformers = pytest.importorskip("transformers")
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, 30, size=(64, 8))
+    mask = (np.arange(8) < rng.integers(3, 9, size=64)[:, None]).astype(np.int64)
+    config = transformers.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=32,
+                                     max_position_embeddings=8)
+
+    class Pooled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = transformers.BertModel(config)
+
+        def forward(self, input_ids, attention_mask):
+            return self.bert(input_ids=input_ids,
+                             attention_mask=attention_mask).last_hidden_state[:, 0]
+
+    pairs = {"a": {"input_ids": ids, "attention_mask": mask},
+             "b": {"input_ids": ids[:, ::-1].copy(), "attention_mask": mask[:, ::-1].copy()}}
+    est = ContrastiveEmbedder(module=Pooled(), **{**SMALL, "micro_batch_size": 8}).fit(pairs)
+    assert len(est.net_.module_.encoders) == 1  # alike views share the encoder
+    assert est.transform(pairs).shape == (64, 16)
+    assert est.transform_view(pairs["b"], view="b").shape == (64, 16)
+
+
 # 7. Saving without pickle --------------------------------------------------------------
 
 def test_a_saved_model_loads_in_a_process_where_pickle_fails(pairs, tmp_path):
