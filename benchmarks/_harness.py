@@ -93,6 +93,18 @@ def peak_memory_mib(fn: Callable[[], object]) -> float | None:
     return None if peak is None else max(0, peak - base) / 1024
 
 
+def available_memory_bytes() -> int:
+    """Memory the system can still give (``MemAvailable``; 8 GiB where unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 * 2**30
+
+
 def fmt_seconds(t: float | None) -> str:
     if t is None:
         return "—"

@@ -24,23 +24,12 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _harness import fmt_mib, fmt_seconds, measure, set_threads, table
+from _harness import available_memory_bytes, fmt_mib, fmt_seconds, measure, set_threads, table
 
 from skcontrast import losses
 
 TEMPERATURE = 0.1
 REPEATS = 7
-
-
-def available_memory_bytes() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 8 * 2**30
 
 
 def pml_ntxent_bytes(b: int) -> int:

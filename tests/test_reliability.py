@@ -312,3 +312,89 @@ def test_test_extra_has_pandas_so_set_output_runs():
                               .read_text())
     test_extra = pyproject["project"]["optional-dependencies"]["test"]
     assert any(requirement.startswith("pandas") for requirement in test_extra)
+
+
+# The companion issue: rough edges of a second new-user run ----------------------------
+
+def test_nested_lists_of_pairs_are_the_array_they_spell():
+    from skcontrast.datasets import load_digit_views
+
+    X, _ = load_digit_views()
+    X = X[:64]
+    as_lists = ContrastiveEmbedder(**SMALL).fit(X.tolist())
+    as_array = ContrastiveEmbedder(**SMALL).fit(X)
+    np.testing.assert_allclose(as_lists.transform(X.tolist()), as_array.transform(X),
+                               atol=1e-6)
+
+
+def test_an_augmentation_that_changes_the_batch_shape_is_explained():
+    images = np.random.default_rng(0).random((64, 8, 8)).astype(np.float32)
+
+    def adds_an_axis(x):  # what kornia does to a batch of (n, 8, 8) images
+        return x[None]
+
+    with pytest.raises(ValueError, match=r"got \(\d+, 8, 8\) and returned \(1, \d+, 8, 8\).*"
+                                         r"give single-channel images a channel axis"):
+        ContrastiveEmbedder(augmentation=adds_an_axis, **SMALL).fit(images)
+
+
+def test_scorer_preconditions_are_checked_before_fitting(pairs):
+    from skorch.helper import SliceDict
+
+    from skcontrast.model_selection import BalanceSearchCV, check_search_input
+
+    X, _ = pairs
+    with pytest.raises(ValueError, match="'recall@1' scorer compares the two views"):
+        get_scorer("recall@1", SupConEmbedder())
+    with pytest.raises(ValueError, match="'ncc_accuracy' scorer needs labels y"):
+        BalanceSearchCV(ContrastiveEmbedder(**SMALL), param_names=("lambda_pos", "lambda_ent"),
+                        scoring=get_scorer("ncc_accuracy"), budget=2, cv=2).fit(X)
+    views = {"a": X[:, 0], "b": X[:, 1]}
+    with pytest.raises(ValueError, match=r"wrap it: skorch\.helper\.SliceDict"):
+        check_search_input(ContrastiveEmbedder(), views, None, None)
+    check_search_input(ContrastiveEmbedder(), SliceDict(**views), None,
+                       {"r1": get_scorer("recall@1")})
+
+
+def test_an_odd_width_is_split_with_a_warning():
+    X = np.random.default_rng(0).normal(size=(64, 63))
+    with pytest.warns(UserWarning, match=r"odd number of columns \(63\).*view 0 gets columns "
+                                         r"\[:31\] and view 1 the other 32.*view_split"):
+        ContrastiveEmbedder(**SMALL).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ContrastiveEmbedder(view_split=31, **SMALL).fit(X)
+
+
+def test_set_output_reaches_transform_pairs_and_transform_view(pairs):
+    pd = pytest.importorskip("pandas")
+    X, _ = pairs
+    est = ContrastiveEmbedder(**SMALL).fit(X).set_output(transform="pandas")
+    U, V = est.transform_pairs(X)
+    view = est.transform_view(X[:, 1], view=1)
+    for frame in (U, V, view):
+        assert isinstance(frame, pd.DataFrame)
+        assert list(frame.columns) == list(est.get_feature_names_out())
+
+
+def test_the_epoch_table_has_no_colour_codes_off_a_terminal(pairs, capsys):
+    X, _ = pairs
+    ContrastiveEmbedder(**{**SMALL, "verbose": 1}).fit(X)
+    out = capsys.readouterr().out
+    assert "train_loss" in out and "\x1b[" not in out
+
+
+def test_batch_loss_histograms_are_outlines_in_distinct_colours(pairs):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from skcontrast.plotting import plot_batch_losses
+    from skcontrast.selectors import FixedBatchSelector
+
+    X, _ = pairs
+    ax = plot_batch_losses(X, {"shuffled": ShuffledBatchSelector(16, random_state=0),
+                               "fixed": FixedBatchSelector(16, random_state=0)})
+    patches = [p for p in ax.patches if p.get_label() and not p.get_label().startswith("_")]
+    assert len(patches) == 2
+    assert not any(p.get_fill() for p in patches)
+    assert patches[0].get_edgecolor() != patches[1].get_edgecolor()
