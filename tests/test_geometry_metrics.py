@@ -398,7 +398,9 @@ def test_metrics_at_scale_stay_in_blocks():
     """n = 20,000, d = 128 in a subprocess: class retrieval (one code path serves mAP@R,
     R-mAP, R-precision and precision@1), pair recall and uniformity stay well under the
     3.2 GB of one n x n float64 matrix (the previous uniformity peaked at 10.7 GB here,
-    mAP@R at 673 MB); benchmarks/bench_metrics.py measures n = 100,000."""
+    mAP@R at 673 MB). The bound is on the growth of the peak over what the interpreter,
+    torch and the data already hold (about 360 MB, more on some BLAS builds), so it
+    measures the metrics alone; benchmarks/bench_metrics.py measures n = 100,000."""
     import json
     import subprocess
     import sys
@@ -409,13 +411,15 @@ from skcontrast import geometry, metrics
 rng = np.random.default_rng(0)
 H = rng.normal(size=(20_000, 128)).astype(np.float32)
 y = rng.integers(0, 200, size=20_000)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 values = [metrics.map_at_r(H, y), metrics.recall_at_k(H[:10_000], H[10_000:]),
           geometry.uniformity(H)]
-print(json.dumps([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, values]))
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(json.dumps([grown * 1024, values]))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    peak, values = json.loads(done.stdout.strip().splitlines()[-1])
-    assert peak < 600 * 2**20, peak / 2**20
+    grown, values = json.loads(done.stdout.strip().splitlines()[-1])
+    assert grown < 400 * 2**20, grown / 2**20
     assert all(np.isfinite(values))

@@ -5,12 +5,12 @@ of the data one step's loss sees beyond its batch. Pass one as ``memory=`` to
 :class:`~skcontrast.ContrastiveEmbedder` or :class:`~skcontrast.SupConEmbedder`, or to
 :func:`skcontrast.simulation.optimize_embeddings`.
 
-=======================  ===============================================================
-:class:`SogCLRMemory`    SogCLR's per-sample moving average of the negative term
-                         (Yuan et al. 2022; the "SogCLR objective" of seed 002 Sec. 6.2)
-:class:`CrossBatchMemory`  XBM, a FIFO queue of detached embeddings from earlier batches
-                         (Wang et al. 2020; seed 001 App. E)
-=======================  ===============================================================
+==========================  ===============================================================
+:class:`SogCLRMemory`       SogCLR's per-sample moving average of the negative term
+                            (Yuan et al. 2022; the "SogCLR objective" of seed 002 Sec. 6.2)
+:class:`CrossBatchMemory`   XBM, a FIFO queue of detached embeddings from earlier batches
+                            (Wang et al. 2020; seed 001 App. E)
+==========================  ===============================================================
 
 A memory holds only its parameters (``clone``, ``get_params``, ``GridSearchCV`` over
 ``memory__gamma``); the training set's state is built in ``fit`` and lives inside the
