@@ -15,6 +15,7 @@ version = __version__
 
 extensions = [
     "sphinx.ext.autodoc",
+    "sphinx.ext.intersphinx",
     "sphinx.ext.mathjax",
     "sphinx.ext.viewcode",
     "numpydoc",
@@ -35,4 +36,16 @@ exclude_patterns = ["_build"]
 html_theme = "alabaster"
 html_static_path = ["_static"]
 html_theme_options = {"description": "contrastive learning, batch selection first"}
-nitpicky = False
+nitpicky = True
+
+# Links into scikit-learn's, PyTorch's and skorch's documentation. This project's docs
+# are built where only package registries can be reached, so the inventories are local
+# files listing the objects these pages name (written by _intersphinx/make_inventories.py,
+# which says how to add one); the links point at the projects' published pages.
+_INVENTORIES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_intersphinx")
+intersphinx_mapping = {
+    "sklearn": ("https://scikit-learn.org/stable/", os.path.join(_INVENTORIES, "sklearn.inv")),
+    "torch": ("https://docs.pytorch.org/docs/stable/", os.path.join(_INVENTORIES, "torch.inv")),
+    "skorch": ("https://skorch.readthedocs.io/en/stable/",
+               os.path.join(_INVENTORIES, "skorch.inv")),
+}

@@ -17,7 +17,16 @@ from torch import nn
 
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast.datasets import GaussianNoise, load_digit_images, make_paired_gaussians
-from skcontrast.losses import dcl, dhel, info_nce, nt_xent, supcon, symmetric_info_nce
+from skcontrast.losses import (
+    TILED_LOSSES,
+    dcl,
+    dhel,
+    info_nce,
+    kcl,
+    nt_xent,
+    supcon,
+    symmetric_info_nce,
+)
 from skcontrast.memory import CrossBatchMemory, SogCLRMemory
 from skcontrast.selectors import FullBatchSelector
 
@@ -239,6 +248,33 @@ def test_tiled_supcon_equals_the_dense_one(b, chunk, seed, convention):
     y = torch.as_tensor(rng.integers(3, size=b))
     compare_tiled(supcon, (z,), chunk or b, labels=y, temperature=0.01, lambda_pos=0.5,
                   anchors_without_positives=convention, base_temperature=0.07)
+
+
+@given(st.integers(2, 12), st.sampled_from([1, 7, None]), st.integers(0, 10**6),
+       st.sampled_from(["gaussian", "imq", "callable"]),
+       st.sampled_from(["mean", "sum", "none"]))
+def test_tiled_kcl_equals_the_dense_one(b, chunk, seed, kernel, reduction):
+    """KCL's energy is a plain kernel row sum: blocks under checkpointing give the dense
+    value and gradient (embeddings and a tensor bandwidth) for any kernel, in float64."""
+    rng = np.random.default_rng(seed)
+    u, v = (torch.tensor(rng.normal(size=(b, 4))) for _ in range(2))
+    if kernel == "callable":
+        kernel = lambda sq, t: 1 / (1 + sq / t) ** 2  # noqa: E731
+    compare_tiled(kcl, (u, v), chunk or b, temperature=0.5, kernel=kernel, lambda_ent=3.0,
+                  reduction=reduction)
+
+
+def test_tiled_kcl_with_leading_dimensions_and_in_the_estimator():
+    torch.manual_seed(0)
+    u, v = torch.randn(2, 3, 30, 8), torch.randn(2, 3, 30, 8)
+    torch.testing.assert_close(kcl(u, v, chunk_size=4), kcl(u, v), rtol=1e-5, atol=1e-5)
+    assert "kcl" in TILED_LOSSES
+    X = np.random.default_rng(0).normal(size=(96, 2, 6)).astype(np.float32)
+    dense = ContrastiveEmbedder(loss="kcl", loss_params={"chunk_size": None}, batch_size=32,
+                                max_epochs=2, random_state=0).fit(X)
+    tiled = ContrastiveEmbedder(loss="kcl", loss_params={"chunk_size": 5}, batch_size=32,
+                                max_epochs=2, random_state=0).fit(X)
+    np.testing.assert_allclose(tiled.transform(X), dense.transform(X), rtol=1e-4, atol=1e-5)
 
 
 def test_tiled_losses_at_temperature_001_in_float32_and_with_leading_dimensions():

@@ -18,6 +18,7 @@ from ._core import (
     reduce_terms,
     squared_distances,
 )
+from ._tiled import resolve_chunk_size, tiled_kernel_row_sums
 
 
 def _gaussian(sq_dist: torch.Tensor, temperature: Any) -> torch.Tensor:
@@ -45,7 +46,8 @@ def _resolve_kernel(kernel: Any) -> Callable[[torch.Tensor, Any], torch.Tensor]:
 
 def kcl(u: Any, v: Any, *, kernel: str | Callable = "gaussian", temperature: Any = 0.5,
         lambda_pos: float = 1.0, lambda_ent: float = 16.0, normalize: bool = True,
-        reduction: str = "mean", return_terms: bool = False) -> torch.Tensor | LossTerms:
+        reduction: str = "mean", return_terms: bool = False,
+        chunk_size: int | str | None = None) -> torch.Tensor | LossTerms:
     r"""Kernel contrastive loss (Koromilas et al., 2024; seed 004 "KCL").
 
     Alignment and uniformity are kernel averages, with no softmax coupling them:
@@ -80,6 +82,12 @@ def kcl(u: Any, v: Any, *, kernel: str | Callable = "gaussian", temperature: Any
         Over the ``B`` anchors of each view; views are summed (the authors' scaling).
         ``'none'`` returns per-anchor values of shape ``(..., 2, B)``, where anchor
         ``i``'s uniformity is its mean kernel to the other rows of its view.
+    chunk_size : int, 'auto' or None, default=None
+        Build each view's ``B x B`` kernel matrix ``chunk_size`` rows at a time, with
+        the blocks recomputed in the backward pass (activation checkpointing), so memory
+        is O(B (d + chunk_size)); the same value and gradient as the dense loss, for any
+        kernel. ``'auto'`` tiles once one ``B x B`` float32 matrix would exceed 256 MiB
+        (see :func:`info_nce`).
 
     Returns
     -------
@@ -89,11 +97,15 @@ def kcl(u: Any, v: Any, *, kernel: str | Callable = "gaussian", temperature: Any
     k = _resolve_kernel(kernel)
     u, v = check_views(u, v, normalize=normalize)
     b = u.shape[-2]
-    self_mask = eye_mask(b, u.device)
     positive = -k(((u - v) ** 2).sum(-1), temperature)
 
+    chunk = resolve_chunk_size(chunk_size, b, b)
+
     def energy(x: torch.Tensor) -> torch.Tensor:
-        kernel_matrix = k(squared_distances(x, x), temperature).masked_fill(self_mask, 0.0)
+        if chunk is not None:
+            return tiled_kernel_row_sums(x, k, temperature, chunk) / (b - 1)
+        kernel_matrix = k(squared_distances(x, x), temperature).masked_fill(
+            eye_mask(b, x.device), 0.0)
         return kernel_matrix.sum(-1) / (b - 1)
 
     terms = reduce_terms(torch.stack([positive, positive], dim=-2),

@@ -30,7 +30,7 @@ LABEL_LOSSES: dict[str, Callable[..., Any]] = {
     "contrastive_margin": contrastive_margin,
 }
 #: Losses that take ``chunk_size`` (tiled log-sum-exps, O(B (d + chunk)) memory).
-TILED_LOSSES = ("info_nce", "symmetric_info_nce", "nt_xent", "dcl", "dhel", "supcon")
+TILED_LOSSES = ("info_nce", "symmetric_info_nce", "nt_xent", "dcl", "dhel", "kcl", "supcon")
 
 
 def _unknown(loss: Any, names: list[str]) -> ValueError:

@@ -132,3 +132,43 @@ def tiled_logsumexp(a: torch.Tensor, b: torch.Tensor, temperature: Any, chunk_si
         Also leave out ``j = (i + partner) mod m`` (DCL's positive).
     """
     return _TiledLogSumExp.apply(a, b, temperature, chunk_size, skip_self, partner)
+
+
+def tiled_kernel_row_sums(x: torch.Tensor, kernel: Any, temperature: Any,
+                          chunk_size: int) -> torch.Tensor:
+    """``sum_{j != i} K(x_i, x_j)`` for every row of ``x``, ``chunk_size`` rows at a time;
+    shape ``(..., n)``.
+
+    The kernel losses (KCL) have no log-sum-exp to take apart: each row's energy is a
+    plain sum of kernel values, and ``kernel`` may be any callable of the squared
+    distances. Each block of rows is therefore run under activation checkpointing: the
+    forward keeps only the block's sums, and the backward recomputes the block's
+    ``chunk_size x n`` kernel values, so memory is O(chunk_size * n) plus O(n d) instead
+    of O(n^2), for any kernel, with the gradient autograd gives the dense loss.
+
+    Parameters
+    ----------
+    x : torch.Tensor of shape (..., n, d)
+    kernel : callable
+        ``kernel(squared_distances, temperature)``, elementwise.
+    temperature : float or scalar tensor
+    chunk_size : int
+        Rows per block.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    from ._core import squared_distances
+
+    n = x.shape[-2]
+
+    def block(rows: torch.Tensor, everyone: torch.Tensor, t: Any, start: int) -> torch.Tensor:
+        values = kernel(squared_distances(rows, everyone), t)
+        index = torch.arange(rows.shape[-2], device=rows.device)
+        own = torch.zeros(values.shape[-2:], dtype=torch.bool, device=rows.device)
+        own[index, index + start] = True  # the block's self-pairs
+        return values.masked_fill(own, 0.0).sum(-1)
+
+    sums = [checkpoint(block, x[..., start:start + chunk_size, :], x, temperature, start,
+                       use_reentrant=False)
+            for start in range(0, n, chunk_size)]
+    return torch.cat(sums, dim=-1)
