@@ -135,8 +135,8 @@ def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
     d : int
         Embedding dimension.
     selector : BatchSelector or None, default=None
-        Which rows share each batch; ``None`` is :class:`FullBatchSelector` (full-batch
-        gradient descent).
+        Which rows share each batch; ``None`` is
+        :class:`~skcontrast.selectors.FullBatchSelector` (full-batch gradient descent).
     loss : str or callable, default='symmetric_info_nce'
         Any loss of :mod:`skcontrast.losses`; with ``labels`` a label loss ('supcon').
     steps : int, default=500

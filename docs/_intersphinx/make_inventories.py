@@ -35,8 +35,15 @@ INVENTORIES = {
         "sklearn.metrics.make_scorer": ("py:function", "modules/generated/{}.html#$"),
         "sklearn.datasets.load_digits": ("py:function", "modules/generated/{}.html#$"),
     }),
-    "torch": ("PyTorch", "stable", {}),
-    "skorch": ("skorch", "stable", {}),
+    "torch": ("PyTorch", "stable", {
+        "torch.nn.Module": ("py:class", "generated/{}.html#$"),
+        "torch.utils.data.Dataset": ("py:class", "data.html#$"),
+    }),
+    "skorch": ("skorch", "stable", {
+        "skorch.callbacks.EarlyStopping": ("py:class", "callbacks.html#$"),
+        "skorch.callbacks.Checkpoint": ("py:class", "callbacks.html#$"),
+        "skorch.callbacks.LRScheduler": ("py:class", "callbacks.html#$"),
+    }),
 }
 
 

@@ -219,7 +219,8 @@ class AcceleratorCheckpoint(Callback):
     ``accelerator.save_state`` stores what the accelerator prepared (the module and the
     optimizer, and the random number generators of every process); this callback adds
     the selector's epoch counter and the history, so that a resumed fit draws the very
-    batches the interrupted one would have drawn next (:meth:`BatchSelector.set_epoch`),
+    batches the interrupted one would have drawn next
+    (:meth:`~skcontrast.selectors.BatchSelector.set_epoch`),
     and the loss module's state: a learned temperature and the memory
     (:mod:`skcontrast.memory`), identical on every process.
 

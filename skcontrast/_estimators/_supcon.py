@@ -129,8 +129,10 @@ class SupConEmbedder(BaseEmbedder):
         head is usually the better one for downstream tasks (``transform_from``).
     transform_from : {'head', 'backbone'}, default='head'
         What :meth:`transform` (and so a ``Pipeline``) returns: the head's unit-norm
-        embeddings, or the module's own features as they are. :meth:`transform_head`
-        and :meth:`transform_backbone` give either; ``score`` always uses the head.
+        embeddings, or the module's own features as they are.
+        :meth:`~skcontrast.SupConEmbedder.transform_head` and
+        :meth:`~skcontrast.SupConEmbedder.transform_backbone` give either; ``score``
+        always uses the head.
         ``n_components_`` and the feature names follow the width of that output.
     freeze : None, 'backbone' or list of str, default=None
         Parts of a (pretrained) module to keep fixed: their parameters do not train and

@@ -64,9 +64,12 @@ class MemoryState(nn.Module):
         self.epoch = int(epoch)
 
     def get_extra_state(self) -> dict:
+        """The plain counters (e.g. the queue's write position) that travel with the
+        buffers in the state dict."""
         return {name: getattr(self, name) for name in self._counters}
 
     def set_extra_state(self, state: dict) -> None:
+        """Restore the counters saved by :meth:`get_extra_state`."""
         for name in self._counters:
             setattr(self, name, state[name])
 
@@ -83,6 +86,13 @@ class MemoryState(nn.Module):
     def forward(self, batch_loss: Callable[..., LossTerms], embeddings: torch.Tensor,
                 labels: torch.Tensor | None, index: torch.Tensor, *, structure: str,
                 options: dict) -> LossTerms:
+        """The loss of one batch with what the memory remembers, and the memory updated.
+
+        ``batch_loss`` is the estimator's loss function, ``embeddings`` the batch's
+        (views stacked or one view), ``index`` the dataset indices of its rows,
+        ``structure`` ``'pairs'`` or ``'labels'`` and ``options`` the loss's keyword
+        arguments. Implemented by each memory.
+        """
         raise NotImplementedError
 
 

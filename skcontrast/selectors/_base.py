@@ -158,7 +158,7 @@ class BatchSelector(BaseEstimator):
         return iter(self.epoch_batches(X, y, groups))
 
     def epoch_batches(self, X: Any, y: Any = None, groups: Any = None) -> list[np.ndarray]:
-        """The next epoch's batches as a list (what :meth:`split` iterates over)."""
+        """The next epoch's batches as a list (what :meth:`~BatchSelector.split` iterates over)."""
         X = check_embeddings(X)
         rng = self._epoch_rng(self._claim_epoch())
         return self._select(X, y, groups, rng)
@@ -172,13 +172,13 @@ class BatchSelector(BaseEstimator):
         return self._n_batches(int(n), y)
 
     def set_epoch(self, epoch: int) -> BatchSelector:
-        """Make the next :meth:`split` return epoch ``epoch`` (0-based)."""
+        """Make the next :meth:`~BatchSelector.split` return epoch ``epoch`` (0-based)."""
         self._epoch = check_int(epoch, "epoch", minimum=0)
         return self
 
     @property
     def current_epoch(self) -> int:
-        """The epoch the next :meth:`split` call will return (0-based)."""
+        """The epoch the next :meth:`~BatchSelector.split` call will return (0-based)."""
         return getattr(self, "_epoch", 0)
 
     # -- subclass hooks ---------------------------------------------------------------
