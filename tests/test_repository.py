@@ -28,3 +28,16 @@ def test_ci_runs_the_readme_test_command_verbatim():
 def test_torch_is_installed_before_the_package_everywhere():
     for command in readme_commands()[:2]:
         assert command.index("torch==2.13.0") < command.index("pip install -q -e")
+
+
+def test_the_demo_run_time_is_stated_the_same_everywhere():
+    """README, quickstart and ``skcontrast demo --help`` say one measured thing."""
+    from skcontrast._cli import build_parser
+
+    said = "about a minute and a half"
+    help_text = " ".join(build_parser().format_help().split())
+    sources = {"README.md": (ROOT / "README.md").read_text(),
+               "docs/quickstart.rst": (ROOT / "docs" / "quickstart.rst").read_text(),
+               "skcontrast --help": help_text}
+    for where, text in sources.items():
+        assert said in " ".join(text.lower().split()), where
