@@ -12,10 +12,12 @@ rather than print a wrong figure.
 from __future__ import annotations
 
 import gc
+import importlib
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -113,6 +115,19 @@ def fmt_seconds(t: float | None) -> str:
 
 def fmt_mib(m: float | None) -> str:
     return "      n/a" if m is None else f"{m:8.0f}M"
+
+
+def import_pml(*submodules: str) -> Any:
+    """pytorch-metric-learning with ``submodules`` imported, or None (saying so)."""
+    try:
+        pml = importlib.import_module("pytorch_metric_learning")
+        for name in submodules:
+            importlib.import_module(f"pytorch_metric_learning.{name}")
+    except ImportError:
+        print("pytorch-metric-learning is not installed (pip install -e '.[bench]'); "
+              "showing skcontrast alone.")
+        return None
+    return pml
 
 
 def set_threads(n: int = 2) -> None:

@@ -24,7 +24,15 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _harness import available_memory_bytes, fmt_mib, fmt_seconds, measure, set_threads, table
+from _harness import (
+    available_memory_bytes,
+    fmt_mib,
+    fmt_seconds,
+    import_pml,
+    measure,
+    set_threads,
+    table,
+)
 
 from skcontrast import losses
 
@@ -155,13 +163,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     set_threads(args.threads)
-    try:
-        import pytorch_metric_learning as pml
-        import pytorch_metric_learning.losses  # noqa: F401
-    except ImportError:
-        pml = None
-        print("pytorch-metric-learning is not installed (pip install -e '.[bench]'); "
-              "showing skcontrast alone.")
+    pml = import_pml("losses")
     rows = [bench_ntxent(b, args.dim, pml) for b in args.sizes]
     rows += [bench_supcon(b, args.dim, pml) for b in args.sizes]
     header = ["case", "skcontrast", "peak mem", "PML", "PML peak", "PML/ours", "|Δloss|"]

@@ -23,7 +23,15 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _harness import available_memory_bytes, fmt_mib, fmt_seconds, measure, set_threads, table
+from _harness import (
+    available_memory_bytes,
+    fmt_mib,
+    fmt_seconds,
+    import_pml,
+    measure,
+    set_threads,
+    table,
+)
 
 from skcontrast import geometry, metrics
 
@@ -78,11 +86,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     set_threads(args.threads)
-    try:
-        import pytorch_metric_learning as pml
-    except ImportError:
-        pml = None
-        print("pytorch-metric-learning is not installed; showing skcontrast alone.")
+    pml = import_pml()
     rows = [r for n in args.sizes for r in row(n, args.dim, args.classes, pml)]
     text = (f"Class-level retrieval metrics, d={args.dim}, {args.classes} classes, CPU, "
             f"{torch.get_num_threads()} threads, torch {torch.__version__}\n"

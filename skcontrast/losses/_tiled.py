@@ -26,6 +26,9 @@ from typing import Any
 
 import torch
 from torch.autograd.function import once_differentiable
+from torch.utils.checkpoint import checkpoint
+
+from ._core import squared_distances
 
 #: ``chunk_size='auto'`` tiles once one dense ``rows x cols`` float32 matrix would take
 #: more than this many bytes (a dense loss holds a few such matrices), and then uses
@@ -155,10 +158,6 @@ def tiled_kernel_row_sums(x: torch.Tensor, kernel: Any, temperature: Any,
     chunk_size : int
         Rows per block.
     """
-    from torch.utils.checkpoint import checkpoint
-
-    from ._core import squared_distances
-
     n = x.shape[-2]
 
     def block(rows: torch.Tensor, everyone: torch.Tensor, t: Any, start: int) -> torch.Tensor:
