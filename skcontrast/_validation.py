@@ -111,12 +111,17 @@ def check_finite_array(x: np.ndarray, name: str) -> None:
 
 
 def label_kind(array: np.ndarray) -> str:
-    """``'str'`` or ``'number'``: what kind of labels a checked array holds."""
-    if array.dtype.kind in "US":
+    """``'str'``, ``'bytes'`` or ``'number'``: what kind of labels a checked array holds
+    (``b'a'`` and ``'a'`` are different labels: they never compare equal)."""
+    if array.dtype.kind == "U":
         return "str"
+    if array.dtype.kind == "S":
+        return "bytes"
     if array.dtype.kind in "biuf":
         return "number"
-    return "str" if isinstance(array.flat[0], str) else "number"
+    first = array.flat[0]
+    return "str" if isinstance(first, str) else "bytes" if isinstance(first, bytes) \
+        else "number"
 
 
 def check_labels(y: Any, name: str = "y", *, n_samples: int | None = None,
@@ -148,8 +153,9 @@ def check_labels(y: Any, name: str = "y", *, n_samples: int | None = None,
             if label is None or (isinstance(label, float | np.floating) and not np.isfinite(label)):
                 raise ValueError(f"{name}[{i}] is {label!r}: labels must be actual classes "
                                  "(drop or relabel the unlabelled samples)")
-            kinds.add("str" if isinstance(label, str) else
-                      "number" if isinstance(label, numbers.Number) else type(label).__name__)
+            kinds.add("str" if isinstance(label, str) else "bytes" if isinstance(label, bytes)
+                      else "number" if isinstance(label, numbers.Number)
+                      else type(label).__name__)
         if len(kinds) > 1:
             raise ValueError(f"{name} mixes labels of different types ({', '.join(sorted(kinds))})"
                              "; use one type for every label")

@@ -1,4 +1,4 @@
-"""Warnings raised by skcontrast."""
+"""Warnings and exceptions raised by skcontrast."""
 
 
 class DegenerateEmbeddingWarning(UserWarning):
@@ -15,6 +15,13 @@ class TrainingDivergedError(FloatingPointError):
     """
 
 
-class TrainingInterruptedWarning(UserWarning):
-    """``fit`` stopped before ``max_epochs`` (Ctrl-C, or a callback such as skorch's
-    ``EarlyStopping``); the model keeps the weights of the steps applied."""
+class TrainingInterrupted(KeyboardInterrupt):
+    """``fit`` was interrupted (Ctrl-C) before ``max_epochs``.
+
+    The estimator keeps the weights of the steps applied (it transforms, and continues
+    with ``warm_start=True``), and the interrupt goes on, as any ``KeyboardInterrupt``:
+    a search (``GridSearchCV``, ``BalanceSearchCV``) stops instead of scoring the
+    truncated candidate as if it were complete. The message says how far the fit got.
+    A callback that stops training (skorch's ``EarlyStopping``) is not an interrupt:
+    ``fit`` then returns normally.
+    """

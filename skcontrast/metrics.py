@@ -488,6 +488,13 @@ class EmbeddingScorer:
         sign = "" if self.greater_is_better else ", negated"
         return f"EmbeddingScorer({self.name!r}{sign})"
 
+    def __reduce__(self) -> Any:
+        # the named scorers hold local functions: they pickle by name (so does an
+        # estimator fitted with scoring='map@r')
+        if SCORERS.get(self.name) is self or re.fullmatch(r"recall@\d+", self.name):
+            return (get_scorer, (self.name,))
+        return super().__reduce__()
+
 
 def _recall(k: int) -> Callable[[Any, Any, Any], float]:
     def metric(estimator: Any, X: Any, y: Any) -> float:

@@ -2,6 +2,7 @@
 feature names, the command line, and the edges a new user hits (one test or more per
 point of the reliability issue, each failing before its fix)."""
 
+import signal
 import warnings
 
 import numpy as np
@@ -13,7 +14,7 @@ from torch import nn
 
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast.datasets import make_paired_gaussians
-from skcontrast.exceptions import TrainingDivergedError, TrainingInterruptedWarning
+from skcontrast.exceptions import TrainingDivergedError, TrainingInterrupted
 from skcontrast.metrics import get_scorer, knn_accuracy, ncc_accuracy
 from skcontrast.selectors import OSGDSelector, PredefinedBatchSelector, ShuffledBatchSelector
 
@@ -191,25 +192,27 @@ def test_scoring_checks_the_labels_shape_length_and_kind(pairs):
 # 6. Interrupts -------------------------------------------------------------------------
 
 class InterruptAt(Callback):
+    """Presses Ctrl-C (a real SIGINT) at a given batch of a given epoch."""
+
     def __init__(self, epoch, batch):
         self.epoch, self.batch = epoch, batch
 
     def on_batch_end(self, net, training=False, **kwargs):
         if training and len(net.history) == self.epoch and \
                 len(net.history[-1]["batches"]) == self.batch:
-            raise KeyboardInterrupt
+            signal.raise_signal(signal.SIGINT)
 
 
-def test_an_interrupt_warns_and_keeps_the_losses_of_the_steps_applied(pairs):
+def test_an_interrupt_keeps_the_model_and_goes_on_as_an_interrupt(pairs):
     X, _ = pairs
     est = ContrastiveEmbedder(**{**SMALL, "max_epochs": 5, "batch_size": 16,
                                  "callbacks": [InterruptAt(2, 3)]})
-    with pytest.warns(TrainingInterruptedWarning, match=r"fit stopped after 1 of 5 epochs.*"
-                                                        r"weights of the 9 step\(s\) applied"):
+    with pytest.raises(TrainingInterrupted, match=r"fit stopped after 1 of 5 epochs.*"
+                                                  r"weights of the 9 step\(s\) applied"):
         est.fit(X)
     partial = est.history_[-1]["batches"]
     assert [np.isfinite(b["train_loss"]) for b in partial] == [True] * 3
-    assert est.transform(X).shape == (96, 4)  # skorch's behaviour: the model is kept
+    assert est.transform(X).shape == (96, 4)  # the model is kept
 
 
 # 7. Feature names ----------------------------------------------------------------------

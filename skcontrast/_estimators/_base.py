@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
+import inspect
 import numbers
+import threading
 import warnings
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,13 +29,20 @@ from .._validation import (
     encode_labels,
     plain_label,
 )
+from ..exceptions import TrainingInterrupted
+from ..losses import TILED_LOSSES
 from ..memory import BaseMemory
-from ..selectors import BatchSelector, FullBatchSelector, ShuffledBatchSelector
+from ..selectors import (
+    BatchSelector,
+    FullBatchSelector,
+    PredefinedBatchSelector,
+    ShuffledBatchSelector,
+)
 from ..selectors._base import resolve_seed
 from ._data import InputSpec, TensorViews, ViewData, read_input, with_labels
 from ._modules import ContrastiveCriterion, EncoderFactory
 from ._monitor import ValidScore, check_monitors, check_validation_fraction, split_indices
-from ._net import PRECISIONS, Augmentation, SelectorNet, move_net
+from ._net import PRECISIONS, Augmentation, SelectorNet
 from ._schedule import ScheduleCallback, WarmupCosine
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
@@ -44,6 +56,57 @@ class HeldOut:
     data: ViewData
     y: np.ndarray | None  # the labels as given, for the scorer
     loss_labels: np.ndarray | None  # class codes for a label loss
+    rows: np.ndarray | None = None  # the rows of X held out (validation_fraction)
+
+
+_TURNS = threading.RLock()
+_warned_turns = False
+
+
+@contextlib.contextmanager
+def global_rng_turn() -> Iterator[None]:
+    """Hold torch's global random generator for one fit or random transform.
+
+    torch has one generator per process, so fits running at once in threads of one
+    process (``GridSearchCV`` with the threading backend, a Dask worker with several
+    threads) would draw from each other's streams. They take turns instead, so each
+    gives the result it gives alone; the first time a fit has to wait, a warning says
+    so (use processes for parallel fits).
+    """
+    global _warned_turns
+    if not _TURNS.acquire(blocking=False):
+        if not _warned_turns:
+            _warned_turns = True
+            warnings.warn(
+                "skcontrast fits running in threads of one process take turns: torch's "
+                "random number generator is shared by the whole process, so concurrent "
+                "fits would not be reproducible. For fits in parallel use processes "
+                "(joblib's default 'loky' backend, or Dask workers with one thread each)",
+                UserWarning, stacklevel=3)
+        _TURNS.acquire()
+    try:
+        yield
+    finally:
+        _TURNS.release()
+
+
+def describe_object(value: Any) -> Any:
+    """What a structural parameter is, comparable across pickling and saving: plain
+    values as they are, classes and functions by name, modules by their architecture."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): describe_object(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return tuple(describe_object(v) for v in value)
+    if isinstance(value, functools.partial):
+        return ("partial", describe_object(value.func), describe_object(value.args),
+                describe_object(value.keywords))
+    if isinstance(value, type) or inspect.isroutine(value):
+        return f"{value.__module__}.{value.__qualname__}"
+    if isinstance(value, torch.nn.Module):
+        return f"{type(value).__module__}.{type(value).__qualname__}: {value!r}"
+    return repr(value)
 
 
 def resolve_device(device: Any) -> str:
@@ -149,6 +212,32 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                              "optimizer_params; give each once")
         if self.micro_batch_size is not None:
             check_int(self.micro_batch_size, "micro_batch_size", minimum=1)
+        if self.module is None and self._nested("module__"):
+            raise ValueError(f"module__* parameters ({', '.join(self._nested('module__'))}) go "
+                             "to a module class or factory, but module=None builds the "
+                             "default MLP: set its widths with hidden_layer_sizes, or pass "
+                             "module=YourEncoderClass")
+        if self.freeze == "backbone" and self.projection_head is None:
+            raise ValueError("freeze='backbone' fixes the whole module, and without a "
+                             "projection_head nothing would train: add a projection_head "
+                             "(e.g. 'mlp' or an int, a probe on the frozen features), or "
+                             "freeze only some parts (freeze=['layer1', ...])")
+        self._check_loss_params()
+
+    def _check_loss_params(self) -> None:
+        params = self.loss_params or {}
+        if not isinstance(params, dict):
+            raise ValueError(f"loss_params must be None or a dict; got {describe(params)}")
+        if params.get("reduction", "mean") not in ("mean", "sum"):
+            raise ValueError(f"loss_params reduction={params['reduction']!r}: the estimators "
+                             "train on one loss per batch, so reduction must be 'mean' or "
+                             "'sum' (per-sample losses come from skcontrast.losses' functions "
+                             "with reduction='none')")
+        if params.get("chunk_size") is not None and isinstance(self.loss, str) and \
+                self.loss not in TILED_LOSSES:
+            raise ValueError(f"loss_params chunk_size={params['chunk_size']!r}: loss="
+                             f"{self.loss!r} cannot be tiled (the tiled losses are "
+                             f"{', '.join(TILED_LOSSES)}); remove chunk_size")
 
     def _check_accelerator(self) -> None:
         """An ``accelerate.Accelerator`` whose mixed precision agrees with ``precision``."""
@@ -179,12 +268,16 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     def _seed(self) -> int:
         return resolve_seed(self.random_state)
 
-    def _fitting_selector(self, seed: int, n: int) -> BatchSelector:
+    def _fitting_selector(self, seed: int, n: int, rows: np.ndarray | None = None,
+                          n_rows: int | None = None) -> BatchSelector:
         """A clone of the user's selector (never mutated) with the estimator's settings.
 
         ``batch_size`` (when set) overrides the selector's; adaptive selectors whose
         ``temperature`` or ``loss`` is ``None`` score with the estimator's; a selector
-        without a seed gets one derived from ``random_state``.
+        without a seed gets one derived from ``random_state``. ``rows`` are the rows of
+        ``X`` the fit trains on (some are held out): the batches of a
+        :class:`~skcontrast.selectors.PredefinedBatchSelector` name rows of ``X``, and
+        are translated to them.
         """
         selector = clone(self.selector) if self.selector is not None else \
             ShuffledBatchSelector(min(DEFAULT_BATCH_SIZE, n))
@@ -205,6 +298,10 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                 updates[key] = self.loss
             elif name == "random_state" and value is None:
                 updates[key] = seed + 1
+            elif name == "batches" and rows is not None and isinstance(
+                    params[key.rpartition("__")[0]] if "__" in key else selector,
+                    PredefinedBatchSelector):
+                updates[key] = predefined_on_rows(value, rows, n_rows)
         return selector.set_params(**updates)
 
     # -- fitting ----------------------------------------------------------------------
@@ -212,21 +309,26 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     def _held_out(self, data: ViewData, spec: InputSpec, features: dict, X_val: Any,
                   y_val: Any, codes: np.ndarray | None, y: np.ndarray | None
                   ) -> tuple[ViewData, np.ndarray | None, HeldOut | None]:
-        """The data to train on, the indices of ``data`` it keeps (``None``: all), and the
+        """The data to train on, the rows of ``data`` it keeps (``None``: all), and the
         held-out data: ``X_val`` (read like ``X``) or a ``validation_fraction`` of ``X``,
         stratified by ``codes`` when there are labels. The held-out rows never reach the
-        selector or the memory."""
+        selector or the memory; a warm start holds out the rows the first fit held out."""
         check_validation_fraction(self.validation_fraction)
         labelled = self._labelled
+        previous = self._warm_held_out_rows(len(data), X_val)
         if X_val is None:
             if y_val is not None:
                 raise ValueError("y_val was given without X_val")
             if self.validation_fraction is None:
                 return data, None, None
-            train, valid = split_indices(len(data), self.validation_fraction,
-                                         self._seed() % 2**32, codes)
+            if previous is not None:
+                valid = previous
+                train = np.setdiff1d(np.arange(len(data)), valid)
+            else:
+                train, valid = split_indices(len(data), self.validation_fraction,
+                                             self._seed() % 2**32, codes)
             held = HeldOut(data.subset(valid), None if y is None else y[valid],
-                           None if codes is None else codes[valid])
+                           None if codes is None else codes[valid], valid)
             return data.subset(train), train, held
         if self.validation_fraction is not None:
             raise ValueError("pass either X_val or validation_fraction, not both")
@@ -240,6 +342,9 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             else:
                 setattr(reader, name, value)
         valid = read_input(reader, X_val, spec)
+        if len(valid) < 2:
+            raise ValueError(f"X_val holds {len(valid)} sample(s); the held-out loss "
+                             "contrasts at least 2")
         labels = None if y_val is None else check_labels(y_val, "y_val", n_samples=len(valid),
                                                          like=y)
         valid_codes = None
@@ -247,78 +352,151 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             _, valid_codes = encode_labels(labels, "y_val")
         return data, None, HeldOut(valid, labels, valid_codes)
 
+    def _warm_held_out_rows(self, n: int, X_val: Any) -> np.ndarray | None:
+        """The rows the fitted net held out, which a warm start holds out again; a
+        warm start that would hold out other rows is refused (it would score the
+        model on rows it trained on)."""
+        net = getattr(self, "net_", None)
+        if not self.warm_start or net is None:
+            return None
+        rows = net.held_out_rows
+        fraction = self.validation_fraction
+        if rows is None and fraction is None:
+            return None
+        if rows is None or fraction is None or X_val is not None or \
+                rows.max() >= n or len(rows) != round(n * fraction):
+            before = "held out rows of X (validation_fraction)" if rows is not None \
+                else "trained on every row of X"
+            raise ValueError(f"warm_start continues the fitted network, which {before}; a "
+                             f"warm start keeps the same held-out rows, so it needs the same "
+                             f"validation_fraction and X as before (got validation_fraction="
+                             f"{fraction}{', X_val' if X_val is not None else ''} and "
+                             f"{n} samples). Set warm_start=False to fit afresh")
+        return rows
+
+    def _check_warm_start(self, net: SelectorNet, factory: EncoderFactory, n: int) -> None:
+        """Refuse a warm start whose parameters change the fitted network's structure."""
+        old, changed = net.module, []
+        for field, name in (("module", "module"), ("module_kwargs", "module__*"),
+                            ("hidden_layer_sizes", "hidden_layer_sizes"),
+                            ("n_components", "n_components"), ("head", "projection_head"),
+                            ("shared", "shared_encoder")):
+            before, now = (describe_object(getattr(f, field)) for f in (old, factory))
+            if before != now:
+                changed.append(f"{name} ({before!r:.60} -> {now!r:.60})")
+        state = net.memory_state
+        memory_now = None if self.memory is None else (
+            type(self.memory).__name__, self.memory.get_params().get("size"))
+        memory_before = None if state is None else (state.memory_name, getattr(state, "size",
+                                                                                None))
+        if memory_before != memory_now:
+            changed.append(f"memory ({memory_before} -> {memory_now})")
+        elif state is not None and state.loss != self.loss:
+            changed.append(f"loss, whose memory state was built for {state.loss!r} "
+                           f"({state.loss!r} -> {self.loss!r})")
+        if changed:
+            raise ValueError(f"warm_start continues the fitted network, but these parameters "
+                             f"change its structure: {'; '.join(changed)}. Set warm_start="
+                             "False to fit a new network (other parameters, such as lr, "
+                             "loss settings, the selector, freeze or max_epochs, apply to "
+                             "a warm start)")
+        if state is not None and state.n_samples != n:
+            raise ValueError(f"warm_start continues the fitted memory, which remembers "
+                             f"{state.n_samples} samples by their index; got X with {n} "
+                             "samples. Warm-start on the same training set, or set "
+                             "warm_start=False to start afresh")
+
+    def _factory(self, spec: InputSpec, shared: bool) -> EncoderFactory:
+        return EncoderFactory(self.module, spec.views, tuple(self.hidden_layer_sizes),
+                              self.n_components, shared, self._nested("module__"),
+                              self.projection_head, self.freeze)
+
     def _fit_net(self, data: ViewData, spec: InputSpec, labels: np.ndarray | None,
                  loss_labels: np.ndarray | None, shared: bool,
-                 held_out: HeldOut | None = None) -> SelectorNet:
-        """Build (or, with ``warm_start``, reuse) the skorch net and train it on ``data``.
+                 held_out: HeldOut | None = None, kept: np.ndarray | None = None
+                 ) -> SelectorNet:
+        """Build a skorch net and train it on ``data``; with ``warm_start``, continue the
+        fitted one.
 
-        The encoders are built inside skorch's ``initialize``, after the torch RNG is
-        seeded, so that their initialisation is reproducible from ``random_state``.
-        Nothing fitted is changed here: the caller commits the returned net with
-        :meth:`_commit` once everything has succeeded. A warm start trains the fitted
-        network in place, so if it fails the estimator is left unfitted.
+        A warm start builds a net from the current parameters and gives it the fitted
+        net's state (:meth:`SelectorNet.training_state`): weights, loss state, optimizer
+        state, history, selector epoch, seed and held-out rows. So parameters that can
+        apply to the trained network take effect; those that would change its structure
+        are refused (:meth:`_check_warm_start`). The encoders of a new net are built
+        inside skorch's ``initialize``, after the torch RNG is seeded, so that their
+        initialisation is reproducible from ``random_state``. Nothing fitted is changed
+        here: the caller commits the returned net with :meth:`_commit` once everything
+        has succeeded, so a failed fit (warm or not) leaves the estimator as it was.
         """
         self._check_params()
+        self._check_input_settings(spec)
         accelerator = self.accelerator
         device = str(accelerator.device) if accelerator is not None else \
             resolve_device(self.device)
-        seed = self._seed()
-        net = getattr(self, "net_", None)
-        reuse = self.warm_start and net is not None
+        old = getattr(self, "net_", None)
+        reuse = self.warm_start and old is not None
         if reuse and spec != self.input_spec_:
             raise ValueError(f"warm_start continues the fitted network, which needs input "
                              f"of the same form and view shapes as before; got {spec}, "
                              f"fitted on {self.input_spec_}")
-        if reuse and net.memory_state is not None and net.memory_state.n_samples != len(data):
-            raise ValueError(f"warm_start continues the fitted memory, which remembers "
-                             f"{net.memory_state.n_samples} samples by their index; got X with "
-                             f"{len(data)} samples. Warm-start on the same training set, or "
-                             "set warm_start=False to start afresh")
-        check_monitors(self.callbacks, held_out is not None)
+        factory = self._factory(spec, shared)
+        if reuse:
+            self._check_warm_start(old, factory, len(data))
+        seed = old.seed if reuse else self._seed()
+        check_monitors(self.callbacks, held_out is not None, self.scoring is not None)
         scoring = self._scorer(held_out)
         data = with_labels(self._place(data, device), loss_labels)
         valid = None if held_out is None else \
             with_labels(self._place(held_out.data, device), held_out.loss_labels)
         cuda = torch.device(device).type == "cuda"
         devices = [torch.device(device).index or 0] if cuda else []
-        try:
-            with torch.random.fork_rng(devices=devices):
-                torch.manual_seed(seed)
-                extra = self._monitoring(spec, valid, held_out, scoring)
-                if reuse:
-                    net.labels = labels
-                    if accelerator is None:
-                        move_net(net, device)
-                    else:
-                        net.accelerator = accelerator
-                    net.train_split = None if valid is None else predefined_split(valid)
-                    net.callbacks = self._callbacks(net.selector, len(data), labels, extra)
-                    net.initialize_callbacks()
-                    net.partial_fit(data, None, epochs=self.max_epochs)
-                else:
-                    factory = EncoderFactory(self.module, spec.views,
-                                             tuple(self.hidden_layer_sizes), self.n_components,
-                                             shared, self._nested("module__"),
-                                             self.projection_head, self.freeze)
-                    net = self._make_net(factory, labels, device, seed, len(data),
-                                         spec.items_paired, valid, extra)
-                    net.fit(data, None)
-        except BaseException:
-            if reuse:  # trained in place: no longer the model it was
-                self._unfit()
-            raise
+        n_rows = len(data) + (0 if held_out is None or held_out.rows is None
+                              else len(held_out.rows))
+        with global_rng_turn(), torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            extra = self._monitoring(spec, valid, held_out, scoring)
+            net = self._make_net(factory, labels, device, seed, len(data), spec.items_paired,
+                                 valid, extra, kept=kept, n_rows=n_rows,
+                                 held_out_rows=None if held_out is None else held_out.rows)
+            if reuse:
+                net.initialize()
+                same_start = float(old.criterion__temperature) == float(self.temperature)
+                net.load_training_state(old.training_state(), keep_temperature=same_start)
+                net.partial_fit(data, None, epochs=self.max_epochs)
+            else:
+                net.fit(data, None)
+        if net.interrupted is None:
+            net.check_finite_weights()
         return net
 
+    def _finish(self, net: SelectorNet) -> None:
+        """After the fitted attributes are set: an interrupted fit (Ctrl-C) keeps its
+        model and goes on as an interrupt (so a search stops rather than score it)."""
+        if net.interrupted is not None:
+            raise TrainingInterrupted(net.interrupted)
+
+    def _check_input_settings(self, spec: InputSpec) -> None:
+        """Settings that depend on the input: ``image_normalization``'s channels."""
+        if self.image_normalization is None:
+            return
+        mean = np.atleast_1d(np.asarray(self.image_normalization[0], dtype=float))
+        for view in spec.views:
+            if view.integer or view.parts:
+                continue
+            channels = view.shape[0] if view.shape else 1
+            if len(mean) not in (1, channels):
+                raise ValueError(f"image_normalization has {len(mean)} values per channel, "
+                                 f"but {view.describe()} has {channels} channels on axis 1 "
+                                 "(give one value, or one per channel)")
+
     def build_net(self, spec: InputSpec, n_samples: int, shared: bool,
-                  device: str = "cpu") -> SelectorNet:
+                  device: str = "cpu", seed: int | None = None) -> SelectorNet:
         """An initialised, untrained net for input ``spec`` (what :func:`skcontrast.load`
         fills with saved weights)."""
         self._check_params()
-        factory = EncoderFactory(self.module, spec.views, tuple(self.hidden_layer_sizes),
-                                 self.n_components, shared, self._nested("module__"),
-                                 self.projection_head, self.freeze)
-        net = self._make_net(factory, None, resolve_device(device), self._seed(), n_samples,
-                             spec.items_paired)
+        seed = self._seed() if seed is None else seed
+        net = self._make_net(self._factory(spec, shared), None, resolve_device(device), seed,
+                             n_samples, spec.items_paired)
         return net.initialize()
 
     def save(self, path: Any) -> Any:
@@ -411,8 +589,10 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
 
     def _make_net(self, factory: EncoderFactory, labels: Any, device: str, seed: int,
                   n: int, items_paired: bool, valid: ViewData | None = None,
-                  extra: list | None = None) -> SelectorNet:
-        selector = self._fitting_selector(seed, n)
+                  extra: list | None = None, kept: np.ndarray | None = None,
+                  n_rows: int | None = None, held_out_rows: np.ndarray | None = None
+                  ) -> SelectorNet:
+        selector = self._fitting_selector(seed, n, kept, n_rows)
         batch = nominal_batch_size(selector, n)
         if self.micro_batch_size is not None and batch is not None and \
                 self.micro_batch_size > batch:
@@ -450,7 +630,7 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             augmentation=None if self.augmentation is None else Augmentation(self.augmentation),
             seed=seed, precision=self.precision if self.accelerator is None else "float32",
             num_workers=int(self.num_workers), labelled=self._labelled,
-            micro_batch_size=self.micro_batch_size,
+            micro_batch_size=self.micro_batch_size, held_out_rows=held_out_rows,
             image_normalization=self.image_normalization, **criterion,
             **optimizer_params)
 
@@ -590,6 +770,39 @@ def _check_callbacks(callbacks: Any) -> None:
             raise ValueError(f"callbacks[{i}] must be a skorch callback (an instance of "
                              f"skorch.callbacks.Callback, or (name, callback)); got "
                              f"{describe(item)}")
+
+
+def predefined_on_rows(batches: Any, rows: np.ndarray, n_rows: int) -> list[np.ndarray]:
+    """Predefined batches of rows of ``X`` as positions among the training ``rows``
+    (``rows[i]`` is the row of ``X`` at training position ``i``).
+
+    Rows held out of training are left out of the batches, with a warning; an index
+    that is no row of ``X`` at all, or a batch left with fewer than 2 training rows, is
+    an error.
+    """
+    position = np.full(int(rows.max()) + 1 if len(rows) else 0, -1, dtype=np.int64)
+    position[rows] = np.arange(len(rows))
+    out, dropped = [], 0
+    for i, batch in enumerate(batches):
+        batch = np.asarray(batch.cpu() if isinstance(batch, torch.Tensor) else batch).ravel()
+        if batch.dtype.kind not in "iu" or (batch.size and (batch.min() < 0 or
+                                                           batch.max() >= n_rows)):
+            raise ValueError(f"PredefinedBatchSelector batches[{i}] must hold row indices of "
+                             f"X, in [0, {n_rows}); got {describe(batch)}")
+        mapped = position[batch[batch < len(position)]]
+        kept = mapped[mapped >= 0]
+        dropped += len(batch) - len(kept)
+        if len(kept) < 2:
+            raise ValueError(f"PredefinedBatchSelector batches[{i}] keeps {len(kept)} training "
+                             f"row(s) once the held-out rows (validation_fraction) are left "
+                             "out; a batch needs at least 2")
+        out.append(kept.astype(np.int64))
+    if dropped:
+        warnings.warn(f"{dropped} entries of the PredefinedBatchSelector's batches are rows "
+                      "held out of training (validation_fraction); they are left out of the "
+                      "training batches, whose indices name rows of X",
+                      UserWarning, stacklevel=4)
+    return out
 
 
 def sample_of(data: ViewData) -> ViewData:

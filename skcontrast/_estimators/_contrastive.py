@@ -10,7 +10,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._validation import check_labels, describe
 from ..metrics import recall_at_k
-from ._base import BaseEmbedder, sample_of
+from ._base import BaseEmbedder, global_rng_turn, sample_of
 from ._data import read_fit_input, read_input, read_view
 from ._net import Augmentation
 
@@ -43,9 +43,10 @@ class ContrastiveEmbedder(BaseEmbedder):
       labels, if any, go through ``y`` (``skorch.helper.SliceDataset`` makes a Dataset
       splittable by ``GridSearchCV``).
 
-    Integer views (token ids) stay integers for embedding layers, and need a ``module``;
-    floats become float32 and must be finite. Integer 2-D features are numbers, as in
-    scikit-learn.
+    Integer views (token ids) stay integers for embedding layers, and need a ``module``
+    (so do ``(n, 2, L)`` integer pairs); bytes (uint8) are images, scaled to [0, 1] on
+    the device; floats become float32 and must be finite. Integer 2-D features are
+    numbers, as in scikit-learn.
 
     Parameters
     ----------
@@ -137,7 +138,8 @@ class ContrastiveEmbedder(BaseEmbedder):
         [0, 1] on the training device, batch by batch, so no float copy of the data set
         is made; with ``(mean, std)`` (one value or one per channel, channel axis 1) they
         are then standardised, e.g. ImageNet's ``((0.485, 0.456, 0.406), (0.229, 0.224,
-        0.225))``. Other float views are cast to float32 on the device the same way.
+        0.225))``. Float views are cast to float32 on the device the same way, and
+        standardised with ``(mean, std)`` too; integer views (token ids) never are.
     micro_batch_size : int or None, default=None
         Gradient caching (GradCache, Gao et al. 2021): embed each selected batch this
         many items at a time, take the loss and its gradient on the whole batch, then
@@ -321,8 +323,9 @@ class ContrastiveEmbedder(BaseEmbedder):
                                               labels)
         if kept is not None and labels is not None:
             labels = labels[kept]
-        net = self._fit_net(data, spec, labels, None, shared, held_out)
+        net = self._fit_net(data, spec, labels, None, shared, held_out, kept)
         self._commit(net, spec, view_split_=spec.split, sample=sample_of(data), **features)
+        self._finish(net)
         return self
 
     def transform(self, X: Any) -> np.ndarray:
@@ -341,8 +344,14 @@ class ContrastiveEmbedder(BaseEmbedder):
         if self.input_spec_.paired:
             return (self._embed(data.select(0), view=0, output=output),
                     self._embed(data.select(1), view=1, output=output))
+        if self.augmentation is None:
+            raise ValueError(f"{type(self).__name__} was fitted on single views with an "
+                             "augmentation, which makes their pairs, and has none now (a "
+                             "loaded model gets it back with skcontrast.load(path, "
+                             "augmentation=...), or set_params(augmentation=...)); transform "
+                             "works without it")
         views = Augmentation(self.augmentation).seed(self.net_.device, 0)
-        with torch.random.fork_rng(devices=[]):
+        with global_rng_turn(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             return (self._embed(data, view=0, augment=views, output=output),
                     self._embed(data, view=0, augment=views, output=output))

@@ -424,7 +424,7 @@ def read_fit_input(estimator: Any, X: Any, y: Any = None, *, single: bool,
     elif is_dataset(X):
         data, spec = _read_dataset(X, single=single, labelled=labelled)
     elif isinstance(X, np.ndarray | torch.Tensor) and X.ndim >= 3 and (
-            single or X.ndim > 3):
+            single or X.ndim > 3 or _whole_numbers(X)):
         data, spec = _read_array(X, None, single=single)
     else:
         data, spec = _read_flat(shadow, X, reset=True, single=single, view_split=view_split)
@@ -433,6 +433,14 @@ def read_fit_input(estimator: Any, X: Any, y: Any = None, *, single: bool,
     features = {name: getattr(shadow, name, None) if flat else None
                 for name in ("n_features_in_", "feature_names_in_")}
     return data, spec, features
+
+
+def _whole_numbers(X: np.ndarray | torch.Tensor) -> bool:
+    """Integer or byte values: ``(n, 2, L)`` token ids keep their integers (as in the
+    dict form) and ``(n, 2, d)`` bytes are images, not scikit-learn's float features."""
+    if isinstance(X, torch.Tensor):
+        return not X.is_floating_point() and not X.is_complex() and X.dtype != torch.bool
+    return X.dtype.kind in "iu"
 
 
 def read_input(estimator: Any, X: Any, spec: InputSpec) -> ViewData:

@@ -25,8 +25,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +37,7 @@ from skorch.history import History
 
 from .._validation import check_int
 from ._net import SelectorNet
+from ._persist import write_replacing
 
 META = "skcontrast_state.json"
 CRITERION = "skcontrast_criterion.pt"
@@ -266,11 +265,21 @@ class AcceleratorCheckpoint(Callback):
             return
         folder = Path(self.dirname)
         state = read_state(folder)
+        criterion = torch.load(folder / CRITERION, map_location="cpu", weights_only=True)
+        memory = net.criterion_.memory_state
+        saved = criterion.get("memory_state._extra_state", {}).get("n_samples")
+        if (memory is None) != (saved is None) or (memory is not None and
+                                                   saved != memory.n_samples):
+            have = "no memory" if saved is None else f"a memory of {saved} samples"
+            want = "no memory" if memory is None else f"a memory of {memory.n_samples} samples"
+            raise ValueError(f"AcceleratorCheckpoint(resume=True): {folder / CRITERION} holds "
+                             f"{have}, but this fit has {want}; a memory remembers samples by "
+                             "their index, so resume on the same training set and memory, "
+                             "or start afresh without resume=True")
         accelerator.load_state(str(folder))
         net.selector.set_epoch(state["selector_epoch"])
         net.history = History(state["history"])
-        net.criterion_.load_state_dict(torch.load(folder / CRITERION, map_location="cpu",
-                                                  weights_only=True))
+        net.criterion_.load_state_dict(criterion)
 
     def on_epoch_end(self, net: Any, **kwargs: Any) -> None:
         accelerator = self._require_accelerator(net)
@@ -286,20 +295,6 @@ class AcceleratorCheckpoint(Callback):
             torch.save(net.criterion_.state_dict(), buffer)
             write_replacing(folder / CRITERION, buffer.getvalue())
         accelerator.wait_for_everyone()
-
-
-def write_replacing(path: Path, data: bytes) -> None:
-    """Write ``data`` to a new file beside ``path`` and rename it over ``path``: a
-    symbolic link at ``path`` is replaced, never followed, and a reader never sees a
-    half-written file."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def read_state(folder: Path) -> dict:

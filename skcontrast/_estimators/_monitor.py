@@ -22,22 +22,42 @@ def check_validation_fraction(value: Any) -> None:
 
 def split_indices(n: int, fraction: float, seed: int, labels: np.ndarray | None
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Training and held-out indices; stratified by ``labels`` when every class has two
-    members or more (as scikit-learn's ``MLPClassifier`` does for its early stopping)."""
-    from sklearn.model_selection import ShuffleSplit, StratifiedShuffleSplit
+    """Training and held-out indices, ``round(n * fraction)`` held out.
 
+    With ``labels`` the split is stratified class by class, and every class keeps at
+    least one training sample: a class of one sample is never held out (its sample
+    trains), so no class seen in ``X`` goes missing from the fitted ``classes_``.
+    Each class holds out its share of ``fraction``, the remainders rounded so that the
+    total is ``round(n * fraction)`` where the classes allow it.
+    """
     n_valid = round(n * fraction)
     if n_valid < 2 or n - n_valid < 2:
         raise ValueError(f"validation_fraction={fraction} of {n} samples leaves {n_valid} "
                          f"held out and {n - n_valid} to train on; each side needs at least "
                          "2 (more data, or another fraction)")
-    placeholder = np.zeros((n, 1))
-    stratify = labels is not None and np.bincount(labels).min() >= 2 and \
-        n_valid >= len(np.unique(labels)) and n - n_valid >= len(np.unique(labels))
-    splitter = StratifiedShuffleSplit(1, test_size=n_valid, random_state=seed) if stratify \
-        else ShuffleSplit(1, test_size=n_valid, random_state=seed)
-    train, valid = next(splitter.split(placeholder, labels if stratify else None))
-    return np.sort(train), np.sort(valid)
+    rng = np.random.default_rng(seed)
+    if labels is None:
+        order = rng.permutation(n)
+        return np.sort(order[n_valid:]), np.sort(order[:n_valid])
+    members = [np.flatnonzero(labels == c) for c in np.unique(labels)]
+    sizes = np.array([len(m) for m in members])
+    share = sizes * fraction
+    counts = np.minimum(np.floor(share).astype(int), sizes - 1)
+    room = sizes - 1 - counts
+    # the remaining held-out places go to the classes with the largest remainders
+    for c in np.argsort(-(share - np.floor(share)), kind="stable"):
+        if counts.sum() >= n_valid:
+            break
+        if room[c] > 0:
+            counts[c] += 1
+            room[c] -= 1
+    valid = np.concatenate([rng.permutation(m)[:k] for m, k in zip(members, counts,
+                                                                   strict=True)])
+    if len(valid) < 2:
+        raise ValueError(f"validation_fraction={fraction} holds out {len(valid)} sample(s): "
+                         "every class keeps one sample to train on, and most classes here "
+                         "have a single sample; the held-out loss needs at least 2")
+    return np.setdiff1d(np.arange(n), valid), np.sort(valid)
 
 
 class ValidScore(Callback):
@@ -68,15 +88,20 @@ class ValidScore(Callback):
         return {**self.__dict__, "X": None, "y": None, "estimator": None}
 
 
-def check_monitors(callbacks: Any, held_out: bool) -> None:
-    """Callbacks that watch held-out values need held-out data: say so before training,
-    not with a ``KeyError`` after the first epoch (skorch issue 746)."""
-    if held_out:
-        return
+def check_monitors(callbacks: Any, held_out: bool, scored: bool = False) -> None:
+    """Callbacks that watch held-out values need held-out data, and ``valid_score`` a
+    ``scoring``: say so before training, not with a ``KeyError`` after the first epoch
+    (skorch issue 746)."""
     for item in callbacks or []:
         callback = item[1] if isinstance(item, tuple) else item
         monitor = getattr(callback, "monitor", None)
-        if isinstance(monitor, str) and monitor.startswith("valid"):
+        if not isinstance(monitor, str) or not monitor.startswith("valid"):
+            continue
+        if not held_out:
             raise ValueError(f"{type(callback).__name__} watches {monitor!r}, which needs "
                              "held-out data: set validation_fraction (e.g. 0.1) or pass "
                              "X_val (and y_val) to fit")
+        if monitor.startswith("valid_score") and not scored:
+            raise ValueError(f"{type(callback).__name__} watches {monitor!r}, which is "
+                             "recorded only with a scoring: set scoring (e.g. 'map@r'), or "
+                             "watch 'valid_loss'")

@@ -25,7 +25,10 @@ The datasets (:mod:`._data`) fetch a whole batch with one ``__getitems__`` call.
 from __future__ import annotations
 
 import contextlib
+import copy
+import fnmatch
 import inspect
+import linecache
 import re
 import sys
 import time
@@ -37,11 +40,12 @@ import numpy as np
 import skorch.callbacks
 import torch
 from skorch import NeuralNet
+from skorch.history import History
 from skorch.utils import TeeGenerator
 from torch.utils.data import DataLoader, Sampler
 
 from .._validation import describe
-from ..exceptions import TrainingDivergedError, TrainingInterruptedWarning
+from ..exceptions import TrainingDivergedError
 from ._data import Batch, ItemViews, Selection, TensorViews, ViewData
 
 INFERENCE_BATCH = 1024
@@ -56,9 +60,9 @@ def to_device(x: Any, device: Any, normalization: Any = None) -> Any:
     """A batch (a tensor, or a tuple of one per view) on ``device``, ready for the module.
 
     Copies from pinned memory overlap. On the device, floats become float32 and bytes
-    (uint8 images) become floats in [0, 1], then ``(x - mean) / std`` per channel (axis 1)
-    with ``normalization=(mean, std)``, so the host keeps the data as it was given.
-    Integer views (token ids) stay as they are.
+    (uint8 images) become floats in [0, 1]; then, with ``normalization=(mean, std)``,
+    every float view becomes ``(x - mean) / std`` per channel (axis 1), so the host keeps
+    the data as it was given. Integer views (token ids) stay as they are.
     """
     if isinstance(x, tuple | list):
         return tuple(to_device(t, device, normalization) for t in x)
@@ -67,12 +71,12 @@ def to_device(x: Any, device: Any, normalization: Any = None) -> Any:
     x = x.to(device, non_blocking=True)
     if x.dtype == torch.uint8:
         x = x.float().div_(255)
-        if normalization is not None:
-            mean, std = (torch.as_tensor(v, dtype=torch.float32, device=x.device)
-                         .reshape(1, -1, *([1] * (x.ndim - 2))) for v in normalization)
-            x = (x - mean) / std
     elif x.is_floating_point() and x.dtype != torch.float32:
         x = x.float()
+    if normalization is not None and x.is_floating_point():
+        mean, std = (torch.as_tensor(v, dtype=torch.float32, device=x.device)
+                     .reshape(1, -1, *([1] * (x.ndim - 2))) for v in normalization)
+        x = (x - mean) / std
     return x
 
 
@@ -88,6 +92,42 @@ def _steps_recorded(history: Any) -> int:
 
 def _plain_temperature(criterion: Any) -> str:
     return f"{float(torch.as_tensor(criterion.temperature).detach()):.6g}"
+
+
+def _raised_on_purpose(exc: BaseException) -> bool:
+    """Whether an exception was raised by a ``raise`` statement (as callbacks stop
+    training) rather than by a signal (Ctrl-C interrupts whatever line runs)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
+    return line.startswith("raise")
+
+
+def _aliases(name: str) -> list[str]:
+    """A parameter's name in the fitted ``module_`` (``encoders.0.layer1.weight``) and
+    as ``freeze`` names it, within the user's module (``layer1.weight``)."""
+    parts = name.split(".")
+    if len(parts) > 2 and parts[0] in ("encoders", "heads") and parts[1].isdigit():
+        return [name, ".".join(parts[2:])]
+    return [name]
+
+
+def _load_state(module: torch.nn.Module, state: dict, what: str,
+                optional: tuple[str, ...] = ()) -> None:
+    """``module.load_state_dict(state)``, with a clear error when they do not fit."""
+    try:
+        result = module.load_state_dict(state, strict=False)
+    except RuntimeError as exc:
+        raise ValueError(f"the saved state of {what} does not fit it ({exc}); the model "
+                         "was built with other settings") from None
+    missing = [k for k in result.missing_keys if k not in optional]
+    if missing or result.unexpected_keys:
+        raise ValueError(f"the saved state of {what} does not fit it (missing "
+                         f"{missing[:5]}, unexpected {list(result.unexpected_keys)[:5]}); "
+                         "the model was built with other settings")
 
 
 def split_rows(x: Any, size: int) -> list[Any]:
@@ -252,15 +292,20 @@ class SelectorNet(NeuralNet):
     valid_batch_size : int or None
         Size of the fixed batches of held-out data (``train_split`` gives that data).
     image_normalization : (mean, std) or None
-        Applied to uint8 images once they are floats in [0, 1] on the device.
+        Applied to image views on the device (uint8 ones once they are floats in [0, 1]).
+    held_out_rows : ndarray or None
+        The rows of the estimator's ``X`` held out of training (``validation_fraction``),
+        kept so that every warm start holds out the same rows.
     """
 
     def __init__(self, *args: Any, selector: Any = None, labels: Any = None,
                  augmentation: Any = None, seed: int = 0, precision: str = "float32",
                  num_workers: int = 0, labelled: bool = False,
                  micro_batch_size: int | None = None, valid_batch_size: int | None = None,
-                 image_normalization: Any = None, **kwargs: Any) -> None:
+                 image_normalization: Any = None, held_out_rows: Any = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.held_out_rows = held_out_rows
         self.image_normalization = image_normalization
         self.micro_batch_size = micro_batch_size
         self.valid_batch_size = valid_batch_size
@@ -292,10 +337,13 @@ class SelectorNet(NeuralNet):
 
     def _loader(self, data: ViewData, batch_sampler: Any) -> DataLoader:
         # Workers load a Dataset's items; array rows are one index away, in this process.
+        # Its own generator: a DataLoader draws its workers' base seed from torch's
+        # global one otherwise, which would advance the caller's random stream.
         workers = self.num_workers if isinstance(data, ItemViews) else 0
+        generator = torch.Generator().manual_seed(self.seed + len(self.history or ()))
         return DataLoader(data, batch_sampler=batch_sampler, collate_fn=_as_batch,
                           num_workers=workers, pin_memory=self._on_gpu(),
-                          persistent_workers=workers > 0)
+                          persistent_workers=workers > 0, generator=generator)
 
     def get_iterator(self, dataset: Any, training: bool = False) -> Any:
         if not training:  # skorch asks for it only for the held-out data
@@ -418,22 +466,140 @@ class SelectorNet(NeuralNet):
 
     def partial_fit(self, X: Any, y: Any = None, classes: Any = None,
                     **fit_params: Any) -> SelectorNet:
-        """skorch's ``partial_fit``; an interrupted fit (Ctrl-C, or a callback that stops
-        training, as skorch's ``EarlyStopping`` does) keeps its model, as in skorch, and
-        says how far it got."""
-        done = len(self.history)
+        """skorch's ``partial_fit``, which keeps the model of an interrupted fit; whether
+        the fit was interrupted (Ctrl-C) is left in ``interrupted``, a message saying how
+        far it got, or ``None`` (a fit that ran to the end, or that a callback such as
+        skorch's ``EarlyStopping`` stopped)."""
+        done = len(self.history) if self.initialized_ else 0
+        steps = _steps_recorded(self.history) if self.initialized_ else 0
         goal = fit_params.get("epochs", self.max_epochs)
-        steps = _steps_recorded(self.history)
+        self.interrupted = None
         super().partial_fit(X, y, classes, **fit_params)
-        trained = len(self.history) - done
-        if trained < goal or (trained and "dur" not in self.history[-1]):
-            applied = _steps_recorded(self.history) - steps
-            warnings.warn(
-                f"fit stopped after {sum('dur' in row for row in self.history[done:])} of "
-                f"{goal} epochs (a KeyboardInterrupt: Ctrl-C, or a callback that stops "
-                f"training, such as EarlyStopping); the model keeps the weights of the "
-                f"{applied} step(s) applied", TrainingInterruptedWarning, stacklevel=2)
+        if self.interrupted is not None:
+            epochs = sum("dur" in row for row in self.history[done:])
+            self.interrupted = (
+                f"fit stopped after {epochs} of {goal} epochs (interrupted); the model keeps "
+                f"the weights of the {_steps_recorded(self.history) - steps} step(s) applied")
         return self
+
+    def fit_loop(self, X: Any, y: Any = None, epochs: int | None = None,
+                 **fit_params: Any) -> SelectorNet:
+        """skorch's loop; an interrupt that no callback raised is recorded as one."""
+        self._stopped_by = None
+        try:
+            return super().fit_loop(X, y, epochs=epochs, **fit_params)
+        except KeyboardInterrupt:
+            if self._stopped_by is None:
+                self.interrupted = True
+            raise
+
+    def notify(self, method_name: str, **cb_kwargs: Any) -> None:
+        """skorch's ``notify``, remembering which callback stopped training, if one did
+        (skorch's callbacks stop it by raising ``KeyboardInterrupt``)."""
+        getattr(self, method_name)(self, **cb_kwargs)
+        for name, callback in self.callbacks_:
+            try:
+                getattr(callback, method_name)(self, **cb_kwargs)
+            except KeyboardInterrupt as exc:
+                if _raised_on_purpose(exc):
+                    self._stopped_by = name
+                raise
+
+    def check_finite_weights(self) -> None:
+        """Refuse a trained network with a NaN or infinite weight (one device read)."""
+        parameters = [p.detach().reshape(-1) for p in self.module_.parameters()] + \
+            [p.detach().reshape(-1) for p in self.criterion_.parameters()]
+        if parameters and not bool(torch.isfinite(torch.cat(parameters)).all()):
+            raise TrainingDivergedError(
+                f"training diverged in its last steps: after {len(self.history)} epoch(s) "
+                f"the network has NaN or infinite weights, so its embeddings would be NaN. "
+                f"Lower the learning rate (lr={self.lr}), raise the temperature "
+                f"(temperature={_plain_temperature(self.criterion_)}), or check that the "
+                "module does not output NaN or inf")
+
+    # -- state that travels: warm starts and saved models ------------------------------
+
+    def training_state(self) -> dict:
+        """Everything a later fit continues from: weights, the loss module's state (a
+        learned temperature, a memory), the optimizer's state (a copy), the history, the
+        selector's epoch, the seed and the held-out rows."""
+        optimizer = getattr(self.optimizer_, "optimizer", self.optimizer_)
+        return {"module": self.inference_module().state_dict(),
+                "criterion": self.criterion_.state_dict(),
+                "optimizer": copy.deepcopy(optimizer.state_dict()),
+                "optimizer_class": type(optimizer),
+                "history": self.history.to_list(),
+                "selector_epoch": self.selector.current_epoch,
+                "held_out_rows": None if self.held_out_rows is None
+                else np.asarray(self.held_out_rows).tolist(),
+                "seed": self.seed,
+                "grad_scaler": None if getattr(self, "grad_scaler_", None) is None
+                else self.grad_scaler_.state_dict()}
+
+    def load_training_state(self, state: dict, keep_temperature: bool = True) -> None:
+        """Continue from :meth:`training_state` (of this net's structure).
+
+        The optimizer's state is taken when the optimizer is of the same class and
+        holds the same parameter groups; its settings (learning rate, ...) stay this
+        net's own. A learned temperature is taken when ``keep_temperature`` and this
+        net learns its temperature too; otherwise the temperature is this net's.
+        """
+        _load_state(self.inference_module(), state["module"], "the network")
+        criterion = dict(state["criterion"])
+        learned = criterion.pop("log_temperature", None)
+        if learned is not None and keep_temperature and self.criterion_.learn_temperature:
+            criterion["log_temperature"] = learned
+        _load_state(self.criterion_, criterion, "the loss module",
+                    optional=("log_temperature",))
+        self._load_optimizer(state.get("optimizer"), state.get("optimizer_class"))
+        self.history = History(copy.deepcopy(state["history"]))
+        self.selector.set_epoch(state["selector_epoch"])
+        rows = state.get("held_out_rows")
+        self.held_out_rows = None if rows is None else np.asarray(rows, dtype=np.int64)
+        scaler = state.get("grad_scaler")
+        if scaler and self.precision == "float16":
+            self.grad_scaler_ = torch.amp.GradScaler(self.compute_device.type)
+            self.grad_scaler_.load_state_dict(scaler)
+
+    def _load_optimizer(self, saved: dict | None, kind: type | None) -> None:
+        optimizer = getattr(self.optimizer_, "optimizer", self.optimizer_)
+        if saved is None or (kind is not None and kind is not type(optimizer)):
+            return
+        fresh = optimizer.state_dict()
+        sizes = [len(g["params"]) for g in saved["param_groups"]]
+        if sizes != [len(g["params"]) for g in fresh["param_groups"]]:
+            warnings.warn("the optimizer's parameter groups changed (optimizer__param_groups "
+                          "or the parameters that train), so its state (e.g. Adam's moments) "
+                          "starts afresh", UserWarning, stacklevel=3)
+            return
+        # the saved state under this net's own settings (lr, weight decay, ...)
+        groups = [{**g, "params": list(s["params"])}
+                  for g, s in zip(fresh["param_groups"], saved["param_groups"], strict=True)]
+        optimizer.load_state_dict({"state": saved["state"], "param_groups": groups})
+
+    def _get_params_for_optimizer(self, prefix: str, named_parameters: Any) -> tuple:
+        """skorch's parameter groups (``optimizer__param_groups``), with two changes:
+        a pattern may name parameters as ``freeze`` names parts of the module (without
+        the ``encoders.<i>.`` prefix of the fitted ``module_``), and a pattern that
+        matches no parameter is an error, not silently ignored."""
+        kwargs = self.get_params_for(prefix)
+        params = list(named_parameters)
+        groups = []
+        for pattern, group in kwargs.pop("param_groups", []):
+            matches = [i for i, (name, _) in enumerate(params)
+                       if any(fnmatch.fnmatch(alias, pattern) for alias in _aliases(name))]
+            if not matches:
+                names = sorted({a for name, _ in params for a in _aliases(name)[-1:]})
+                raise ValueError(
+                    f"optimizer__param_groups: the pattern {pattern!r} matches no parameter "
+                    f"that is still unassigned; parameters are named as in the module (e.g. "
+                    f"{names[:6]}) or as in the fitted net_.module_ ('encoders.0.<name>', "
+                    "'heads.0.<name>')")
+            groups.append({"params": [params.pop(i)[1] for i in reversed(matches)], **group})
+        if params:
+            groups.append({"params": [p for _, p in params]})
+        kwargs.setdefault("lr", self.lr)
+        return (groups,), kwargs
 
     def on_epoch_begin(self, net: Any, dataset_train: Any = None, dataset_valid: Any = None,
                        **kwargs: Any) -> None:
@@ -653,16 +819,16 @@ class SelectorNet(NeuralNet):
         row[prefix + "_batch_size"] = size
 
     def check_finite(self, prefix: str, start: int, stop: int | None = None) -> None:
-        """Stop training at the first recorded batch loss that is not finite."""
-        if prefix != "train":
-            return
+        """Stop training at the first recorded batch loss that is not finite (a held-out
+        loss too: the network embeds held-out data as NaN)."""
         batches = self.history[-1]["batches"]
         stop = start + 1 if stop is None else stop
         for position in range(start, stop):
-            value = batches[position].get("train_loss")
+            value = batches[position].get(prefix + "_loss")
             if value is not None and not np.isfinite(value):
                 raise TrainingDivergedError(
-                    f"training diverged: the loss was {value} at epoch {len(self.history)}, "
+                    f"training diverged: the {'held-out ' * (prefix != 'train')}loss was "
+                    f"{value} at epoch {len(self.history)}, "
                     f"batch {position + 1} of this epoch, so the weights are no longer "
                     f"finite. Lower the learning rate (lr={self.lr}), raise the "
                     f"temperature (temperature={_plain_temperature(self.criterion_)}), keep "
@@ -717,25 +883,8 @@ class SelectorNet(NeuralNet):
     def __getstate__(self) -> dict:
         state = super().__getstate__()
         for transient in ("_batch_terms", "training_data", "_warned_lone",
-                          "_warned_coverage", "_checked_augmentation"):
+                          "_warned_coverage", "_checked_augmentation", "_stopped_by"):
             state.pop(transient, None)  # rebuilt by every fit
+        state["train_split"] = None  # the held-out data stays out of the pickle
         return state
-
-
-def move_net(net: SelectorNet, device: str) -> None:
-    """Move a fitted net (module, criterion, optimizer state) to ``device`` in place.
-
-    A net unpickled on a CPU-only machine can thus keep training there, and a CPU model
-    can continue on a GPU.
-    """
-    if torch.device(net.device) == torch.device(device):
-        return
-    net.module_.to(device)
-    net.criterion_.to(device)
-    for name in net._optimizers:
-        for state in getattr(net, name + "_").state.values():
-            for key, value in state.items():
-                if isinstance(value, torch.Tensor) and value.ndim > 0:
-                    state[key] = value.to(device)
-    net.device = device
 

@@ -3,25 +3,33 @@
 A pickle (or joblib) file runs code when it is loaded, so it must come from a source
 you trust. :meth:`BaseEmbedder.save` writes a folder instead:
 
-- ``model.safetensors``: the tensors of the network and of the loss module (a learned
-  temperature, a memory's state), in the safetensors format, which holds data only;
+- ``model.safetensors``: the tensors of the network, of the loss module (a learned
+  temperature, a memory's state) and of the optimizer's state, in the safetensors
+  format, which holds data only;
 - ``config.json``: the estimator's class and parameters, what it learned besides the
-  weights (input form, classes, training history, ...), and the versions of
-  skcontrast, torch and skorch that wrote it.
+  weights (input form, classes, training history, the seed and epoch to continue
+  from, ...), and the versions of skcontrast, torch and skorch that wrote it.
 
-:func:`load` reads them back without running code from the files: the classes it
-re-creates are looked up among skcontrast's and torch's own, by name; anything else the
-model was built from (your encoder class or instance, a kornia augmentation) is named in
-the file but must be passed to :func:`load`, which says so.
+:func:`load` reads them back and **constructs nothing that is not on an explicit
+allow-list** (:func:`allowed_objects`): skcontrast's selectors, memories, schedule,
+augmentations and encoder factories, and the layer classes of ``torch.nn`` and the
+optimizers of ``torch.optim``, called with plain values (numbers, strings, lists)
+only. A name is looked up in that list as a whole, never walked attribute by
+attribute, and never imported. Anything else the model was built from (your encoder
+class or instance, a callable loss, an optimizer from another package) is named in
+the file and must be passed to ``load`` by keyword; the error says which.
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
 import inspect
 import json
+import math
+import os
+import tempfile
 import warnings
-from dataclasses import asdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,192 +40,466 @@ from sklearn.base import BaseEstimator
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 FORMAT = "skcontrast-model"
-TRUSTED_ROOTS = ("skcontrast", "torch")
-#: Parameters that describe objects the file cannot rebuild, given back at load.
-SUPPLIED = ("module", "augmentation", "projection_head", "callbacks")
+FORMAT_VERSION = 2
+#: Parameters a loaded model does not need to transform: when the file could only name
+#: them, ``load`` sets them to ``None`` with a warning instead of refusing.
+OPTIONAL_AT_LOAD = ("augmentation", "callbacks", "scoring", "random_state")
+#: Keys of an optimizer's param group that are data, not settings.
+_GROUP_DATA = ("params",)
 
 
-def _path_of(obj: Any) -> str:
+def path_of(obj: Any) -> str:
+    """``module.qualname`` of a class or function: how the file names it."""
     return f"{obj.__module__}.{obj.__qualname__}"
 
 
-def _encode(value: Any, missing: list, name: str) -> Any:
-    """A parameter value as JSON; what cannot be written is recorded in ``missing``."""
-    if value is None or isinstance(value, bool | int | float | str):
+@functools.cache
+def allowed_objects() -> dict[str, Any]:
+    """Every class and function :func:`load` may name or construct, by its path.
+
+    - estimators (constructed from their saved parameters): the selectors of
+      :mod:`skcontrast.selectors`, the memories of :mod:`skcontrast.memory` and
+      :class:`~skcontrast.WarmupCosine`;
+    - augmentation objects of :mod:`skcontrast.datasets` (restored field by field) and
+      its factories ``digit_cnn`` and ``digit_augmentation``;
+    - the loss functions of :mod:`skcontrast.losses`;
+    - every ``torch.nn.Module`` class in ``torch.nn`` and every optimizer class in
+      ``torch.optim`` (called with plain values only).
+    """
+    from .. import datasets, losses, memory, selectors
+    from ._schedule import WarmupCosine
+
+    chosen: list[Any] = [WarmupCosine, datasets.GaussianNoise, datasets.RandomFeatureMask,
+                         datasets.RandomShift, datasets.Compose, datasets.digit_cnn,
+                         datasets.digit_augmentation]
+    chosen += [getattr(selectors, name) for name in selectors.__all__
+               if isinstance(getattr(selectors, name), type)
+               and issubclass(getattr(selectors, name), selectors.BatchSelector)]
+    chosen += [getattr(memory, name) for name in memory.__all__
+               if isinstance(getattr(memory, name), type)
+               and issubclass(getattr(memory, name), memory.BaseMemory)]
+    chosen += [*losses.PAIR_LOSSES.values(), *losses.LABEL_LOSSES.values()]
+    chosen += [obj for obj in vars(torch.nn).values()
+               if isinstance(obj, type) and issubclass(obj, torch.nn.Module)]
+    chosen += [obj for obj in vars(torch.optim).values()
+               if isinstance(obj, type) and issubclass(obj, torch.optim.Optimizer)
+               and obj is not torch.optim.Optimizer]
+    return {path_of(obj): obj for obj in chosen}
+
+
+def _allowed(path: Any, entry: str) -> Any:
+    if not isinstance(path, str) or path not in allowed_objects():
+        raise ValueError(f"the saved configuration names {path!r} for {entry}, which "
+                         "skcontrast.load does not construct (it builds only skcontrast's "
+                         "own objects and torch.nn/torch.optim classes); if the model "
+                         f"really was built from it, pass it to load by keyword")
+    return allowed_objects()[path]
+
+
+#: Objects of skcontrast's own whose fields are plain data (augmentations).
+def _field_objects() -> tuple[type, ...]:
+    from .. import datasets
+
+    return (datasets.GaussianNoise, datasets.RandomFeatureMask, datasets.RandomShift,
+            datasets.Compose)
+
+
+# --------------------------------------------------------------------------------------
+# Encoding
+# --------------------------------------------------------------------------------------
+
+class Unstorable(Exception):
+    """A value the file cannot hold; ``args[0]`` says what it is."""
+
+
+def _encode(value: Any) -> Any:
+    """A parameter value as JSON, or :class:`Unstorable`."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return {"float": repr(value)}
         return value
     if isinstance(value, np.integer | np.floating | np.bool_):
-        return value.item()
+        return _encode(value.item())
     if isinstance(value, tuple):
-        return {"tuple": [_encode(v, missing, name) for v in value]}
+        return {"tuple": [_encode(v) for v in value]}
     if isinstance(value, list):
-        return [_encode(v, missing, name) for v in value]
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {"dict": {k: _encode(v, missing, f"{name}[{k!r}]") for k, v in value.items()}}
-    if isinstance(value, np.ndarray) and (value.dtype.kind in "biufUS" or (
-            value.dtype.kind == "O" and all(isinstance(v, str | int | float | bool)
-                                             for v in value.flat))):
-        return {"array": value.tolist(), "dtype": str(value.dtype)}
-    if isinstance(value, BaseEstimator) and type(value).__module__.startswith("skcontrast"):
-        return {"estimator": _path_of(type(value)),
-                "params": _encode(value.get_params(deep=False), missing, name)}
-    if type(value).__module__.split(".")[0] == "skcontrast" and hasattr(value, "__dict__"):
-        trial: list = []  # an object of skcontrast's own (an augmentation): its fields
-        state = _encode(vars(value), trial, name)
-        if not trial:
-            return {"object": _path_of(type(value)), "state": state}
-    named = isinstance(value, type) or inspect.isfunction(value) or inspect.isbuiltin(value)
-    if named and getattr(value, "__module__", "").split(".")[0] in TRUSTED_ROOTS:
-        return {"import": _path_of(value)}
-    missing.append(name)
-    return {"supplied": name, "was": _path_of(value if named else type(value))}
+        return [_encode(v) for v in value]
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise Unstorable(f"a dict with keys {list(value)[:3]}")
+        return {"dict": {k: _encode(v) for k, v in value.items()}}
+    if isinstance(value, np.ndarray):
+        return _encode_array(value)
+    allowed = allowed_objects()
+    if isinstance(value, BaseEstimator) and path_of(type(value)) in allowed:
+        return {"estimator": path_of(type(value)),
+                "params": _encode(value.get_params(deep=False))}
+    if isinstance(value, _field_objects()):
+        return {"object": path_of(type(value)), "state": _encode(dict(vars(value)))}
+    recipe = getattr(value, "_skcontrast_recipe", None)
+    if isinstance(recipe, str) and recipe in allowed:
+        return {"call": recipe}
+    if isinstance(value, functools.partial) and _named(value.func) in allowed:
+        return {"partial": _named(value.func), "args": _encode(list(value.args)),
+                "keywords": _encode(dict(value.keywords))}
+    if _named(value) in allowed and allowed[_named(value)] is value:
+        return {"import": _named(value)}
+    named = isinstance(value, type) or inspect.isroutine(value)
+    raise Unstorable(f"{'' if named else 'an object of '}"
+                     f"{_named(value if named else type(value))}")
 
 
-def _decode(value: Any, supplied: dict, name: str) -> Any:
-    if isinstance(value, list):
-        return [_decode(v, supplied, name) for v in value]
-    if not isinstance(value, dict):
-        return value
-    if "tuple" in value:
-        return tuple(_decode(v, supplied, name) for v in value["tuple"])
-    if "dict" in value:
-        return {k: _decode(v, supplied, f"{name}[{k!r}]") for k, v in value["dict"].items()}
-    if "array" in value:
-        return np.asarray(value["array"], dtype=value["dtype"])
-    if "estimator" in value:
-        cls = _trusted(value["estimator"])
-        if not (isinstance(cls, type) and issubclass(cls, BaseEstimator)):
-            raise ValueError(f"{value['estimator']!r} is not an estimator class")
-        return cls(**_decode(value["params"], supplied, name))
-    if "import" in value:
-        return _trusted(value["import"])
-    if "object" in value:
-        cls = _trusted(value["object"])
-        obj = cls.__new__(cls)  # no __init__: the saved fields, as they were
-        obj.__dict__.update(_decode(value["state"], supplied, name))
-        return obj
-    if "supplied" in value:
-        top = value["supplied"].split("[")[0]
-        if supplied.get(top) is None:
-            raise ValueError(
-                f"the saved model was built with {value['supplied']} = an object of "
-                f"{value['was']}, which a saved file does not hold (that would mean running "
-                f"code from it): pass it to load, e.g. skcontrast.load(path, {top}=...)")
-        return supplied[top]
-    raise ValueError(f"unreadable parameter {name} in the saved configuration: {value!r}")
+def _named(obj: Any) -> str:
+    try:
+        return path_of(obj)
+    except AttributeError:
+        return type(obj).__name__
 
 
-def _trusted(path: str) -> Any:
-    """A class or function of skcontrast or torch, by its dotted path (nothing else)."""
-    parts = path.split(".")
-    if parts[0] not in TRUSTED_ROOTS:
-        raise ValueError(f"{path!r} is outside skcontrast and torch; pass it to load")
-    for cut in range(len(parts) - 1, 0, -1):  # the longest importable module prefix
-        try:
-            target = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
+def _encode_array(value: np.ndarray) -> dict:
+    kind = value.dtype.kind
+    if kind in "biufU":
+        return {"array": value.tolist(), "dtype": value.dtype.str}
+    if kind == "S":
+        return {"array": [v.hex() for v in value.ravel().tolist()], "dtype": value.dtype.str,
+                "shape": list(value.shape), "encoding": "hex"}
+    if kind == "O":
+        items = value.ravel().tolist()
+        if all(isinstance(v, str) for v in items) or all(
+                isinstance(v, int | float) and not isinstance(v, bool) for v in items):
+            return {"array": items, "dtype": "O", "shape": list(value.shape)}
+        if all(isinstance(v, bytes) for v in items):
+            return {"array": [v.hex() for v in items], "dtype": "O", "shape": list(value.shape),
+                    "encoding": "hex"}
+    raise Unstorable(f"an array of {value.dtype}")
+
+
+def encode_params(estimator: Any) -> tuple[dict, dict]:
+    """The estimator's parameters as JSON, and ``{name: what it was}`` for those the file
+    can only name (to be passed to :func:`load` by keyword)."""
+    params, named = {}, {}
+    for name, value in estimator.get_params(deep=False).items():
+        if name == "accelerator":  # a process-local handle, never restored
             continue
-        for attribute in parts[cut:]:
-            target = getattr(target, attribute, None)
-        if callable(target):
-            return target
-        break
-    raise ValueError(f"cannot find {path!r} in the installed skcontrast or torch")
+        try:
+            params[name] = _encode(value)
+        except Unstorable as exc:
+            params[name] = {"supplied": name, "was": exc.args[0]}
+            named[name] = exc.args[0]
+    return params, named
 
+
+def _plain_json(value: Any, where: str) -> Any:
+    """``value`` as plain JSON (NumPy and torch scalars unwrapped), or a clear error."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, np.generic) or (isinstance(value, torch.Tensor) and value.numel() == 1):
+        return _plain_json(value.item(), where)
+    if isinstance(value, list | tuple):
+        return [_plain_json(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _plain_json(v, f"{where}[{k!r}]") for k, v in value.items()}
+    raise ValueError(f"cannot save {where}: it holds {_named(type(value))}, which a saved "
+                     "file (JSON) cannot hold. Remove the callback that records it, or "
+                     "pickle the estimator instead (trusted sources only)")
+
+
+# --------------------------------------------------------------------------------------
+# Decoding: plain values, allow-listed objects, or what the caller passed
+# --------------------------------------------------------------------------------------
+
+def _decode(value: Any, entry: str) -> Any:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list):
+        return [_decode(v, entry) for v in value]
+    if not isinstance(value, dict) or len(value) == 0:
+        raise ValueError(f"unreadable value of {entry} in the saved configuration: "
+                         f"{value!r:.80}")
+    if "float" in value:
+        return float(_expect(value["float"], str, entry))
+    if "tuple" in value:
+        return tuple(_decode(v, entry) for v in _expect(value["tuple"], list, entry))
+    if "dict" in value:
+        return {str(k): _decode(v, f"{entry}[{k!r}]")
+                for k, v in _expect(value["dict"], dict, entry).items()}
+    if "array" in value:
+        return _decode_array(value, entry)
+    if "estimator" in value:
+        cls = _allowed(value["estimator"], entry)
+        if not (isinstance(cls, type) and issubclass(cls, BaseEstimator)):
+            raise ValueError(f"{value['estimator']!r} ({entry}) is not an estimator class")
+        return cls(**_decode_kwargs(value.get("params"), entry))
+    if "object" in value:
+        cls = _allowed(value["object"], entry)
+        if cls not in _field_objects():
+            raise ValueError(f"{value['object']!r} ({entry}) is not restored field by field")
+        obj = cls.__new__(cls)  # no __init__: the saved fields, as they were
+        obj.__dict__.update(_decode_kwargs(value.get("state"), entry))
+        return obj
+    if "call" in value:
+        factory = _allowed(value["call"], entry)
+        if factory not in _factories():
+            raise ValueError(f"{value['call']!r} ({entry}) is not a factory load calls")
+        return factory()
+    if "partial" in value:
+        func = _allowed(value["partial"], entry)
+        return functools.partial(func, *_decode(_expect(value.get("args"), list, entry), entry),
+                                 **_decode_kwargs(value.get("keywords"), entry))
+    if "import" in value:
+        return _allowed(value["import"], entry)
+    raise ValueError(f"unreadable value of {entry} in the saved configuration: "
+                     f"{value!r:.80}")
+
+
+def _factories() -> tuple[Callable, ...]:
+    from .. import datasets
+
+    return (datasets.digit_augmentation,)
+
+
+def _decode_kwargs(value: Any, entry: str) -> dict:
+    decoded = _decode(value, entry)
+    if not isinstance(decoded, dict) or not all(isinstance(k, str) and k.isidentifier()
+                                                for k in decoded):
+        raise ValueError(f"the saved arguments of {entry} are not keyword arguments")
+    return decoded
+
+
+def _decode_array(value: dict, entry: str) -> np.ndarray:
+    dtype = np.dtype(_expect(value.get("dtype"), str, entry))
+    if dtype.kind not in "biufUSO":
+        raise ValueError(f"{entry}: arrays of dtype {dtype} are not read")
+    items = _expect(value["array"], list, entry)
+    if value.get("encoding") == "hex":
+        items = [bytes.fromhex(_expect(v, str, entry)) for v in items]
+    elif value.get("encoding") is not None:
+        raise ValueError(f"{entry}: unknown array encoding {value['encoding']!r}")
+    if dtype.kind == "O":
+        for v in items:
+            _expect(v, bytes | str | int | float, entry)
+        out = np.empty(len(items), dtype=object)
+        out[:] = items
+    else:
+        out = np.asarray(items, dtype=dtype)
+    shape = value.get("shape")
+    return out if shape is None else out.reshape([_expect(s, int, entry) for s in shape])
+
+
+def _expect(value: Any, kind: Any, entry: str) -> Any:
+    if (isinstance(value, bool) and kind is int) or not isinstance(value, kind):
+        raise ValueError(f"malformed saved configuration: {entry} holds {value!r:.60}")
+    return value
+
+
+def _read_view(spec: Any, entry: str) -> Any:
+    from ._data import View
+
+    _expect(spec, dict, entry)
+    name = spec.get("name")
+    _expect(name, str | int, f"{entry} name")
+    shape = _expect(spec.get("shape"), list, f"{entry} shape")
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+        raise ValueError(f"malformed saved configuration: the shape of {entry} must be a list "
+                         f"of non-negative integers; got {shape!r:.80}")
+    parts = tuple(_read_view(p, f"{entry} part") for p in _expect(spec.get("parts", []), list,
+                                                                  entry))
+    return View(name, tuple(shape), _expect(spec.get("integer"), bool, entry), parts)
+
+
+def _write_view(view: Any) -> dict:
+    return {"name": view.name, "shape": list(view.shape), "integer": view.integer,
+            "parts": [_write_view(p) for p in view.parts]}
+
+
+# --------------------------------------------------------------------------------------
+# save and load
+# --------------------------------------------------------------------------------------
 
 def _versions() -> dict:
-    import skorch
+    from importlib.metadata import version
 
-    from .. import __version__
+    return {name: version(name) for name in ("skcontrast", "torch", "skorch")}
 
-    return {"skcontrast": __version__, "torch": torch.__version__,
-            "skorch": skorch.__version__}
+
+def write_replacing(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file beside ``path`` and rename it over ``path``: a
+    symbolic link at ``path`` is replaced, never written through, and a reader never
+    sees a half-written file."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def save(estimator: Any, path: Any) -> Path:
     """Write a fitted estimator to the folder ``path`` (see the module docstring)."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save as to_bytes
     from sklearn.utils.validation import check_is_fitted
 
     check_is_fitted(estimator, "net_")
     folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"cannot save into {folder}: it is a file, not a folder")
     folder.mkdir(parents=True, exist_ok=True)
-    net = estimator.net_
+    params, named = encode_params(estimator)
+    state = estimator.net_.training_state()
     tensors, extra = {}, {}
-    for prefix, module in (("module.", net.inference_module()), ("criterion.", net.criterion_)):
-        for key, value in module.state_dict().items():
+    for part in ("module", "criterion"):
+        for key, value in state[part].items():
             if isinstance(value, torch.Tensor):
-                tensors[prefix + key] = value.detach().cpu().contiguous()
+                tensors[f"{part}.{key}"] = value.detach().cpu().contiguous()
             else:
-                extra[prefix + key] = value
-    save_file(tensors, str(folder / WEIGHTS))
-    missing: list = []
-    params = {k: _encode(v, missing, k) for k, v in estimator.get_params(deep=False).items()
-              if k != "accelerator"}
+                extra[f"{part}.{key}"] = _plain_json(value, f"the {part} state {key!r}")
+    optimizer = state["optimizer"]
+    for index, values in optimizer["state"].items():
+        for key, value in values.items():
+            tensors[f"optimizer.{index}.{key}"] = torch.as_tensor(value).detach().cpu() \
+                .contiguous()
+    groups = [{k: v for k, v in g.items() if k not in _GROUP_DATA} | {"size": len(g["params"])}
+              for g in optimizer["param_groups"]]
     spec = estimator.input_spec_
     fitted = {
         "input_spec": {"form": spec.form, "split": spec.split,
-                       "items_paired": spec.items_paired,
-                       "views": [{**asdict(v), "shape": list(v.shape)} for v in spec.views]},
+                       "items_paired": spec.items_paired, "item_labels": spec.item_labels,
+                       "views": [_write_view(v) for v in spec.views]},
         "n_samples": estimator.n_samples_,
-        "shared": net.module.shared,
-        "history": json.loads(json.dumps(net.history.to_list(), default=_plain)),
-        "extra_state": json.loads(json.dumps(extra, default=_plain)),
-        "attributes": {name: _encode(getattr(estimator, name), missing, name)
-                       for name in ("n_features_in_", "feature_names_in_", "view_split_",
-                                    "classes_", "class_centres_", "temperature_",
-                                    "n_components_") if hasattr(estimator, name)},
+        "shared": estimator.net_.module.shared,
+        "seed": state["seed"],
+        "selector_epoch": state["selector_epoch"],
+        "held_out_rows": state["held_out_rows"],
+        "optimizer": {"class": path_of(estimator.net_.optimizer_.__class__),
+                      "param_groups": _plain_json(groups, "the optimizer's settings")},
+        "history": _plain_json(state["history"], "the training history"),
+        "extra_state": extra,
+        "attributes": {},
     }
-    config = {"format": FORMAT, "format_version": 1, "versions": _versions(),
+    for name in ("n_features_in_", "feature_names_in_", "view_split_", "classes_",
+                 "class_centres_", "temperature_", "n_components_"):
+        if hasattr(estimator, name):
+            try:
+                fitted["attributes"][name] = _encode(getattr(estimator, name))
+            except Unstorable as exc:
+                raise ValueError(f"cannot save {name}: it holds {exc.args[0]}, which a saved "
+                                 "file cannot hold") from None
+    config = {"format": FORMAT, "format_version": FORMAT_VERSION, "versions": _versions(),
               "class": type(estimator).__name__, "params": params, "fitted": fitted,
-              "supplied_at_load": sorted(set(missing))}
-    (folder / CONFIG).write_text(json.dumps(config, indent=1))
+              "supplied_at_load": named}
+    text = json.dumps(config, indent=1)
+    write_replacing(folder / WEIGHTS, to_bytes(tensors))
+    write_replacing(folder / CONFIG, text.encode())
     return folder
 
 
-def _plain(value: Any) -> Any:
-    if hasattr(value, "item"):
-        return value.item()
-    raise TypeError(f"cannot store {type(value).__name__}")
+def _read_config(folder: Path) -> dict:
+    if not (folder / CONFIG).is_file() or not (folder / WEIGHTS).is_file():
+        raise FileNotFoundError(f"{folder} holds no saved skcontrast model (expected {CONFIG} "
+                                f"and {WEIGHTS})")
+    try:
+        config = json.loads((folder / CONFIG).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{folder / CONFIG} is not valid JSON ({exc}); the folder may hold "
+                         "an interrupted or damaged save") from None
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        raise ValueError(f"{folder / CONFIG} is not a saved skcontrast model")
+    if config.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{folder / CONFIG} was written in format version "
+                         f"{config.get('format_version')!r}; this skcontrast reads version "
+                         f"{FORMAT_VERSION}: save the model again with the skcontrast that "
+                         "wrote it, or load it there")
+    for key, kind in (("versions", dict), ("class", str), ("params", dict), ("fitted", dict)):
+        _expect(config.get(key), kind, key)
+    return config
 
 
-def load(path: Any, *, module: Any = None, augmentation: Any = None,
-         projection_head: Any = None, callbacks: Any = None, device: str = "cpu") -> Any:
+def _choose_params(config: dict, given: dict, names: list[str]) -> dict:
+    """The estimator's parameters: decoded from the file, or passed to ``load``."""
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise ValueError(f"load got {unknown}, which are not parameters of "
+                         f"{config['class']}; pass parameters such as module=..., "
+                         "loss=..., optimizer=...")
+    params, missing = {}, {}
+    for name, value in config["params"].items():
+        if name not in names:
+            raise ValueError(f"the saved configuration has a parameter {name!r}, which "
+                             f"{config['class']} does not have")
+        if name in given:
+            params[name] = given[name]
+        elif isinstance(value, dict) and "supplied" in value:
+            if name in OPTIONAL_AT_LOAD:
+                params[name] = None
+                warnings.warn(f"{name} was {value.get('was')}, which a saved file does not "
+                              f"hold: it is None in the loaded model (pass {name}=... to "
+                              f"load to restore it){_OPTIONAL_NOTE.get(name, '')}",
+                              UserWarning, stacklevel=3)
+            else:
+                missing[name] = value.get("was")
+        else:
+            params[name] = _decode(value, name)
+    if missing:
+        listed = ", ".join(f"{k}=<{v}>" for k, v in missing.items())
+        raise ValueError(f"the saved model was built from objects a saved file does not hold "
+                         f"(that would mean running code from it): pass them to load, "
+                         f"skcontrast.load(path, {listed})")
+    return params
+
+
+_OPTIONAL_NOTE = {
+    "augmentation": "; transform works, transform_pairs and further training of single "
+                    "views need it",
+    "random_state": "; warm starts continue from the saved seed",
+}
+
+
+def load(path: Any, *, device: str = "cpu", **objects: Any) -> Any:
     """Load an estimator written by ``estimator.save(path)``, without pickle.
 
     Weights come from ``model.safetensors`` (data only) and everything else from
-    ``config.json``; no code from the files runs. Objects the file only names (your
-    encoder, unless it is skcontrast's or torch's; an augmentation; callbacks) are
-    passed here; a missing one is an error that names it. A version of skcontrast,
-    torch or skorch other than the one that saved the model gives a warning.
+    ``config.json``. Nothing is imported and no code from the folder runs: the only
+    objects constructed are those of an explicit allow-list (skcontrast's selectors,
+    memories, schedule and augmentations, ``torch.nn`` layers and ``torch.optim``
+    optimizers), with plain values. Objects the file only names (your encoder, unless
+    it is skcontrast's or torch's; a callable loss; an optimizer of another package)
+    are passed here by the name of their parameter; a missing one is an error that
+    lists them all. ``augmentation``, ``callbacks``, ``scoring`` and ``random_state``
+    are not needed to transform: without them the loaded model has ``None`` there, with
+    a warning. A version of skcontrast, torch or skorch other than the one that saved
+    the model gives a warning.
 
     Parameters
     ----------
     path : str or path
         The folder ``save`` wrote.
-    module, augmentation, projection_head, callbacks : optional
-        The objects of those parameters, when the file could only name them.
     device : str, default='cpu'
         Where the network is placed (``set_params(device=...)`` applies to later fits).
+    **objects
+        Parameters of the estimator by name (``module=MyEncoder``, ``loss=my_loss``,
+        ``optimizer=Lars``, ``augmentation=...``), when the file could only name them.
+        A value given here replaces the saved one.
 
     Returns
     -------
     ContrastiveEmbedder or SupConEmbedder
         Fitted: it transforms and scores, and keeps training with ``warm_start=True``
-        (with a fresh optimizer state).
+        exactly where it stopped (optimizer state, selector epoch and seed included).
     """
     from safetensors.torch import load_file
 
     from ._contrastive import ContrastiveEmbedder
-    from ._data import InputSpec, View
+    from ._data import InputSpec
     from ._supcon import SupConEmbedder
 
     folder = Path(path)
-    if not (folder / CONFIG).is_file() or not (folder / WEIGHTS).is_file():
-        raise FileNotFoundError(f"{folder} holds no saved skcontrast model (expected {CONFIG} "
-                                f"and {WEIGHTS})")
-    config = json.loads((folder / CONFIG).read_text())
-    if config.get("format") != FORMAT:
-        raise ValueError(f"{folder / CONFIG} is not a saved skcontrast model")
+    config = _read_config(folder)
     now = _versions()
     differ = {k: (v, now.get(k)) for k, v in config["versions"].items() if now.get(k) != v}
     if differ:
@@ -227,37 +509,77 @@ def load(path: Any, *, module: Any = None, augmentation: Any = None,
     kinds = {"ContrastiveEmbedder": ContrastiveEmbedder, "SupConEmbedder": SupConEmbedder}
     if config["class"] not in kinds:
         raise ValueError(f"unknown estimator class {config['class']!r} in {folder / CONFIG}")
-    supplied = {"module": module, "augmentation": augmentation,
-                "projection_head": projection_head, "callbacks": callbacks}
-    encoded = dict(config["params"])
-    for name in ("augmentation", "callbacks"):  # optional for transforming
-        if "supplied" in str(encoded.get(name)) and supplied[name] is None:
-            encoded[name] = None
-            if name == "augmentation":
-                warnings.warn("the augmentation was not restored (pass augmentation= to "
-                              "load): transform works, transform_pairs and further training "
-                              "of single views need it", UserWarning, stacklevel=2)
-    params = {k: _decode(v, supplied, k) for k, v in encoded.items()}
-    estimator = kinds[config["class"]](**{**params, "device": device})
+    kind = kinds[config["class"]]
+    names = [*kind._get_param_names(), *(k for k in config["params"]
+                                         if k.startswith(kind._nested_prefixes))]
+    params = _choose_params(config, objects, names)
+    estimator = kind(**{**params, "device": device})
     fitted = config["fitted"]
-    s = fitted["input_spec"]
-    spec = InputSpec(s["form"], tuple(View(v["name"], tuple(v["shape"]), v["integer"])
-                                      for v in s["views"]), s["split"], s["items_paired"])
-    attributes = {k: _decode(v, supplied, k) for k, v in fitted["attributes"].items()}
-    net = estimator.build_net(spec, fitted["n_samples"], fitted["shared"], device)
-    state = load_file(str(folder / WEIGHTS))
-    for prefix, target in (("module.", net.module_), ("criterion.", net.criterion_)):
-        part = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-        part.update({k[len(prefix):]: v for k, v in fitted["extra_state"].items()
-                     if k.startswith(prefix)})
-        target.load_state_dict(part)
-    from skorch.history import History
-
-    net.history = History(fitted["history"])
+    s = _expect(fitted.get("input_spec"), dict, "input_spec")
+    spec = InputSpec(_expect(s.get("form"), str, "input form"),
+                     tuple(_read_view(v, "a view") for v in _expect(s.get("views"), list,
+                                                                    "views")),
+                     s.get("split"), _expect(s.get("items_paired"), bool, "items_paired"),
+                     _expect(s.get("item_labels"), bool, "item_labels"))
+    if spec.split is not None:
+        _expect(spec.split, int, "split")
+    n_samples = _expect(fitted.get("n_samples"), int, "n_samples")
+    seed = _expect(fitted.get("seed"), int, "seed")
+    attributes = {k: _decode(v, k) for k, v in _expect(fitted.get("attributes"), dict,
+                                                      "attributes").items()}
+    net = estimator.build_net(spec, n_samples, _expect(fitted.get("shared"), bool, "shared"),
+                              device, seed=seed)
+    tensors = load_file(str(folder / WEIGHTS))
+    net.load_training_state({
+        "module": _prefixed(tensors, fitted, "module."),
+        "criterion": _prefixed(tensors, fitted, "criterion."),
+        "optimizer": _optimizer_state(tensors, fitted, net),
+        "history": _expect(fitted.get("history"), list, "history"),
+        "selector_epoch": _expect(fitted.get("selector_epoch"), int, "selector_epoch"),
+        "held_out_rows": _rows(fitted.get("held_out_rows")),
+        "seed": seed,
+    })
     estimator.net_ = net
     estimator.input_spec_ = spec
     estimator.history_ = net.history
-    estimator.n_samples_ = fitted["n_samples"]
+    estimator.n_samples_ = n_samples
     for name, value in attributes.items():
         setattr(estimator, name, value)
     return estimator
+
+
+def _prefixed(tensors: dict, fitted: dict, prefix: str) -> dict:
+    part = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+    extra = _expect(fitted.get("extra_state", {}), dict, "extra_state")
+    part.update({k[len(prefix):]: v for k, v in extra.items() if k.startswith(prefix)})
+    return part
+
+
+def _rows(value: Any) -> np.ndarray | None:
+    if value is None:
+        return None
+    rows = _expect(value, list, "held_out_rows")
+    if not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in rows):
+        raise ValueError("malformed saved configuration: held_out_rows must be row indices")
+    return np.asarray(rows, dtype=np.int64)
+
+
+def _optimizer_state(tensors: dict, fitted: dict, net: Any) -> dict | None:
+    """The saved optimizer state in ``torch.optim`` form, or ``None`` when the loaded
+    model's optimizer is another one (passed to ``load``)."""
+    saved = _expect(fitted.get("optimizer"), dict, "optimizer")
+    if saved.get("class") != path_of(net.optimizer_.__class__):
+        return None
+    groups, start = [], 0
+    for group in _expect(saved.get("param_groups"), list, "param_groups"):
+        group = dict(_expect(group, dict, "a param group"))
+        size = _expect(group.pop("size"), int, "a param group's size")
+        groups.append({**group, "params": list(range(start, start + size))})
+        start += size
+    state: dict[int, dict] = {}
+    for key, value in tensors.items():
+        if key.startswith("optimizer."):
+            _, index, name = key.split(".", 2)
+            state.setdefault(int(index), {})[name] = value
+    return {"state": state, "param_groups": groups}
+

@@ -95,7 +95,8 @@ class SupConEmbedder(BaseEmbedder):
         [0, 1] on the training device, batch by batch, so no float copy of the data set
         is made; with ``(mean, std)`` (one value or one per channel, channel axis 1) they
         are then standardised, e.g. ImageNet's ``((0.485, 0.456, 0.406), (0.229, 0.224,
-        0.225))``. Other float views are cast to float32 on the device the same way.
+        0.225))``. Float views are cast to float32 on the device the same way, and
+        standardised with ``(mean, std)`` too; integer views (token ids) never are.
     micro_batch_size : int or None, default=None
         Gradient caching (GradCache, Gao et al. 2021): embed each selected batch this
         many items at a time, take the loss and its gradient on the whole batch, then
@@ -268,11 +269,12 @@ class SupConEmbedder(BaseEmbedder):
         convention = (self.loss_params or {}).get("anchors_without_positives", "exclude")
         if self.augmentation is None and not spec.items_paired:
             warn_single_member_classes(codes, classes, convention)
-        net = self._fit_net(data, spec, codes, codes, True, held_out)
+        net = self._fit_net(data, spec, codes, codes, True, held_out, kept)
         embeddings = embed_net(net, data.select(0), self.loss_params)
         _, centres = class_centres(embeddings, codes)
         self._commit(net, spec, classes_=classes, class_centres_=centres,
                      sample=sample_of(data), **features)
+        self._finish(net)
         return self
 
     def transform(self, X: Any) -> np.ndarray:

@@ -122,7 +122,9 @@ class BaseMemory(BaseEstimator):
             options = ", ".join(repr(s) for s in self.supported_losses)
             raise ValueError(f"{name} works with loss in ({options}); got loss="
                              f"{describe(loss)}")
-        return self._make_state(int(n_samples), loss)
+        state = self._make_state(int(n_samples), loss)
+        state.memory_name = name  # what a warm start checks the memory against
+        return state
 
     def check_batch_rows(self, rows: int) -> None:
         """Refuse settings that cannot hold ``rows`` embeddings of one batch (default:

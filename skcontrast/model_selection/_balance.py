@@ -195,6 +195,11 @@ class BalanceSearchCV(BaseSearchCV):
         """Run the search (see ``GridSearchCV.fit``); the scorers' preconditions and the
         splittability of ``X`` are checked before any fitting."""
         check_search_input(self.estimator, X, y, self.scoring)
+        several = isinstance(self.scoring, dict | list | tuple | set)
+        if several and not isinstance(self.refit, str):
+            raise ValueError(f"with several scorers the search needs one to follow: refit "
+                             f"must name one of them (e.g. refit={_first(self.scoring)!r}); "
+                             f"got refit={self.refit!r}")
         return super().fit(X, y, **params)
 
     def _run_search(self, evaluate_candidates: Any) -> None:
@@ -315,3 +320,7 @@ def check_search_input(estimator: Any, X: Any, y: Any, scoring: Any) -> None:
     for scorer in scorers:
         if isinstance(scorer, EmbeddingScorer):
             scorer.check(estimator, y, labels_known=True)
+
+
+def _first(scoring: Any) -> Any:
+    return next(iter(scoring), None)
