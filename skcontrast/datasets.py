@@ -208,10 +208,13 @@ def digit_augmentation() -> Any:
     except ImportError as exc:
         raise ImportError("digit_augmentation needs kornia: pip install "
                           "'skcontrast[vision]'") from exc
-    return K.AugmentationSequential(
+    augmentation = K.AugmentationSequential(
         K.RandomResizedCrop((8, 8), scale=(0.5, 1.0), ratio=(0.75, 1.33)),
         K.RandomAffine(degrees=15, translate=(0.1, 0.1), p=0.8),
         K.RandomGaussianNoise(std=0.1, p=0.5))
+    # how est.save names it, so that skcontrast.load can make it again
+    augmentation._skcontrast_recipe = f"{__name__}.digit_augmentation"
+    return augmentation
 
 
 def digit_cnn(n_in: int = 64, n_out: int = 32, norm: str = "batch") -> torch.nn.Module:

@@ -125,6 +125,23 @@ def test_one_process_with_an_accelerator_and_its_errors(tmp_path):
                             **params).fit(X)
 
 
+@needs_accelerate
+def test_a_resumed_checkpoint_refuses_another_data_sets_memory(tmp_path):
+    from accelerate import Accelerator
+
+    from skcontrast.memory import SogCLRMemory
+
+    X, _ = make_paired_gaussians(96, 4, random_state=0)
+    params = {"n_components": 3, "hidden_layer_sizes": (8,), "max_epochs": 1, "loss": "dcl",
+              "batch_size": 16, "random_state": 0, "device": "cpu",
+              "memory": SogCLRMemory(), "accelerator": Accelerator(cpu=True)}
+    ContrastiveEmbedder(callbacks=[AcceleratorCheckpoint(tmp_path / "s")], **params).fit(X)
+    with pytest.raises(ValueError, match="holds a memory of 96 samples, but this fit has "
+                                         "a memory of 50 samples"):
+        ContrastiveEmbedder(callbacks=[AcceleratorCheckpoint(tmp_path / "s", resume=True)],
+                            **params).fit(X[:50])
+
+
 BF16_THROUGH_ACCELERATE = """
 import numpy as np
 from accelerate import Accelerator

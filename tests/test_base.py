@@ -1,0 +1,331 @@
+"""What the two estimators share (skcontrast/_estimators/_base.py and _net.py): warm
+starts, finiteness, held-out rows, threads, interrupts and the checks of their settings.
+
+Numbered as the points of the trust issue (24) they cover.
+"""
+
+import pickle
+import signal
+import threading
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import torch
+from sklearn.model_selection import GridSearchCV
+from skorch.callbacks import Callback, Checkpoint, EarlyStopping
+from torch import nn
+
+import skcontrast
+from skcontrast import ContrastiveEmbedder, SupConEmbedder
+from skcontrast._estimators import _base
+from skcontrast.datasets import make_paired_gaussians
+from skcontrast.exceptions import TrainingDivergedError, TrainingInterrupted
+from skcontrast.memory import CrossBatchMemory, SogCLRMemory
+from skcontrast.model_selection import BalanceSearchCV
+from skcontrast.selectors import OSGDSelector, PredefinedBatchSelector, ShuffledBatchSelector
+
+SMALL = {"n_components": 4, "hidden_layer_sizes": (8,), "max_epochs": 2, "lr": 1e-2,
+         "random_state": 0, "device": "cpu", "selector": ShuffledBatchSelector(16)}
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return make_paired_gaussians(64, 6, n_clusters=4, random_state=0)
+
+
+# 3. Divergence on the last step ---------------------------------------------------------
+
+class PoisonLastStep(Callback):
+    """Makes the very last update of a fit produce NaN weights (its loss was finite)."""
+
+    def on_grad_computed(self, net, named_parameters, training=False, **kwargs):
+        last_epoch = len(net.history) == net.max_epochs
+        n_batches = net.selector.get_n_splits(len(net.training_data), net.labels)
+        if training and last_epoch and len(net.history[-1]["batches"]) == n_batches:
+            next(iter(net.module_.parameters())).grad.fill_(float("nan"))
+
+
+@pytest.mark.parametrize("kind, extra, message", [
+    (ContrastiveEmbedder, {}, "in its last steps"),
+    (ContrastiveEmbedder, {"validation_fraction": 0.25}, "held-out loss was nan"),
+    (SupConEmbedder, {}, "in its last steps"),
+])
+def test_divergence_on_the_last_step_is_refused(pairs, kind, extra, message):
+    X, y = pairs
+    est = kind(**{**SMALL, **extra, "optimizer": "sgd", "callbacks": [PoisonLastStep()]})
+    with pytest.raises(TrainingDivergedError, match=message):
+        est.fit(X[:, 0] if kind is SupConEmbedder else X, y)
+    assert not hasattr(est, "net_")
+
+
+# 4. warm_start follows set_params -------------------------------------------------------
+
+def _warm(X, y=None, kind=ContrastiveEmbedder, **first):
+    est = kind(**{**SMALL, **first, "warm_start": True})
+    return est.fit(X, y)
+
+
+@pytest.mark.parametrize("change, check", [
+    ({"lr": 0.123}, lambda e: e.net_.optimizer_.param_groups[0]["lr"] == 0.123),
+    ({"temperature": 0.37}, lambda e: e.net_.criterion_.temperature == 0.37),
+    ({"loss": "nt_xent"}, lambda e: e.net_.criterion_.loss == "nt_xent"),
+    ({"lambda_ent": 0.25}, lambda e: e.net_.criterion_.kwargs["lambda_ent"] == 0.25),
+    ({"batch_size": 8}, lambda e: e.history_[-1, "n_batches"] == 8),
+    ({"max_epochs": 3}, lambda e: len(e.history_) == 5),
+    ({"optimizer": "sgd"}, lambda e: isinstance(e.net_.optimizer_, torch.optim.SGD)),
+    ({"micro_batch_size": 4}, lambda e: e.net_.micro_batch_size == 4),
+    ({"selector": OSGDSelector(16, k=2, q=1)},
+     lambda e: e.history_[-1, "n_batches"] == 2 and e.net_.selector.current_epoch == 4),
+    ({"learn_temperature": True},
+     lambda e: e.net_.criterion_.learn_temperature and e.temperature_ != 0.1),
+    ({"precision": "bfloat16"}, lambda e: e.net_.precision == "bfloat16"),
+])
+def test_a_warm_start_applies_the_parameters_changed_since(pairs, change, check):
+    X, _ = pairs
+    est = _warm(X)
+    est.set_params(**change).fit(X)
+    assert check(est)
+
+
+def test_a_warm_start_applies_freezing(pairs):
+    X, _ = pairs
+    est = _warm(X, projection_head=4)
+    before = [p.detach().clone() for p in est.net_.module_.encoders.parameters()]
+    est.set_params(freeze="backbone").fit(X)
+    after = list(est.net_.module_.encoders.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(after, before, strict=True))
+
+
+def test_a_warm_start_applies_memory_settings_and_keeps_the_memory(pairs):
+    X, _ = pairs
+    est = _warm(X, loss="dcl", memory=SogCLRMemory(0.9))
+    visited = est.net_.memory_state.visited.clone()
+    est.set_params(memory__gamma=0.3).fit(X)
+    assert est.net_.memory_state.gamma == 0.3 and visited.all()
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"n_components": 5}, "n_components"),
+    ({"hidden_layer_sizes": (9,)}, "hidden_layer_sizes"),
+    ({"projection_head": "mlp"}, "projection_head"),
+    ({"module": nn.Linear(6, 4)}, "module"),
+    ({"memory": CrossBatchMemory(64)}, "memory"),
+])
+def test_a_warm_start_refuses_what_changes_the_networks_structure(pairs, change, named):
+    X, _ = pairs
+    est = _warm(X)
+    fitted = est.transform(X)
+    with pytest.raises(ValueError, match=rf"change its structure: {named}"):
+        est.set_params(**change).fit(X)
+    np.testing.assert_array_equal(est.transform(X), fitted)  # the model is as it was
+
+
+def test_a_warm_start_refuses_another_memory_size_or_a_loss_its_memory_was_not_built_for(
+        pairs):
+    X, _ = pairs
+    est = _warm(X, memory=CrossBatchMemory(64), loss="supcon")
+    with pytest.raises(ValueError, match="memory"):
+        est.set_params(memory__size=128).fit(X)
+    est = _warm(X, memory=SogCLRMemory(), loss="dcl")
+    with pytest.raises(ValueError, match="memory state was built for 'dcl'"):
+        est.set_params(loss="nt_xent").fit(X)
+
+
+# 5. Warm starts keep the held-out rows ---------------------------------------------------
+
+def test_warm_starts_hold_out_the_same_rows(pairs):
+    X, _ = pairs
+    est = _warm(X, validation_fraction=0.25, random_state=None, memory=SogCLRMemory(),
+                loss="dcl")
+    rows = est.net_.held_out_rows.copy()
+    for _ in range(3):
+        est.fit(X)
+        np.testing.assert_array_equal(est.net_.held_out_rows, rows)
+    assert est.net_.memory_state.n_samples == len(X) - len(rows)
+    with pytest.raises(ValueError, match="keeps the same held-out rows"):
+        est.set_params(validation_fraction=0.5).fit(X)
+    with pytest.raises(ValueError, match="keeps the same held-out rows"):
+        est.set_params(validation_fraction=None).fit(X)
+
+
+# 6. module__* needs a module class --------------------------------------------------------
+
+def test_module_parameters_with_the_default_mlp_are_refused(pairs):
+    X, _ = pairs
+    with pytest.raises(ValueError, match=r"module__\* parameters \(hidden\).*module=None"):
+        ContrastiveEmbedder(**SMALL, module__hidden=32).fit(X)
+
+
+# 8. Predefined batches name rows of X ---------------------------------------------------
+
+def test_predefined_batches_keep_naming_rows_of_x_with_held_out_rows(pairs):
+    X, _ = pairs
+    batches = [np.arange(i, i + 8) for i in range(0, 64, 8)]
+    est = ContrastiveEmbedder(**{**SMALL, "selector": PredefinedBatchSelector(batches),
+                                 "validation_fraction": 0.25})
+    with pytest.warns(UserWarning, match="16 entries of the PredefinedBatchSelector"):
+        est.fit(X)
+    held = set(est.net_.held_out_rows.tolist())
+    kept = np.setdiff1d(np.arange(64), sorted(held))
+    trained = [kept[b].tolist() for b in est.net_.selector.batches]
+    assert trained == [[i for i in b.tolist() if i not in held] for b in batches]
+
+
+# 12. Reproducible under threads; the caller's RNG untouched ------------------------------
+
+class Dropping(nn.Module):
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(n_in, 16), nn.Dropout(0.5), nn.Linear(16, n_out))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def test_fits_in_threads_give_the_sequential_results_and_say_so_once(pairs, monkeypatch):
+    X, _ = pairs
+    monkeypatch.setattr(_base, "_warned_turns", False)
+    seeds = [0, 1, 2, 3]
+
+    def fit(seed):
+        return ContrastiveEmbedder(Dropping, **{**SMALL, "random_state": seed}).fit(X)
+
+    alone = [fit(seed).transform(X) for seed in seeds]
+    start = threading.Barrier(len(seeds))
+
+    def together(seed):
+        start.wait()
+        return fit(seed).transform(X)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ThreadPoolExecutor(len(seeds)) as pool:
+            results = list(pool.map(together, seeds))
+    for a, b in zip(results, alone, strict=True):
+        np.testing.assert_array_equal(a, b)
+    said = [w for w in caught if "take turns" in str(w.message)]
+    assert len(said) == 1
+
+
+def test_fit_and_transform_leave_the_callers_random_stream_alone(pairs):
+    X, _ = pairs
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    est = ContrastiveEmbedder(**SMALL).fit(X)
+    torch.testing.assert_close(torch.rand(3), expected)
+    torch.manual_seed(5)
+    est.transform(X)
+    est.score(X)
+    torch.testing.assert_close(torch.rand(3), expected)
+
+
+# 14 and 20. Interrupts and normal stops -------------------------------------------------
+
+class CtrlC(Callback):
+    """A real SIGINT in the first batch of the second epoch of the ``at``-th fit."""
+
+    fits = 0
+
+    def __init__(self, at=1):
+        self.at = at
+
+    def on_train_begin(self, net, **kwargs):
+        CtrlC.fits += 1
+
+    def on_batch_end(self, net, training=False, **kwargs):
+        if training and CtrlC.fits == self.at and len(net.history) == 2:
+            signal.raise_signal(signal.SIGINT)
+
+
+def test_ctrl_c_in_a_search_stops_the_search_instead_of_scoring_the_candidate(pairs):
+    X, _ = pairs
+    CtrlC.fits = 0
+    search = GridSearchCV(ContrastiveEmbedder(**{**SMALL, "callbacks": [CtrlC(at=2)]}),
+                          {"lr": [1e-2, 1e-3]}, cv=2, n_jobs=1, error_score="raise")
+    with pytest.raises(TrainingInterrupted, match="fit stopped after 1 of 2 epochs"):
+        search.fit(X)
+    assert not hasattr(search, "cv_results_")
+
+
+def test_early_stopping_and_load_best_are_not_called_interrupts(pairs, tmp_path,
+                                                               monkeypatch):
+    X, _ = pairs
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stopped = ContrastiveEmbedder(**{**SMALL, "max_epochs": 40, "lr": 0.5,
+                                         "optimizer": "sgd", "validation_fraction": 0.25,
+                                         "callbacks": [EarlyStopping(patience=1)]}).fit(X)
+        ContrastiveEmbedder(**{**SMALL, "validation_fraction": 0.25,
+                               "callbacks": [Checkpoint(load_best=True)]}).fit(X)
+    assert len(stopped.history_) < 40
+
+
+# 17. Pickles ----------------------------------------------------------------------------
+
+def test_pickles_hold_string_scorers_and_never_the_held_out_rows(pairs):
+    X, y = pairs
+    X = X.astype(np.float32)
+    est = ContrastiveEmbedder(**{**SMALL, "validation_fraction": 0.25,
+                                 "scoring": "map@r"}).fit(X, y)
+    blob = pickle.dumps(est)
+    for row in est.net_.held_out_rows:
+        assert X[row].tobytes() not in blob
+    again = pickle.loads(blob)
+    np.testing.assert_array_equal(again.transform(X), est.transform(X))
+    again.set_params(warm_start=True, max_epochs=1).fit(X, y)
+
+
+# 18. Clear errors instead of raw ones -----------------------------------------------------
+
+@pytest.mark.parametrize("params, fit, message", [
+    ({"validation_fraction": 0.25, "callbacks": [EarlyStopping(monitor="valid_score",
+                                                               lower_is_better=False)]},
+     {}, "recorded only with a scoring"),
+    ({"freeze": "backbone"}, {}, "without a projection_head nothing would train"),
+    ({"loss_params": {"reduction": "none"}}, {}, "reduction must be 'mean' or 'sum'"),
+    ({"loss": "contrastive_margin", "loss_params": {"chunk_size": 8}}, {},
+     "'contrastive_margin' cannot be tiled"),
+    ({}, {"X_val": "one"}, "X_val holds 1 sample"),
+    ({"image_normalization": ((0.5, 0.5, 0.5), (0.2, 0.2, 0.2))}, {},
+     "image_normalization has 3 values per channel"),
+])
+def test_settings_that_cannot_work_are_refused_by_name(pairs, params, fit, message):
+    X, _ = pairs
+    fit = {"X_val": X[:1]} if fit else {}
+    with pytest.raises(ValueError, match=message):
+        ContrastiveEmbedder(**{**SMALL, **params}).fit(X, **fit)
+
+
+def test_balance_search_with_several_scorers_needs_the_one_to_follow(pairs):
+    X, _ = pairs
+    search = BalanceSearchCV(ContrastiveEmbedder(**SMALL), scoring=["recall@1", "map@r"],
+                             refit=False, budget=2)
+    with pytest.raises(ValueError, match="refit must name one of them"):
+        search.fit(X)
+
+
+def test_scoring_a_loaded_single_view_model_without_its_augmentation_says_what_to_pass(
+        pairs, tmp_path):
+    from skcontrast.datasets import GaussianNoise
+
+    X, _ = pairs
+    est = ContrastiveEmbedder(**SMALL, augmentation=GaussianNoise(0.1)).fit(X[:, 0])
+    loaded = skcontrast.load(est.save(tmp_path / "m"))
+    loaded.set_params(augmentation=None)
+    with pytest.raises(ValueError, match=r"augmentation=\.\.\."):
+        loaded.score(X[:, 0])
+
+
+# 19. Parameter groups match, or say so ---------------------------------------------------
+
+def test_parameter_groups_use_the_modules_own_names_and_must_match(pairs):
+    X, _ = pairs
+    est = ContrastiveEmbedder(**SMALL, optimizer__param_groups=[("0.*", {"lr": 0.5})]).fit(X)
+    first = est.net_.optimizer_.param_groups[0]
+    assert first["lr"] == 0.5 and len(first["params"]) == 2  # the first layer's two
+    with pytest.raises(ValueError, match=r"pattern 'layer1\.\*' matches no parameter"):
+        ContrastiveEmbedder(**SMALL, optimizer__param_groups=[("layer1.*", {"lr": 1})]).fit(X)

@@ -1,0 +1,270 @@
+"""est.save / skcontrast.load: a model folder runs nothing, and every saved model loads.
+
+Numbered as the points of the trust issue (24) they cover.
+"""
+
+import functools
+import json
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import skcontrast
+from skcontrast import ContrastiveEmbedder, SupConEmbedder
+from skcontrast._estimators._persist import allowed_objects
+from skcontrast.datasets import GaussianNoise, digit_cnn, make_paired_gaussians
+from skcontrast.memory import SogCLRMemory
+from skcontrast.selectors import OSGDSelector, ShuffledBatchSelector
+
+SMALL = {"n_components": 4, "hidden_layer_sizes": (8,), "max_epochs": 2, "lr": 1e-2,
+         "random_state": 0, "device": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return make_paired_gaussians(48, 6, n_clusters=3, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def saved(pairs, tmp_path_factory):
+    X, _ = pairs
+    folder = tmp_path_factory.mktemp("saved") / "model"
+    ContrastiveEmbedder(**SMALL).fit(X).save(folder)
+    return folder
+
+
+def _planted(saved, tmp_path, edit):
+    """A copy of the saved model whose config.json ``edit`` changed, with a hubconf.py
+    that leaves a mark if anything runs it."""
+    folder = tmp_path / "planted"
+    folder.mkdir()
+    for name in ("model.safetensors", "config.json"):
+        (folder / name).write_bytes((saved / name).read_bytes())
+    mark = tmp_path / "ran"
+    (folder / "hubconf.py").write_text(
+        f"open({str(mark)!r}, 'w').write('ran')\ndef entry(*a, **k):\n    return None\n")
+    config = json.loads((folder / "config.json").read_text())
+    edit(config, folder)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder, mark
+
+
+# 1. A model folder runs nothing ---------------------------------------------------------
+
+HOSTILE = ["torch.hub.load", "torch.os.kill", "os.system", "subprocess.run", "builtins.eval",
+           "builtins.exec", "torch.hub._load_local", "skcontrast.selectors._base.np.load",
+           "torch.nn.modules.module.torch.hub.load", "evilmod.run"]
+
+
+@pytest.mark.parametrize("path", HOSTILE)
+@pytest.mark.parametrize("entry", ["import", "estimator", "object", "call", "partial"])
+def test_load_refuses_every_name_outside_the_allow_list_and_runs_nothing(
+        saved, tmp_path, monkeypatch, path, entry):
+    monkeypatch.syspath_prepend(str(tmp_path))  # an importable module that marks its import
+    (tmp_path / "evilmod.py").write_text(
+        f"open({str(tmp_path / 'imported')!r}, 'w').write('x')\ndef run(*a, **k):\n    pass\n")
+    value = {"import": {"import": path}, "estimator": {"estimator": path, "params": {"dict": {}}},
+             "object": {"object": path, "state": {"dict": {}}}, "call": {"call": path},
+             "partial": {"partial": path, "args": [], "keywords": {"dict": {}}}}[entry]
+
+    def edit(config, folder):
+        config["params"]["module"] = value
+        config["params"]["module__source"] = "local"
+        config["params"]["module__repo_or_dir"] = str(folder)
+        config["fitted"]["input_spec"]["views"][0]["shape"] = [str(folder)]
+
+    folder, mark = _planted(saved, tmp_path, edit)
+    with pytest.raises(ValueError, match=r"does not construct|is not|must be a list of non-"):
+        skcontrast.load(folder)
+    assert not mark.exists() and not (tmp_path / "imported").exists()
+    assert "evilmod" not in sys.modules
+
+
+def test_a_path_as_a_view_shape_is_refused(saved, tmp_path):
+    def edit(config, folder):
+        config["fitted"]["input_spec"]["views"][0]["shape"] = [str(folder / "hubconf.py")]
+
+    folder, mark = _planted(saved, tmp_path, edit)
+    with pytest.raises(ValueError, match="shape of a view must be a list of non-negative"):
+        skcontrast.load(folder)
+    assert not mark.exists()
+
+
+@pytest.mark.parametrize("value", [{"kwargs": 1}, ["/etc/passwd"], {"array": [1], "dtype": "V8"}])
+def test_malformed_values_are_refused_by_name(saved, tmp_path, value):
+    def edit(config, folder):
+        config["params"]["selector"] = value
+
+    folder, _ = _planted(saved, tmp_path, edit)
+    if isinstance(value, list):  # a plain list is a legal value: the estimator refuses it
+        with pytest.raises(ValueError, match="selector must be a BatchSelector"):
+            skcontrast.load(folder)
+    else:
+        with pytest.raises(ValueError, match=r"selector|dtype V8"):
+            skcontrast.load(folder)
+
+
+def test_the_allow_list_holds_only_skcontrast_and_torch_layers_and_optimizers():
+    allowed = allowed_objects()
+    assert "torch.hub.load" not in allowed and "os.system" not in allowed
+    for path, obj in allowed.items():
+        root = path.split(".")[0]
+        assert root in ("skcontrast", "torch"), path
+        if root == "torch":
+            assert isinstance(obj, type) and (issubclass(obj, nn.Module)
+                                              or issubclass(obj, torch.optim.Optimizer)), path
+
+
+# 2. save never writes through a symlink ------------------------------------------------
+
+def test_save_replaces_symlinks_instead_of_writing_through_them(pairs, tmp_path):
+    X, _ = pairs
+    est = ContrastiveEmbedder(**SMALL).fit(X)
+    folder = tmp_path / "m"
+    folder.mkdir()
+    targets = {}
+    for name in ("config.json", "model.safetensors"):
+        targets[name] = tmp_path / f"victim-{name}"
+        targets[name].write_text("precious")
+        (folder / name).symlink_to(targets[name])
+    est.save(folder)
+    for name, target in targets.items():
+        assert target.read_text() == "precious"
+        assert not (folder / name).is_symlink()
+    np.testing.assert_array_equal(skcontrast.load(folder).transform(X), est.transform(X))
+
+
+def test_a_truncated_configuration_is_a_clear_error(saved, tmp_path):
+    folder, _ = _planted(saved, tmp_path, lambda config, folder: None)
+    text = (folder / "config.json").read_text()
+    (folder / "config.json").write_text(text[: len(text) // 2])
+    with pytest.raises(ValueError, match=r"is not valid JSON.*interrupted or damaged save"):
+        skcontrast.load(folder)
+
+
+# 15. A saved model either loads, or says what to pass ----------------------------------
+
+def custom_loss(u, v, temperature=0.1):
+    from skcontrast.losses import info_nce
+
+    return info_nce(u, v, temperature=temperature)
+
+
+class MyAdam(torch.optim.Adam):
+    """An optimizer of another package (timm's Lars, say)."""
+
+
+def scorer(estimator, X, y=None):
+    return 0.5
+
+
+@pytest.mark.parametrize("name, value, required", [
+    ("loss", custom_loss, True),
+    ("optimizer", MyAdam, True),
+    ("random_state", np.random.RandomState(0), False),
+    ("scoring", scorer, False),
+])
+def test_objects_the_file_cannot_hold_are_passed_back_by_the_keyword_named(
+        pairs, tmp_path, name, value, required):
+    X, _ = pairs
+    extra = {"validation_fraction": 0.25} if name == "scoring" else {}
+    est = ContrastiveEmbedder(**{**SMALL, **extra, name: value}).fit(X)
+    folder = est.save(tmp_path / "m")
+    if required:
+        with pytest.raises(ValueError, match=rf"skcontrast.load\(path, {name}=<"):
+            skcontrast.load(folder)
+    else:
+        with pytest.warns(UserWarning, match=rf"{name} was .*pass {name}=\.\.\. to load"):
+            assert skcontrast.load(folder).get_params()[name] is None
+    again = skcontrast.load(folder, **{name: value})
+    assert again.get_params()[name] is value
+    np.testing.assert_array_equal(again.transform(X), est.transform(X))
+    again.set_params(warm_start=True, max_epochs=1).fit(X)  # and it keeps training
+
+
+@pytest.mark.parametrize("kind", [dict, tuple])
+def test_encoder_instances_per_view_load_when_passed_back(tmp_path, kind):
+    rng = np.random.default_rng(0)
+    X = {"a": rng.normal(size=(40, 5)).astype(np.float32),
+         "b": rng.normal(size=(40, 3)).astype(np.float32)}
+    encoders = (nn.Linear(5, 4), nn.Linear(3, 4))
+    module = dict(zip("ab", encoders, strict=True)) if kind is dict else encoders
+    est = ContrastiveEmbedder(module, **SMALL).fit(X)
+    folder = est.save(tmp_path / "m")
+    with pytest.raises(ValueError, match=r"skcontrast.load\(path, module=<"):
+        skcontrast.load(folder)
+    again = skcontrast.load(folder, module=module)
+    np.testing.assert_array_equal(again.transform(X), est.transform(X))
+
+
+def test_skcontrast_and_torch_objects_are_stored_and_rebuilt(tmp_path):
+    images = np.random.default_rng(0).random((48, 1, 8, 8)).astype(np.float32)
+    est = SupConEmbedder(functools.partial(digit_cnn, norm="group"), **SMALL,
+                         selector=OSGDSelector(8, k=2, q=1), optimizer=torch.optim.RMSprop,
+                         augmentation=GaussianNoise(0.05), memory=SogCLRMemory(0.5)
+                         ).fit(images, np.arange(48) % 3)
+    folder = est.save(tmp_path / "m")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = skcontrast.load(folder)
+    assert again.get_params()["module"].keywords == {"norm": "group"}
+    assert isinstance(again.optimizer, type) and again.optimizer is torch.optim.RMSprop
+    assert repr(again.augmentation) == "GaussianNoise(std=0.05)"
+    assert again.memory.gamma == 0.5 and again.selector.k == 2
+    np.testing.assert_array_equal(again.transform(images), est.transform(images))
+
+
+# 16. What a saved model keeps -----------------------------------------------------------
+
+class LabelledItems(torch.utils.data.Dataset):
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], int(self.y[i])
+
+
+def test_a_loaded_model_reads_its_own_labelled_dataset(pairs, tmp_path):
+    X, y = pairs
+    data = LabelledItems(torch.as_tensor(X[:, 0]), y)
+    est = SupConEmbedder(**SMALL).fit(data)
+    again = skcontrast.load(est.save(tmp_path / "m"))
+    assert again.input_spec_.item_labels
+    np.testing.assert_array_equal(again.transform(data), est.transform(data))
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_a_warm_start_after_load_continues_as_one_uninterrupted_fit(pairs, tmp_path,
+                                                                     optimizer):
+    X, _ = pairs
+    params = {**SMALL, "optimizer": optimizer, "selector": ShuffledBatchSelector(8),
+              "random_state": None}
+    first = ContrastiveEmbedder(**params).fit(X)
+    uninterrupted = ContrastiveEmbedder(**{**params, "max_epochs": 4,
+                                           "random_state": first.net_.seed}).fit(X)
+    again = skcontrast.load(first.save(tmp_path / "m"))
+    again.set_params(warm_start=True).fit(X)
+    assert again.net_.selector.current_epoch == 4
+    np.testing.assert_allclose(again.transform(X), uninterrupted.transform(X), atol=1e-6)
+
+
+def test_the_librarys_own_digit_augmentation_is_restored(tmp_path):
+    pytest.importorskip("kornia")
+    from skcontrast.datasets import digit_augmentation, load_digit_images
+
+    images, _ = load_digit_images()
+    images = images[:64]
+    est = ContrastiveEmbedder(**SMALL, augmentation=digit_augmentation()).fit(images)
+    folder = est.save(tmp_path / "m")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = skcontrast.load(folder)
+    for a, b in zip(again.transform_pairs(images), est.transform_pairs(images), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
