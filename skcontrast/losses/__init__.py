@@ -1,22 +1,33 @@
-"""Contrastive losses as pure, differentiable torch functions.
+"""Contrastive losses: pure, differentiable torch functions, and one object per function.
 
-Every loss accepts NumPy arrays or torch tensors of shape ``(..., B, d)`` (leading
-dimensions index independent batches), works on any device in float32 and float64, uses
-log-sum-exp so that small temperatures cannot overflow, needs O(B^2) memory (or, with
-``chunk_size``, O(B (d + chunk_size)) for the losses of :data:`TILED_LOSSES`), takes the
-balance weights ``lambda_pos`` and ``lambda_ent`` of seed 001 (Eq. 5) and can return its
-positive and entropy terms separately (``return_terms=True``).
+Every loss function accepts NumPy arrays or torch tensors of shape ``(..., B, d)``
+(leading dimensions index independent batches), works on any device in float32 and
+float64, uses log-sum-exp (or softplus) so that small temperatures cannot overflow,
+needs O(B^2) memory (or, with ``chunk_size``, O(B (d + chunk_size)) for the losses of
+:data:`TILED_LOSSES`), takes the balance weights ``lambda_pos`` and ``lambda_ent`` of
+seed 001 (Eq. 5) and can return its positive and entropy terms separately
+(``return_terms=True``).
 
-========================  ============================================================
-``info_nce``              one-sided InfoNCE, seed 000 Eq. 3
-``symmetric_info_nce``    L^con = L(U,V) + L(V,U), seed 000 Eq. 1-2 (CLIP)
-``nt_xent``               SimCLR's 2B-way loss with within-view negatives
-``dcl``                   decoupled contrastive loss (positive out of the denominator)
-``dhel``                  decoupled hyperspherical energy loss, seed 004
-``kcl``                   kernel contrastive loss, seed 004
-``supcon``                supervised contrastive loss, seed 003 Eq. 3
-``contrastive_margin``    pair margin loss with global/separate averaging, seed 001
-========================  ============================================================
+==========================  ==========================  ==========================================
+function                    object                      definition
+==========================  ==========================  ==========================================
+``info_nce``                :class:`InfoNCE`            one-sided InfoNCE, seed 000 Eq. 3
+``symmetric_info_nce``      :class:`SymmetricInfoNCE`   L^con = L(U,V) + L(V,U), seed 000 Eq. 1-2
+``nt_xent``                 :class:`NTXent`             SimCLR's 2B-way loss
+``dcl``                     :class:`DCL`                decoupled contrastive loss
+``dhel``                    :class:`DHEL`               decoupled hyperspherical energy, seed 004
+``kcl``                     :class:`KCL`                kernel contrastive loss, seed 004
+``siglip``                  :class:`SigLIP`             pairwise sigmoid loss (Zhai et al. 2023)
+``hard_negative_nce``       :class:`HardNegativeNCE`    HCL (Robinson et al. 2021)
+``debiased_nce``            :class:`DebiasedNCE`        debiased loss (Chuang et al. 2020)
+``supcon``                  :class:`SupCon`             supervised contrastive, seed 003 Eq. 3
+``contrastive_margin``      :class:`ContrastiveMargin`  pair margin loss, seed 001
+==========================  ==========================  ==========================================
+
+The objects (:class:`Loss` and its subclasses) are scikit-learn-style: their parameters
+are the function's (temperature, fixed or learned, balance weights, ``chunk_size`` and
+their own options), and an estimator's ``loss=`` takes one (grids tune
+``loss__temperature``). They are what training, batch selection and memories share.
 
 :func:`batch_losses` scores many index batches in one vectorised call;
 :func:`pair_affinity` and :func:`pairwise_lower_bound` give the Jensen bound of seed 002
@@ -25,27 +36,64 @@ Eq. 5, the affinity of the spectral batch selector.
 
 from ._batched import batch_losses, pair_affinity, pairwise_lower_bound
 from ._core import LossTerms
+from ._hard import debiased_nce, hard_negative_nce
 from ._infonce import dcl, dhel, info_nce, nt_xent, symmetric_info_nce
 from ._kernel import kcl
+from ._objects import (
+    DCL,
+    DHEL,
+    KCL,
+    LOSSES,
+    ContrastiveMargin,
+    DebiasedNCE,
+    FunctionLoss,
+    HardNegativeNCE,
+    InfoNCE,
+    Loss,
+    NTXent,
+    SigLIP,
+    SupCon,
+    SymmetricInfoNCE,
+    make_loss,
+)
 from ._registry import LABEL_LOSSES, PAIR_LOSSES, TILED_LOSSES, get_label_loss, get_pair_loss
+from ._sigmoid import siglip
 from ._supervised import contrastive_margin, supcon
 
 __all__ = [
+    "DCL",
+    "DHEL",
+    "KCL",
     "LABEL_LOSSES",
+    "LOSSES",
     "PAIR_LOSSES",
     "TILED_LOSSES",
+    "ContrastiveMargin",
+    "DebiasedNCE",
+    "FunctionLoss",
+    "HardNegativeNCE",
+    "InfoNCE",
+    "Loss",
     "LossTerms",
+    "NTXent",
+    "SigLIP",
+    "SupCon",
+    "SymmetricInfoNCE",
     "batch_losses",
     "contrastive_margin",
     "dcl",
+    "debiased_nce",
     "dhel",
     "get_label_loss",
     "get_pair_loss",
+    "hard_negative_nce",
     "info_nce",
     "kcl",
+    "make_loss",
     "nt_xent",
     "pair_affinity",
     "pairwise_lower_bound",
+    "siglip",
     "supcon",
     "symmetric_info_nce",
 ]

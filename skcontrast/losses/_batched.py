@@ -12,7 +12,6 @@ import torch.nn.functional as F
 
 from .._validation import as_float_tensor, check_int, describe
 from ._core import as_label_tensor, check_loss_options, check_views, similarity
-from ._registry import LABEL_LOSSES, get_label_loss, get_pair_loss
 
 #: Upper bound on the number of similarity entries one vectorised call materialises.
 DEFAULT_MAX_ELEMENTS = 2**24
@@ -97,6 +96,8 @@ def batch_losses(u: Any, v: Any = None, batches: Any = None, *, y: Any = None,
     >>> bool(torch.isclose(out[2], symmetric_info_nce(u[[6, 7]], v[[6, 7]])))
     True
     """
+    from ._registry import LABEL_LOSSES, get_label_loss, get_pair_loss
+
     if batches is None:
         raise ValueError("batches is required: a 2-D index array or a list of index arrays")
     check_int(max_elements, "max_elements", minimum=1)

@@ -132,6 +132,12 @@ def class_sums(z: torch.Tensor, codes: torch.Tensor) -> tuple[torch.Tensor, torc
     return sums, counts
 
 
+def pair_labels(batch_size: int, leading: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """Labels ``[0..B-1, 0..B-1]`` for the stacked views ``[u; v]``, broadcast to ``leading``."""
+    labels = torch.arange(batch_size, device=device).repeat(2)
+    return labels.expand(*leading, 2 * batch_size)
+
+
 def eye_mask(n: int, device: torch.device) -> torch.Tensor:
     """Boolean identity matrix, used to drop self-similarities."""
     return torch.eye(n, dtype=torch.bool, device=device)

@@ -1,47 +1,36 @@
 """Look losses up by name, and run label losses on paired data.
 
-Paired losses take ``(u, v)``; label losses take ``(z, y)``. A paired problem can be
-trained with a label loss by stacking the views and labelling each pair with its own
-class — the standard reduction of SimCLR to SupCon — which :func:`get_pair_loss` does.
+The one list of losses is :data:`~skcontrast.losses.LOSSES` (name -> loss class); the
+dictionaries of functions here are derived from it. Paired losses take ``(u, v)``;
+label losses take ``(z, y)``. A paired problem can be trained with a label loss by
+stacking the views and labelling each pair with its own class — the standard reduction
+of SimCLR to SupCon — which :func:`get_pair_loss` does.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from .._validation import as_float_tensor, describe
-from ._infonce import dcl, dhel, info_nce, nt_xent, symmetric_info_nce
-from ._kernel import kcl
-from ._supervised import contrastive_margin, supcon
+from ._core import pair_labels
+from ._objects import LOSSES
 
 PAIR_LOSSES: dict[str, Callable[..., Any]] = {
-    "info_nce": info_nce,
-    "symmetric_info_nce": symmetric_info_nce,
-    "nt_xent": nt_xent,
-    "dcl": dcl,
-    "dhel": dhel,
-    "kcl": kcl,
-}
+    name: cls.function for name, cls in LOSSES.items() if not cls.labelled}
 LABEL_LOSSES: dict[str, Callable[..., Any]] = {
-    "supcon": supcon,
-    "contrastive_margin": contrastive_margin,
-}
-#: Losses that take ``chunk_size`` (tiled log-sum-exps, O(B (d + chunk)) memory).
-TILED_LOSSES = ("info_nce", "symmetric_info_nce", "nt_xent", "dcl", "dhel", "kcl", "supcon")
+    name: cls.function for name, cls in LOSSES.items() if cls.labelled}
+#: Losses that take ``chunk_size`` (tiled, O(B (d + chunk)) memory).
+TILED_LOSSES = tuple(name for name, cls in LOSSES.items()
+                     if "chunk_size" in inspect.signature(cls).parameters)
 
 
 def _unknown(loss: Any, names: list[str]) -> ValueError:
     options = ", ".join(repr(n) for n in names)
     return ValueError(f"loss must be a callable or one of {options}; got {describe(loss)}")
-
-
-def pair_labels(batch_size: int, leading: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """Labels ``[0..B-1, 0..B-1]`` for the stacked views ``[u; v]``, broadcast to ``leading``."""
-    labels = torch.arange(batch_size, device=device).repeat(2)
-    return labels.expand(*leading, 2 * batch_size)
 
 
 def _on_pairs(label_loss: Callable[..., Any]) -> Callable[..., Any]:

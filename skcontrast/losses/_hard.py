@@ -1,0 +1,143 @@
+"""Hard-negative and debiased contrastive losses: the loss-side answer to batch hardness.
+
+Robinson et al. (ICLR 2021, "Contrastive learning with hard negative samples", Eq. 4
+and their Algorithm) reweight each anchor's negatives by importance weights
+:math:`\propto e^{\beta s/\tau}`, so that harder (more similar) negatives count more,
+and debias the negative term with the class prior :math:`\tau^+` of Chuang et al.
+(NeurIPS 2020, "Debiased contrastive learning", Eq. 9), which subtracts the expected
+share of false negatives (same-class samples drawn as negatives):
+
+.. math::
+
+    R_i = \frac{\sum_{k} e^{(1+\beta) s_{ik}/\tau}}{\frac1N \sum_{k} e^{\beta s_{ik}/\tau}},
+    \qquad
+    N_g = \max\Big(\frac{R_i - \tau^+ N e^{s_{i+}/\tau}}{1 - \tau^+},\; N e^{-1/\tau}\Big),
+
+    \ell_i = -\log \frac{e^{s_{i+}/\tau}}{e^{s_{i+}/\tau} + N_g}
+
+over the ``N`` negatives ``k`` of anchor ``i``. At :math:`\beta = 0` the weights are
+uniform (Chuang et al.'s debiased loss); at :math:`\beta = 0, \tau^+ = 0` it is exactly
+NT-Xent (or InfoNCE, with the other view's rows as the only negatives). Everything is
+computed in log space, from the same tiled log-sum-exps as those losses.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from .._validation import check_choice, check_nonnegative, describe
+from ._core import (
+    LossTerms,
+    check_loss_options,
+    check_views,
+    finish,
+    reduce_terms,
+    similarity,
+)
+from ._infonce import self_logsumexp
+from ._tiled import resolve_chunk_size, tiled_logsumexp
+
+NEGATIVES = ("both views", "other view")
+
+
+def _negative_logsumexp(u: torch.Tensor, v: torch.Tensor, temperature: Any, chunk_size: Any,
+                        negatives: str) -> torch.Tensor:
+    """Each anchor's log-sum-exp of ``s / temperature`` over its negatives only."""
+    if negatives == "both views":
+        z = torch.cat([u, v], dim=-2)
+        return self_logsumexp(z, temperature, chunk_size, partner=u.shape[-2])
+    b = u.shape[-2]
+    chunk = resolve_chunk_size(chunk_size, b, b)
+    if chunk is not None:
+        return tiled_logsumexp(u, v, temperature, chunk, skip_self=True)
+    own = torch.eye(b, dtype=torch.bool, device=u.device)
+    return torch.logsumexp(similarity(u, v, temperature).masked_fill(own, float("-inf")), -1)
+
+
+def hard_negative_nce(u: Any, v: Any, *, temperature: Any = 0.1, beta: float = 1.0,
+                      tau_plus: float = 0.1, lambda_pos: float = 1.0,
+                      lambda_ent: float = 1.0, normalize: bool = True,
+                      reduction: str = "mean", negatives: str = "both views",
+                      return_terms: bool = False,
+                      chunk_size: Any = None) -> torch.Tensor | LossTerms:
+    r"""Hard-negative contrastive loss, HCL (Robinson et al., ICLR 2021; see above).
+
+    Parameters
+    ----------
+    u, v : array-like of shape (..., B, d)
+        The paired embeddings (see :func:`info_nce`).
+    temperature : float or scalar tensor, default=0.1
+    beta : float >= 0, default=1.0
+        Hardness :math:`\beta`: 0 weighs every negative alike; larger values
+        concentrate the negative term on the most similar negatives.
+    tau_plus : float in [0, 1), default=0.1
+        Class prior :math:`\tau^+`, the probability that a negative shares the anchor's
+        class (Chuang et al.); 0 applies no debiasing (and no floor).
+    lambda_pos, lambda_ent, normalize, return_terms
+        As in :func:`info_nce`; ``positive`` is :math:`-s_{i+}/\tau` and ``entropy``
+        :math:`\log(e^{s_{i+}/\tau} + N_g)`.
+    reduction : {'mean', 'sum', 'none'}, default='mean'
+    negatives : {'both views', 'other view'}, default='both views'
+        ``'both views'``: the ``2B`` rows of ``[u; v]`` are anchors and each has the
+        ``N = 2B - 2`` others but its partner as negatives, as in the authors' code
+        (NT-Xent's form; ``'none'`` gives ``(..., 2B)``). ``'other view'``: anchors
+        ``u_i``, negatives ``v_j, j != i`` (``N = B - 1``; InfoNCE's form).
+    chunk_size : int, 'auto' or None, default=None
+        Tiled log-sum-exps (see :func:`info_nce`): O(B (d + chunk_size)) memory.
+
+    Returns
+    -------
+    torch.Tensor or LossTerms
+    """
+    check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
+    check_nonnegative(beta, "beta")
+    if isinstance(tau_plus, bool) or not isinstance(tau_plus, int | float) or \
+            not 0 <= tau_plus < 1:
+        raise ValueError(f"tau_plus must be a number in [0, 1); got {describe(tau_plus)}")
+    check_choice(negatives, "negatives", NEGATIVES)
+    u, v = check_views(u, v, normalize=normalize)
+    b = u.shape[-2]
+    pair = (u * v).sum(-1) / temperature
+    if negatives == "both views":
+        pair = torch.cat([pair, pair], dim=-1)
+        n = 2 * b - 2
+    else:
+        n = b - 1
+    log_r = _negative_logsumexp(u, v, temperature / (1 + beta), chunk_size, negatives)
+    if beta:  # minus the log of the importance weights' mean
+        log_r = log_r - (_negative_logsumexp(u, v, temperature / beta, chunk_size, negatives)
+                         - math.log(n))
+    log_ng = log_r
+    if tau_plus:
+        log_c = math.log(tau_plus * n) + pair
+        inside = log_c < log_r
+        gap = torch.where(inside, log_c - log_r, torch.full_like(log_r, -1.0))
+        log_debiased = torch.where(inside, log_r + torch.log(-torch.expm1(gap)),
+                                   torch.full_like(log_r, float("-inf")))
+        floor = math.log(n) - 1 / temperature + math.log1p(-tau_plus)
+        log_ng = torch.maximum(log_debiased, torch.as_tensor(floor, dtype=log_r.dtype,
+                                                             device=log_r.device)) \
+            - math.log1p(-tau_plus)
+    entropy = torch.logaddexp(pair, log_ng)
+    terms = reduce_terms(-pair, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
+                         reduction=reduction)
+    return finish(terms, return_terms)
+
+
+def debiased_nce(u: Any, v: Any, *, temperature: Any = 0.1, tau_plus: float = 0.1,
+                 lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
+                 reduction: str = "mean", negatives: str = "both views",
+                 return_terms: bool = False,
+                 chunk_size: Any = None) -> torch.Tensor | LossTerms:
+    r"""Debiased contrastive loss (Chuang et al., NeurIPS 2020, Eq. 9): :func:`hard_negative_nce`
+    with :math:`\beta = 0`. Its negative term subtracts the expected share
+    :math:`\tau^+` of false negatives; at :math:`\tau^+ = 0` it is NT-Xent (or, with
+    ``negatives='other view'``, InfoNCE). Parameters as in :func:`hard_negative_nce`.
+    """
+    return hard_negative_nce(u, v, temperature=temperature, beta=0.0, tau_plus=tau_plus,
+                             lambda_pos=lambda_pos, lambda_ent=lambda_ent,
+                             normalize=normalize, reduction=reduction, negatives=negatives,
+                             return_terms=return_terms, chunk_size=chunk_size)

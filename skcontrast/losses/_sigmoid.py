@@ -1,0 +1,184 @@
+"""The pairwise sigmoid loss of SigLIP (Zhai et al., 2023), dense or tiled.
+
+Every pair ``(i, j)`` of a batch is its own binary problem, "do ``u_i`` and ``v_j``
+belong together?", with logit ``l_ij = u_i . v_j / t + b``:
+
+    L = -1/B sum_i sum_j log sigmoid(z_ij l_ij),    z_ij = 1 if i = j else -1
+
+(Zhai et al., Eq. 1 and Algorithm 1; their learned ``t'`` is our ``1 / temperature``).
+Per anchor ``i`` this splits into the positive term ``softplus(-l_ii)`` and the entropy
+term ``sum_{j != i} softplus(l_ij)``: no log-sum-exp couples the pairs, so a tile of
+rows needs no statistic of the other tiles.
+
+Tiled (``chunk_size``), the forward keeps only each anchor's sum (O(B)), and the
+backward recomputes each tile's logits and turns them into gradients at once, with
+``p = sigmoid(l)`` and the incoming gradient ``g``:
+
+    grad_u = (g p / t) v,   grad_v = (g p / t)^T u,   grad_t = -sum(g p s) / t^2,
+    grad_b = sum(g p),
+
+``s = u . v`` the raw similarities. Memory is O(B (d + chunk_size)) *including the
+backward*. open_clip's ``SigLipLoss`` chunks over devices, but each chunk's logits stay
+in the autograd graph, so its saved activations are O(B^2) on one device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+
+from ._core import (
+    LossTerms,
+    check_loss_options,
+    check_views,
+    combine_last,
+    finish,
+    reduce_terms,
+)
+from ._tiled import resolve_chunk_size
+
+
+def _tile(a: torch.Tensor, b: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """Raw similarities of anchor rows ``start..stop`` against every candidate."""
+    return torch.matmul(a[..., start:stop, :], b.transpose(-1, -2))
+
+
+def _own(stop: int, start: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = torch.arange(stop - start, device=device)
+    return rows, rows + start
+
+
+class _TiledNegativeSums(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, temperature: Any, bias: Any,
+                chunk: int) -> torch.Tensor:
+        parts = []
+        for start in range(0, a.shape[-2], chunk):
+            stop = min(start + chunk, a.shape[-2])
+            logits = _tile(a, b, start, stop).div_(temperature).add_(bias)
+            rows, cols = _own(stop, start, a.device)
+            logits[..., rows, cols] = float("-inf")  # the positive is not a negative
+            parts.append(F.softplus(logits).sum(-1))
+        tensors = [t if isinstance(t, torch.Tensor) else None for t in (temperature, bias)]
+        ctx.save_for_backward(a, b, *tensors)
+        ctx.values, ctx.chunk = (temperature, bias), chunk
+        return torch.cat(parts, dim=-1)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        a, b, t_tensor, b_tensor = ctx.saved_tensors
+        temperature = ctx.values[0] if t_tensor is None else t_tensor
+        bias = ctx.values[1] if b_tensor is None else b_tensor
+        wants_a, wants_b, wants_t, wants_bias = ctx.needs_input_grad[:4]
+        grad_a = torch.zeros_like(a) if wants_a else None
+        grad_b = torch.zeros_like(b) if wants_b else None
+        grad_t = torch.zeros((), dtype=a.dtype, device=a.device) if wants_t else None
+        grad_bias = torch.zeros((), dtype=a.dtype, device=a.device) if wants_bias else None
+        for start in range(0, a.shape[-2], ctx.chunk):
+            stop = min(start + ctx.chunk, a.shape[-2])
+            similarity = _tile(a, b, start, stop)
+            weights = torch.sigmoid(similarity / temperature + bias)
+            rows, cols = _own(stop, start, a.device)
+            weights[..., rows, cols] = 0.0
+            weights.mul_(grad[..., start:stop, None])  # g p
+            if wants_bias:
+                grad_bias += weights.sum()
+            if wants_t:
+                grad_t -= (weights * similarity).sum() / temperature**2
+            weights.div_(temperature)
+            if wants_a:
+                grad_a[..., start:stop, :] = torch.matmul(weights, b)
+            if wants_b:
+                grad_b += torch.matmul(weights.transpose(-1, -2), a[..., start:stop, :])
+        if wants_t:
+            grad_t = grad_t.reshape(t_tensor.shape).to(t_tensor.dtype)
+        if wants_bias:
+            grad_bias = grad_bias.reshape(b_tensor.shape).to(b_tensor.dtype)
+        return grad_a, grad_b, grad_t, grad_bias, None
+
+
+def sigmoid_negative_sums(a: torch.Tensor, b: torch.Tensor, temperature: Any, bias: Any,
+                          chunk_size: int | None) -> torch.Tensor:
+    """``sum_{j != i} softplus(a_i . b_j / temperature + bias)`` for every row of ``a``,
+    dense or ``chunk_size`` rows at a time (then O(n (d + chunk)) memory, backward
+    included); shape ``(..., n)``."""
+    if chunk_size is not None:
+        return _TiledNegativeSums.apply(a, b, temperature, bias, chunk_size)
+    logits = torch.matmul(a / temperature, b.transpose(-1, -2)) + bias
+    own = torch.eye(a.shape[-2], b.shape[-2], dtype=torch.bool, device=a.device)
+    return F.softplus(logits).masked_fill(own, 0.0).sum(-1)
+
+
+def siglip(u: Any, v: Any, *, temperature: Any = 0.1, bias: Any = -10.0,
+           lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
+           reduction: str = "mean", symmetric: bool = False, return_terms: bool = False,
+           chunk_size: Any = None) -> torch.Tensor | LossTerms:
+    r"""The pairwise sigmoid loss of SigLIP (Zhai et al., ICCV 2023, Eq. 1).
+
+    .. math::
+
+        \mathcal{L} = -\frac{1}{B} \sum_{i=1}^{B} \sum_{j=1}^{B}
+            \log \sigma\big(z_{ij} (u_i^\top v_j / \tau + b)\big), \qquad
+            z_{ij} = \begin{cases} 1 & i = j \\ -1 & i \ne j \end{cases}
+
+    Per anchor ``u_i``: positive term :math:`-\log\sigma(l_{ii})` and entropy term
+    :math:`\sum_{j \ne i} -\log\sigma(-l_{ij})` (seed 001 Eq. 5's split), so
+    ``lambda_pos`` and ``lambda_ent`` weigh them. The paper learns :math:`t' = \log(1/\tau)`
+    from :math:`\tau = 0.1` and :math:`b` from :math:`-10`: the loss objects'
+    :class:`~skcontrast.losses.SigLIP` does so with ``learn_temperature`` and ``learn_bias``.
+
+    Parameters
+    ----------
+    u, v : array-like of shape (..., B, d)
+        The paired embeddings (see :func:`info_nce`).
+    temperature : float or scalar tensor, default=0.1
+        :math:`\tau` (SigLIP's logit scale is :math:`1/\tau`).
+    bias : float or scalar tensor, default=-10.0
+        :math:`b`, which offsets the prior of ``B - 1`` negatives per positive.
+    lambda_pos, lambda_ent, normalize, return_terms
+        As in :func:`info_nce`.
+    reduction : {'mean', 'sum', 'none'}, default='mean'
+        Over the anchors; ``'none'`` returns ``(..., B)`` (``(..., 2, B)`` with
+        ``symmetric``).
+    symmetric : bool, default=False
+        Anchors of both views: the per-anchor terms of the rows (anchors ``u_i``) and of
+        the columns (anchors ``v_j``), averaged over the two directions. Every pair
+        term is counted once either way, so the mean loss and its gradient are those of
+        the one-sided form; the per-anchor terms differ.
+    chunk_size : int, 'auto' or None, default=None
+        Sum the negatives ``chunk_size`` anchor rows at a time, recomputing them in the
+        backward: memory O(B (d + chunk_size)) for the forward *and* the backward, with
+        the dense loss's values and gradients (no second derivatives). ``'auto'`` tiles
+        once one dense ``B x B`` float32 matrix would exceed 256 MiB.
+
+    Returns
+    -------
+    torch.Tensor or LossTerms
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skcontrast.losses import siglip
+    >>> u = torch.eye(3)
+    >>> round(float(siglip(u, u, temperature=1.0, bias=0.0)), 4)
+    1.6996
+    """
+    check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
+    u, v = check_views(u, v, normalize=normalize)
+    b = u.shape[-2]
+    chunk = resolve_chunk_size(chunk_size, b, b)
+    positive = F.softplus(-((u * v).sum(-1) / temperature + bias))
+    entropy = sigmoid_negative_sums(u, v, temperature, bias, chunk)
+    if symmetric:
+        positive = torch.stack([positive, positive], dim=-2)
+        entropy = torch.stack([entropy, sigmoid_negative_sums(v, u, temperature, bias,
+                                                              chunk)], dim=-2)
+    terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
+                         reduction=reduction)
+    if symmetric and reduction != "none":
+        terms = combine_last(terms, "mean")
+    return finish(terms, return_terms)
