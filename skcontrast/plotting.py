@@ -66,12 +66,12 @@ def plot_gram(U: Any, V: Any = None, ax: Any = None, *, title: str | None = None
 
 
 def plot_batch_losses(X: Any, selectors: Mapping[str, Any], ax: Any = None, *,
-                      y: Any = None, loss: str = "symmetric_info_nce",
-                      temperature: float = 0.1, bins: int = 30, **loss_kwargs: Any) -> Any:
+                      y: Any = None, loss: Any = "symmetric_info_nce", bins: int = 30) -> Any:
     """Histograms of per-batch losses of several selectors on the same embeddings.
 
     Seed 002 Fig. 3 / Fig. 5: one epoch of each selector is scored with
-    :func:`~skcontrast.losses.batch_losses`; harder selectors shift the histogram right.
+    ``loss`` and every adaptive selector score with it; harder selectors shift the
+    histogram right.
     Each selector is drawn as an outline in its own colour, with its mean dashed.
 
     Parameters
@@ -82,22 +82,23 @@ def plot_batch_losses(X: Any, selectors: Mapping[str, Any], ax: Any = None, *,
     ax : matplotlib Axes, optional
     y : array-like of shape (n,), optional
         Labels, for label losses and label-aware selectors.
-    loss : str, default='symmetric_info_nce'
-    temperature : float, default=0.1
+    loss : Loss or str, default='symmetric_info_nce'
+        A loss object of :mod:`skcontrast.losses` (or a name for its class with
+        defaults): what the batches are scored with, and what adaptive selectors whose
+        own ``loss`` is ``None`` select by.
     bins : int, default=30
-    **loss_kwargs
-        Passed to the loss.
 
     Returns
     -------
     matplotlib.axes.Axes
     """
+    from .losses import make_loss
     from .selectors._base import check_embeddings, score_batches
 
     X = check_embeddings(X)
     ax = _axes(ax)
-    scores = {name: score_batches(X, list(selector.split(X, y)), y, loss=loss,
-                                  temperature=temperature, **loss_kwargs)
+    loss = make_loss(loss)
+    scores = {name: score_batches(X, selector.epoch_batches(X, y, loss=loss), y, loss=loss)
               for name, selector in selectors.items()}
     # a batch of one sample has no loss (NaN)
     scores = {name: values[np.isfinite(values)] for name, values in scores.items()}

@@ -36,10 +36,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from sklearn.base import clone
 
 from . import geometry
 from ._validation import check_choice, check_int, check_positive, describe, encode_labels
-from .losses import batch_losses, get_label_loss, get_pair_loss
+from .losses import Loss, make_loss
 from .selectors import (
     BatchSelector,
     BcSSelector,
@@ -121,9 +122,8 @@ def _project(x: torch.Tensor, nonnegative: bool, previous: torch.Tensor) -> torc
 
 def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
                         loss: Any = "symmetric_info_nce", steps: int = 500, lr: float = 0.5,
-                        temperature: float = 1.0, random_state: Any = None,
-                        nonnegative: bool = False, labels: Any = None, init: Any = None,
-                        update: str = "batch", loss_params: dict | None = None,
+                        random_state: Any = None, nonnegative: bool = False,
+                        labels: Any = None, init: Any = None, update: str = "batch",
                         record_every: int = 1, reference: str | None = "auto",
                         memory: Any = None) -> SimulationResult:
     """Projected gradient descent on unit-norm embeddings, batches chosen by ``selector``.
@@ -137,14 +137,14 @@ def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
     selector : BatchSelector or None, default=None
         Which rows share each batch; ``None`` is
         :class:`~skcontrast.selectors.FullBatchSelector` (full-batch gradient descent).
-    loss : str or callable, default='symmetric_info_nce'
-        Any loss of :mod:`skcontrast.losses`; with ``labels`` a label loss ('supcon').
+    loss : Loss or str, default='symmetric_info_nce'
+        A loss object of :mod:`skcontrast.losses`, or a name: its object at temperature
+        1, where the papers' theory is; with ``labels`` a label loss (``'supcon'``).
+        Adaptive selectors score with it too.
     steps : int, default=500
         Gradient updates (see the module docstring for what one update covers).
     lr : float, default=0.5
         Step size (0.5 in seed 000 Sec. 5 and seed 002 Sec. 6.1).
-    temperature : float, default=1.0
-        The papers' theory is at temperature 1.
     random_state : int or None, default=None
         Seeds the initial embeddings (and the selector when it has no seed of its own),
         so every selector starts from the same point.
@@ -156,8 +156,6 @@ def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
         Starting ``(U, V)`` (or ``(H,)``); normalised here. Overrides the random start.
     update : {'batch', 'epoch'}, default='batch'
         One update per batch, or one per epoch on the mean loss of its batches.
-    loss_params : dict, optional
-        More keyword arguments for the loss.
     record_every : int, default=1
         Record the history every this many steps (and always at the last step).
     reference : {'auto', 'etf', 'cross_polytope'} or None, default='auto'
@@ -166,7 +164,7 @@ def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
         records NaN when none is known; ``None`` records no gap.
     memory : SogCLRMemory, CrossBatchMemory or None, default=None
         What each step's loss remembers from earlier batches (:mod:`skcontrast.memory`;
-        a named ``loss`` and ``update='batch'`` are needed). The recorded ``loss``
+        ``update='batch'`` is needed). The recorded ``loss``
         stays the plain full-batch loss.
 
     Returns
@@ -184,7 +182,7 @@ def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
     d = check_int(d, "d", minimum=1)
     steps = check_int(steps, "steps", minimum=1)
     check_positive(lr, "lr")
-    check_positive(temperature, "temperature")
+    loss = _loss(loss)
     check_choice(update, "update", UPDATES)
     record_every = check_int(record_every, "record_every", minimum=1)
     selector = FullBatchSelector() if selector is None else selector
@@ -202,35 +200,33 @@ def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
     state = None
     if memory is not None:
         state = _memory_state(memory, n, loss, update)
-    kwargs = {"temperature": temperature, **(loss_params or {})}
     y_t = None
     if labelled:
-        fn = get_label_loss(loss)
+        if not loss.labelled:
+            raise ValueError(f"labels need a label loss (e.g. 'supcon'); got "
+                             f"{type(loss).__name__}")
         y_t = torch.as_tensor(encode_labels(y, "labels")[1])
-    else:
-        fn = get_pair_loss(loss)
     params = [torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in start]
     history: list[dict] = []
     step = epochs = 0
     while step < steps:
-        epoch = selector.epoch_batches(_selector_view(params, labelled), y)
+        epoch = selector.epoch_batches(_selector_view(params, labelled), y, loss=loss)
         if state is not None:
             state.set_epoch(epochs)
         epochs += 1
         groups = [epoch] if update == "epoch" else [[b] for b in epoch]
         for batches in groups:
             if state is None:
-                objective = _batches_loss(params, batches, fn, labelled, y_t, kwargs)
+                objective = _batches_loss(params, batches, loss, y_t)
             else:
-                objective = _memory_loss(params, batches[0], fn, state, y_t, kwargs)
+                objective = _memory_loss(params, batches[0], loss, state, y_t)
             grads = torch.autograd.grad(objective, params)
             with torch.no_grad():
                 for p, g in zip(params, grads, strict=True):
                     p.copy_(_project(p - lr * g, nonnegative, p))
             step += 1
             if step % record_every == 0 or step == steps:
-                history.append(_record(step, params, batches, fn, labelled, y_t, y, kwargs,
-                                       reference_kind))
+                history.append(_record(step, params, batches, loss, y_t, y, reference_kind))
             if step == steps:
                 break
     final = [p.detach().numpy() for p in params]
@@ -247,22 +243,32 @@ def _memory_state(memory: Any, n: int, loss: Any, update: str) -> Any:
     if update != "batch":
         raise ValueError("memory needs update='batch': a memory follows a sequence of "
                          "batches, one update each")
-    return memory.build(n, loss).double()
+    return memory.build(n, loss, "single" if loss.labelled else "pairs").double()
 
 
-def _memory_loss(params: list[torch.Tensor], batch: np.ndarray, fn: Any, state: Any,
-                 y_t: torch.Tensor | None, kwargs: dict) -> torch.Tensor:
-    """The loss of one batch through the memory (unnormalised inputs, as above)."""
-    options = {**kwargs, "normalize": False, "return_terms": True}
+def _loss(loss: Any) -> Loss:
+    """The loss object (a name: its object at temperature 1, the theory's), with the
+    rows taken as they are: the simulation keeps them at unit norm itself."""
+    obj = make_loss(loss)
+    if not isinstance(loss, Loss) and "temperature" in obj.get_params():
+        obj.set_params(temperature=1.0)
+    if "normalize" in obj.get_params():
+        obj = clone(obj).set_params(normalize=False)
+    return obj
+
+
+def _memory_loss(params: list[torch.Tensor], batch: np.ndarray, loss: Loss, state: Any,
+                 y_t: torch.Tensor | None) -> torch.Tensor:
+    """The loss of one batch through the memory."""
     index = torch.as_tensor(batch)
     if y_t is not None:
         z, y = params[0][index], y_t[index]
-        terms = state(lambda **extra: fn(z, y, **options, **extra), z, y, index,
-                      structure="single", options=options)
+        terms = state(lambda **extra: loss.label_terms(z, y, **extra), z, y, index,
+                      structure="single", loss=loss, overrides={})
     else:
         u, v = params[0][index], params[1][index]
-        terms = state(lambda **extra: fn(u, v, **options, **extra), torch.stack([u, v], 1),
-                      None, index, structure="pairs", options=options)
+        terms = state(lambda **extra: loss.pair_terms(u, v, **extra), torch.stack([u, v], 1),
+                      None, index, structure="pairs", loss=loss, overrides={})
     return terms.loss
 
 
@@ -302,8 +308,6 @@ def _initial(init: Any, n: int, d: int, labelled: bool, nonnegative: bool,
 
 
 def _seeded(selector: BatchSelector, random_state: Any) -> BatchSelector:
-    from sklearn.base import clone
-
     selector = clone(selector)
     if "random_state" in selector.get_params() and selector.get_params()["random_state"] is None \
             and random_state is not None:
@@ -316,28 +320,23 @@ def _selector_view(params: list[torch.Tensor], labelled: bool) -> np.ndarray:
     return arrays[0] if labelled else np.stack(arrays, axis=1)
 
 
-def _batches_loss(params: list[torch.Tensor], batches: list[np.ndarray], fn: Any,
-                  labelled: bool, y_t: torch.Tensor | None, kwargs: dict) -> torch.Tensor:
-    """Mean loss of the batches (unnormalised inputs: the rows are kept at unit norm)."""
-    options = {**kwargs, "normalize": False}
-    if labelled:
-        values = batch_losses(params[0], batches=batches, y=y_t, loss=fn, **options)
-    else:
-        values = batch_losses(params[0], params[1], batches, loss=fn, **options)
-    return values.mean()
+def _batches_loss(params: list[torch.Tensor], batches: list[np.ndarray], loss: Loss,
+                  y_t: torch.Tensor | None) -> torch.Tensor:
+    """Mean loss of the batches."""
+    if y_t is not None:
+        return loss.batch_losses(params[0], batches=batches, y=y_t).mean()
+    return loss.batch_losses(params[0], params[1], batches).mean()
 
 
-def _record(step: int, params: list[torch.Tensor], batches: list[np.ndarray], fn: Any,
-            labelled: bool, y_t: torch.Tensor | None, y: Any, kwargs: dict,
-            reference_kind: str | None) -> dict:
+def _record(step: int, params: list[torch.Tensor], batches: list[np.ndarray], loss: Loss,
+            y_t: torch.Tensor | None, y: Any, reference_kind: str | None) -> dict:
     with torch.no_grad():
-        options = {**kwargs, "normalize": False}
-        if labelled:
-            full = float(fn(params[0], y_t, **options))
+        if y_t is not None:
+            full = float(loss(params[0], y_t))
             gap = geometry.orthogonal_frame_gap(params[0].numpy(), y) \
                 if len(np.unique(y)) > 1 else math.nan
         else:
-            full = float(fn(params[0], params[1], **options))
+            full = float(loss.pair_terms(params[0], params[1]).loss)
             gap = geometry.etf_gap(params[0].numpy(), params[1].numpy(), reference_kind) \
                 if reference_kind else math.nan
     return {"step": step, "loss": full, "gap": gap, "batches": [b.tolist() for b in batches]}
@@ -391,13 +390,14 @@ def memory_methods(n: int, batch_size: int, gamma: float = 0.9
 
 
 def compare_selectors(n: int = 8, d: int = 16, batch_size: int = 2, steps: int = 500,
-                      seeds: int = 5, lr: float = 0.5, temperature: float = 1.0,
+                      seeds: int = 5, lr: float = 0.5, loss: Any = "symmetric_info_nce",
                       methods: dict | None = None, record_every: int = 10
                       ) -> tuple[list[dict], dict[str, SimulationResult]]:
     """Run every method of :func:`paper_methods` from the same starting points.
 
     ``methods`` maps a name to ``(selector, update)`` or ``(selector, update, memory)``
-    (see :func:`memory_methods`).
+    (see :func:`memory_methods`); ``loss`` is that of :func:`optimize_embeddings` (a name
+    is its object at temperature 1).
 
     Returns
     -------
@@ -412,7 +412,7 @@ def compare_selectors(n: int = 8, d: int = 16, batch_size: int = 2, steps: int =
     rows, first = [], {}
     for name, (selector, update, *memory) in methods.items():
         runs = [optimize_embeddings(n, d, selector, steps=steps, lr=lr,
-                                    temperature=temperature, random_state=seed,
+                                    loss=loss, random_state=seed,
                                     update=update, record_every=record_every,
                                     memory=memory[0] if memory else None)
                 for seed in range(seeds)]

@@ -29,7 +29,8 @@ requires_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU; none is u
 
 class RecordingSelector(BatchSelector):
     """Delegates to another selector and keeps, per epoch, the shape of what it was shown
-    (``shapes_``) and the batches it chose (``seen_``)."""
+    (``shapes_``), the loss it was handed to score with (``losses_``) and the batches it
+    chose (``seen_``)."""
 
     def __init__(self, inner=None):
         self.inner = inner
@@ -38,8 +39,9 @@ class RecordingSelector(BatchSelector):
     def _adaptive(self):
         return self.inner._adaptive
 
-    def epoch_batches(self, X, y=None, groups=None):
-        batches = self.inner.epoch_batches(X, y, groups)
+    def epoch_batches(self, X, y=None, groups=None, *, loss=None):
+        batches = self.inner.epoch_batches(X, y, groups, loss=loss)
+        self.losses_ = [*getattr(self, "losses_", []), loss]
         self.shapes_ = [*getattr(self, "shapes_", []), np.shape(X)]
         self.seen_ = [*getattr(self, "seen_", []), [b.tolist() for b in batches]]
         return batches

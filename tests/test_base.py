@@ -22,6 +22,7 @@ from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast._estimators import _base
 from skcontrast.datasets import make_paired_gaussians
 from skcontrast.exceptions import TrainingDivergedError, TrainingInterrupted
+from skcontrast.losses import SymmetricInfoNCE
 from skcontrast.memory import CrossBatchMemory, SogCLRMemory
 from skcontrast.model_selection import BalanceSearchCV
 from skcontrast.selectors import OSGDSelector, PredefinedBatchSelector, ShuffledBatchSelector
@@ -69,16 +70,16 @@ def _warm(X, y=None, kind=ContrastiveEmbedder, **first):
 
 @pytest.mark.parametrize("change, check", [
     ({"lr": 0.123}, lambda e: e.net_.optimizer_.param_groups[0]["lr"] == 0.123),
-    ({"temperature": 0.37}, lambda e: e.net_.criterion_.temperature == 0.37),
-    ({"loss": "nt_xent"}, lambda e: e.net_.criterion_.loss == "nt_xent"),
-    ({"lambda_ent": 0.25}, lambda e: e.net_.criterion_.kwargs["lambda_ent"] == 0.25),
+    ({"loss__temperature": 0.37}, lambda e: e.net_.criterion_.temperature == 0.37),
+    ({"loss": "nt_xent"}, lambda e: type(e.net_.criterion_.loss).__name__ == "NTXent"),
+    ({"loss__lambda_ent": 0.25}, lambda e: e.net_.criterion_.loss.lambda_ent == 0.25),
     ({"batch_size": 8}, lambda e: e.history_[-1, "n_batches"] == 8),
     ({"max_epochs": 3}, lambda e: len(e.history_) == 5),
     ({"optimizer": "sgd"}, lambda e: isinstance(e.net_.optimizer_, torch.optim.SGD)),
     ({"micro_batch_size": 4}, lambda e: e.net_.micro_batch_size == 4),
     ({"selector": OSGDSelector(16, k=2, q=1)},
      lambda e: e.history_[-1, "n_batches"] == 2 and e.net_.selector.current_epoch == 4),
-    ({"learn_temperature": True},
+    ({"loss__learn_temperature": True},
      lambda e: e.net_.criterion_.learn_temperature and e.temperature_ != 0.1),
     ({"precision": "bfloat16"}, lambda e: e.net_.precision == "bfloat16"),
 ])
@@ -286,9 +287,9 @@ def test_pickles_hold_string_scorers_and_never_the_held_out_rows(pairs):
                                                                lower_is_better=False)]},
      {}, "recorded only with a scoring"),
     ({"freeze": "backbone"}, {}, "without a projection_head nothing would train"),
-    ({"loss_params": {"reduction": "none"}}, {}, "reduction must be 'mean' or 'sum'"),
-    ({"loss": "contrastive_margin", "loss_params": {"chunk_size": 8}}, {},
-     "'contrastive_margin' cannot be tiled"),
+    ({"loss": SymmetricInfoNCE(directions="both")}, {},
+     "SymmetricInfoNCE: directions must be one of"),
+    ({"temperature": 0.2}, {}, r"temperature is now a parameter .*loss__temperature"),
     ({}, {"X_val": "one"}, "X_val holds 1 sample"),
     ({"image_normalization": ((0.5, 0.5, 0.5), (0.2, 0.2, 0.2))}, {},
      "image_normalization has 3 values per channel"),

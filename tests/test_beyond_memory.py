@@ -18,7 +18,10 @@ from torch import nn
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast.datasets import GaussianNoise, load_digit_images, make_paired_gaussians
 from skcontrast.losses import (
+    KCL,
     TILED_LOSSES,
+    NTXent,
+    SymmetricInfoNCE,
     dcl,
     dhel,
     info_nce,
@@ -56,7 +59,7 @@ def assert_same_weights(a, b, **tolerance):
 # Gradient caching
 # --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("params", [{}, {"learn_temperature": True},
+@pytest.mark.parametrize("params", [{}, {"loss": SymmetricInfoNCE(learn_temperature=True)},
                                     {"memory": SogCLRMemory(gamma=0.7), "loss": "dcl"},
                                     {"memory": CrossBatchMemory(size=96), "loss": "nt_xent"}],
                          ids=["mlp", "learned temperature", "sogclr", "xbm"])
@@ -188,7 +191,7 @@ def test_adaptive_selectors_embedding_pass_is_unaffected(pairs):
     from skcontrast.selectors import OSGDSelector
 
     X, _ = pairs
-    settings = {"selector": OSGDSelector(16, k=3, q=2, temperature=0.5), "batch_size": None}
+    settings = {"selector": OSGDSelector(16, k=3, q=2, loss=SymmetricInfoNCE(0.5)), "batch_size": None}
     assert_same_weights(fit(X, **settings), fit(X, micro_batch_size=4, **settings),
                         rtol=1e-5, atol=1e-6)
 
@@ -198,7 +201,7 @@ def test_full_batch_simclr_on_all_digit_images_with_micro_batches():
     images, _ = load_digit_images()
     est = ContrastiveEmbedder(module=small_cnn, augmentation=GaussianNoise(0.1),
                               selector=FullBatchSelector(), micro_batch_size=64,
-                              loss="nt_xent", loss_params={"chunk_size": 512}, max_epochs=2,
+                              loss=NTXent(chunk_size=512), max_epochs=2,
                               lr=3e-3, n_components=8, random_state=0, device="cpu").fit(images)
     assert list(est.history_[:, "n_batches"]) == [1, 1]
     assert est.history_[-1, "batches", :, "train_batch_size"] == [len(images)]
@@ -270,9 +273,9 @@ def test_tiled_kcl_with_leading_dimensions_and_in_the_estimator():
     torch.testing.assert_close(kcl(u, v, chunk_size=4), kcl(u, v), rtol=1e-5, atol=1e-5)
     assert "kcl" in TILED_LOSSES
     X = np.random.default_rng(0).normal(size=(96, 2, 6)).astype(np.float32)
-    dense = ContrastiveEmbedder(loss="kcl", loss_params={"chunk_size": None}, batch_size=32,
+    dense = ContrastiveEmbedder(loss=KCL(chunk_size=None), batch_size=32,
                                 max_epochs=2, random_state=0).fit(X)
-    tiled = ContrastiveEmbedder(loss="kcl", loss_params={"chunk_size": 5}, batch_size=32,
+    tiled = ContrastiveEmbedder(loss=KCL(chunk_size=5), batch_size=32,
                                 max_epochs=2, random_state=0).fit(X)
     np.testing.assert_allclose(tiled.transform(X), dense.transform(X), rtol=1e-4, atol=1e-5)
 

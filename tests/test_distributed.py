@@ -211,7 +211,7 @@ def test_grid_and_balance_searches_under_the_dask_backend(dask_client):
     est = ContrastiveEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=2,
                               selector=ShuffledBatchSelector(16), random_state=0,
                               device="cpu")
-    grid = {"temperature": [0.1, 0.5], "lambda_ent": [0.5, 1.0]}
+    grid = {"loss__temperature": [0.1, 0.5], "loss__lambda_ent": [0.5, 1.0]}
     local = GridSearchCV(est, grid, cv=2, n_jobs=1).fit(flat)
     with parallel_backend("dask"):
         remote = GridSearchCV(est, grid, cv=2, n_jobs=-1).fit(flat)
@@ -228,7 +228,7 @@ def test_sharded_spectral_selection_is_the_same_for_any_jobs_and_backend(dask_cl
     from joblib import parallel_backend
 
     X, _ = make_paired_embeddings(1600, 16, random_state=0)
-    params = {"chunk_size": 320, "temperature": 0.1, "random_state": 3}
+    params = {"chunk_size": 320, "random_state": 3}
 
     def epochs(**extra):
         selector = SpectralBatchSelector(32, **params, **extra)

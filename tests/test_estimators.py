@@ -18,6 +18,7 @@ from skorch.callbacks import Callback
 
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast.datasets import GaussianNoise, load_digit_views, make_paired_gaussians
+from skcontrast.losses import ContrastiveMargin, SymmetricInfoNCE
 from skcontrast.metrics import get_scorer
 from skcontrast.selectors import (
     BcSSelector,
@@ -104,7 +105,7 @@ class BatchRows(Callback):
 
 
 @pytest.mark.parametrize("inner", [ShuffledBatchSelector(8),
-                                   OSGDSelector(8, k=3, q=2, temperature=0.5)],
+                                   OSGDSelector(8, k=3, q=2, loss=SymmetricInfoNCE(0.5))],
                          ids=["shuffled", "osgd"])
 def test_the_selector_decides_the_batches_the_network_sees(inner):
     X, _ = make_paired_gaussians(40, 3, random_state=2)
@@ -164,19 +165,18 @@ def test_single_views_with_an_augmentation_simclr(pairs):
 
 def test_learned_temperature_moves():
     X, _ = make_paired_gaussians(200, 6, random_state=3)
-    est = fitted(X, learn_temperature=True, temperature=0.5, max_epochs=5, lr=1e-2)
+    est = fitted(X, loss=SymmetricInfoNCE(0.5, learn_temperature=True), max_epochs=5, lr=1e-2)
     assert est.temperature_ != pytest.approx(0.5)
     assert est.temperature_ >= 0.01
 
 
-@pytest.mark.parametrize("loss,params", [("nt_xent", None), ("dcl", None), ("dhel", None),
-                                         ("kcl", None), ("info_nce", None),
-                                         ("contrastive_margin", {"margin": 1.0}),
-                                         ("supcon", None)])
-def test_losses_by_name(loss, params):
+@pytest.mark.parametrize("loss", ["nt_xent", "dcl", "dhel", "kcl", "info_nce", "siglip",
+                                  "hard_negative_nce", "debiased_nce", "supcon",
+                                  ContrastiveMargin(margin=1.0)])
+def test_losses_by_name_or_object(loss):
     X, _ = make_paired_gaussians(64, 4, random_state=0)
     est = ContrastiveEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=2,
-                              loss=loss, loss_params=params, random_state=0).fit(X)
+                              loss=loss, random_state=0).fit(X)
     assert np.isfinite(est.history_[-1, "train_loss"])
     assert np.isfinite(est.history_[-1, "train_positive"])
 
@@ -186,7 +186,7 @@ def test_balance_weights_reach_the_loss():
     base = {"n_components": 3, "hidden_layer_sizes": (8,), "max_epochs": 1,
             "random_state": 0, "lr": 1e-12}
     plain = ContrastiveEmbedder(**base).fit(X).history_[-1]
-    heavy = ContrastiveEmbedder(lambda_ent=2.0, **base).fit(X).history_[-1]
+    heavy = ContrastiveEmbedder(loss=SymmetricInfoNCE(lambda_ent=2.0), **base).fit(X).history_[-1]
     assert heavy["train_loss"] == pytest.approx(
         plain["train_positive"] + 2 * plain["train_entropy"], rel=1e-4)
 
@@ -201,13 +201,32 @@ def test_estimator_batch_size_overrides_the_selector_without_mutating_it():
     assert est.history_[-1, "n_batches"] == 8
 
 
-def test_adaptive_selector_scores_with_the_estimators_temperature():
+class CriterionAtEpochStart(Callback):
+    """The training criterion's loss as it is when each epoch starts (its selection)."""
+
+    def on_epoch_begin(self, net, **kwargs):
+        self.seen_ = [*getattr(self, "seen_", []), net.criterion_.live_loss()]
+
+
+@pytest.mark.parametrize("inner", [OSGDSelector(8, k=3, q=2), SpectralBatchSelector(8)],
+                         ids=["osgd", "spectral"])
+def test_adaptive_selectors_score_with_the_live_training_loss(inner):
+    """With a learned temperature and balance weights, what the selector scores with at
+    each epoch is the training criterion's loss at that epoch, not a copy of its start."""
     X, _ = make_paired_gaussians(64, 4, random_state=0)
-    est = ContrastiveEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=1,
-                              temperature=0.3, selector=OSGDSelector(8, k=2, q=1),
-                              random_state=0).fit(X)
-    assert est.net_.selector.temperature == 0.3
-    assert est.net_.selector.loss == "symmetric_info_nce"
+    watch = CriterionAtEpochStart()
+    loss = SymmetricInfoNCE(0.1, learn_temperature=True, lambda_ent=0.5, directions="mean")
+    est = ContrastiveEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=4, lr=0.05,
+                              loss=loss, selector=RecordingSelector(inner), callbacks=[watch],
+                              random_state=0, device="cpu").fit(X)
+    scored = est.net_.selector.losses_  # the estimator's clone of the recorder
+    temperatures = [s.temperature for s in watch.seen_]
+    assert len(set(temperatures)) == 4 and temperatures[0] == pytest.approx(0.1)  # learns
+    assert len(scored) == 4
+    for at_start, got in zip(watch.seen_, scored, strict=True):
+        assert got.get_params() == at_start.get_params()
+        assert got.lambda_ent == 0.5 and got.directions == "mean"
+    assert loss.temperature == 0.1  # the user's object is never changed
 
 
 def test_warm_start_continues_training_as_one_fit():
@@ -268,7 +287,7 @@ def test_supcon_warns_on_single_member_classes():
 def test_supcon_margin_loss():
     X, y = make_paired_gaussians(80, 5, n_clusters=4, random_state=1)
     est = SupConEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=2,
-                         loss="contrastive_margin", loss_params={"averaging": "global"},
+                         loss=ContrastiveMargin(averaging="global"),
                          random_state=0).fit(X[:, 0], y)
     assert np.isfinite(est.history_[-1, "train_loss"])
 
@@ -295,7 +314,7 @@ def test_grid_search_over_loss_balance_and_selector_batch_size():
     flat = X.reshape(len(X), -1)
     est = ContrastiveEmbedder(n_components=4, hidden_layer_sizes=(16,), max_epochs=2,
                               selector=ShuffledBatchSelector(16), random_state=0)
-    grid = {"temperature": [0.1, 0.5], "lambda_ent": [0.5, 1.0],
+    grid = {"loss__temperature": [0.1, 0.5], "loss__lambda_ent": [0.5, 1.0],
             "selector__batch_size": [8, 32]}
     search = GridSearchCV(est, grid, cv=2, n_jobs=2).fit(flat)
     assert len(search.cv_results_["params"]) == 8

@@ -13,7 +13,15 @@ from sklearn.model_selection import GridSearchCV
 
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast.datasets import make_paired_gaussians
-from skcontrast.losses import LossTerms, dcl, info_nce, nt_xent, supcon, symmetric_info_nce
+from skcontrast.losses import (
+    LossTerms,
+    dcl,
+    info_nce,
+    make_loss,
+    nt_xent,
+    supcon,
+    symmetric_info_nce,
+)
 from skcontrast.memory import CrossBatchMemory, SogCLRMemory
 from skcontrast.memory._sogclr import gamma_at
 from skcontrast.selectors import ShuffledBatchSelector
@@ -22,17 +30,25 @@ PAIR_FNS = {"dcl": dcl, "nt_xent": nt_xent, "info_nce": info_nce,
             "symmetric_info_nce": symmetric_info_nce, "supcon": None}
 
 
-def pair_step(state, loss, u, v, index, tau, **options):
-    """One training batch of pairs through a memory state; returns its LossTerms."""
-    fn = PAIR_FNS[loss]
-    if fn is None:  # SupCon on pairs: each pair its own class
-        from skcontrast.losses import get_pair_loss
+def loss_object(name, **options):
+    """The loss object of a name, with ``options`` (a tensor temperature stays aside)."""
+    return make_loss(name).set_params(**{k: v for k, v in options.items()
+                                         if not isinstance(v, torch.Tensor)})
 
-        fn = get_pair_loss("supcon")
+
+def learned(options):
+    return {k: v for k, v in options.items() if isinstance(v, torch.Tensor)}
+
+
+def pair_step(state, loss, u, v, index, tau, **options):
+    """One training batch of pairs through a memory state, as the estimators' criterion
+    sends it (the loss object, and a learned temperature as an override)."""
     options = {"temperature": tau, **options}
-    return state(lambda **extra: fn(u, v, return_terms=True, **options, **extra),
+    obj = loss_object(loss, **options)
+    overrides = learned(options)
+    return state(lambda **extra: obj.pair_terms(u, v, **overrides, **extra),
                  torch.stack([u, v], 1), None, torch.as_tensor(index),
-                 structure="pairs", options=options)
+                 structure="pairs", loss=obj, overrides=overrides)
 
 
 def shuffled_epochs(n, b, epochs, seed=0):
@@ -51,7 +67,7 @@ def test_sogclr_with_dcl_is_libauc_gcloss_v1_on_the_same_batches():
     n, b, d, tau, gamma = 12, 4, 5, 0.2, 0.7
     rng = np.random.default_rng(0)
     X = torch.tensor(rng.normal(size=(n, 2, d)))
-    state = SogCLRMemory(gamma=gamma).build(n, "dcl").double()
+    state = SogCLRMemory(gamma=gamma).build(n, make_loss("dcl")).double()
     libauc = ref.LibAUCGCLossV1(n, tau, gamma)
     for epoch, batches in enumerate(shuffled_epochs(n, b, 3)):
         state.set_epoch(epoch)
@@ -95,7 +111,7 @@ def test_at_gamma_one_the_update_is_the_plain_mini_batch_update(loss):
     """gamma = 1 keeps no history: gradients (embeddings and a learned temperature) and
     value equal the loss's own, for every supported loss."""
     rng = np.random.default_rng(3)
-    state = SogCLRMemory(gamma=1.0).build(20, loss).double()
+    state = SogCLRMemory(gamma=1.0).build(20, make_loss(loss)).double()
     for batch in shuffled_epochs(20, 5, 2)[1]:
         x = torch.tensor(rng.normal(size=(5, 2, 6)), requires_grad=True)
         tau = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
@@ -117,7 +133,7 @@ def test_a_learned_temperature_gets_the_compositional_gradient():
     rng = np.random.default_rng(4)
     X = rng.normal(size=(n, 2, 3))
     X /= np.linalg.norm(X, axis=2, keepdims=True)
-    state = SogCLRMemory(gamma=gamma).build(n, "dcl").double()
+    state = SogCLRMemory(gamma=gamma).build(n, make_loss("dcl")).double()
     batches = shuffled_epochs(n, b, 2, seed=5)
     for epoch, epoch_batches in enumerate(batches):
         state.set_epoch(epoch)
@@ -146,7 +162,7 @@ def test_symmetric_info_nce_keeps_one_estimate_per_sample_and_direction():
     rng = np.random.default_rng(6)
     X = rng.normal(size=(n, 2, 4))
     X /= np.linalg.norm(X, axis=2, keepdims=True)
-    state = SogCLRMemory(gamma=gamma).build(n, "symmetric_info_nce").double()
+    state = SogCLRMemory(gamma=gamma).build(n, make_loss("symmetric_info_nce")).double()
     expected = np.full((n, 2), np.nan)
     for epoch, batches in enumerate(shuffled_epochs(n, b, 2, seed=7)):
         state.set_epoch(epoch)
@@ -169,11 +185,11 @@ def test_supcon_with_two_crops_shares_one_estimate_per_item():
     rng = np.random.default_rng(8)
     z = torch.tensor(rng.normal(size=(n, 2, 3)))
     y = torch.tensor([0, 0, 1, 1, 2, 2])
-    state = SogCLRMemory().build(n, "supcon").double()
-    options = {"temperature": tau}
+    loss = make_loss("supcon").set_params(temperature=tau)
+    state = SogCLRMemory().build(n, loss, "crops").double()
     flat, labels = z.reshape(-1, 3), y.repeat_interleave(2)
-    state(lambda **extra: supcon(flat, labels, return_terms=True, **options, **extra),
-          z, y, torch.arange(n), structure="crops", options=options)
+    state(lambda **extra: supcon(flat, labels, return_terms=True, temperature=tau, **extra),
+          z, y, torch.arange(n), structure="crops", loss=loss, overrides={})
     unit = torch.nn.functional.normalize(flat, dim=1).numpy()
     g = np.array([np.mean([np.exp(unit[a] @ unit[c] / tau) for c in range(2 * n) if c != a])
                   for a in range(2 * n)])
@@ -188,7 +204,7 @@ def test_log_space_state_is_finite_at_temperature_001_in_float32():
     x = torch.nn.functional.normalize(torch.ones(n, 2, 4) + 0.01 * torch.randn(n, 2, 4), dim=2)
     with np.errstate(over="ignore"):
         assert not math.isfinite(np.exp(np.float32(1 / 0.01)))
-    state = SogCLRMemory(gamma=0.5).build(n, "dcl")
+    state = SogCLRMemory(gamma=0.5).build(n, make_loss("dcl"))
     for epoch in range(3):
         state.set_epoch(epoch)
         xb = x.clone().requires_grad_()
@@ -217,19 +233,22 @@ def test_cosine_schedule_matches_libauc():
 ])
 def test_bad_memory_parameters(memory, message):
     with pytest.raises(ValueError, match=message):
-        memory.build(10, "dcl")
+        memory.build(10, make_loss("dcl"))
 
 
 def test_unsupported_losses_are_refused_with_the_supported_ones_named():
-    with pytest.raises(ValueError, match=r"SogCLRMemory works with loss in .*'dcl'.*loss='kcl'"):
-        SogCLRMemory().build(10, "kcl")
-    with pytest.raises(ValueError, match=r"CrossBatchMemory works with loss in .*'supcon'"):
-        CrossBatchMemory().build(10, "dhel")
+    with pytest.raises(ValueError, match=r"each anchor's log-sum-exp, which KCL does not "
+                                         r"have; it works with .*DCL"):
+        SogCLRMemory().build(10, make_loss("kcl"))
+    with pytest.raises(ValueError, match=r"form against a queue, which DHEL does not have; "
+                                         r"it works with .*SupCon"):
+        CrossBatchMemory().build(10, make_loss("dhel"))
     X, _ = make_paired_gaussians(40, 4, random_state=0)
-    with pytest.raises(ValueError, match="SogCLRMemory works with loss in"):
+    with pytest.raises(ValueError, match="which ContrastiveMargin does not have"):
         ContrastiveEmbedder(loss="contrastive_margin", memory=SogCLRMemory(),
                             max_epochs=1).fit(X)
-    with pytest.raises(ValueError, match="SogCLRMemory works with loss in"):
+    with pytest.raises(ValueError, match="which FunctionLoss does not have"), \
+            pytest.warns(UserWarning, match="bare callable"):
         ContrastiveEmbedder(loss=lambda u, v, temperature: (u - v).pow(2).sum(),
                             memory=SogCLRMemory(), max_epochs=1).fit(X)
     with pytest.raises(ValueError, match="memory must be None or a memory"):
@@ -260,12 +279,13 @@ def test_xbm_against_a_brute_force_loop_through_wrap_around(loss, options):
     """Queue contents after the FIFO wraps, the anchor's own slot left out, value and
     gradients of the memory term, step by step (labelled single views)."""
     size, tau = 10, 0.5
-    state = CrossBatchMemory(size=size).build(30, loss).double()
+    state = CrossBatchMemory(size=size).build(30, make_loss(loss), "single").double()
     stream = labelled_stream(5, 4, 3, 3, seed=9)
     written = []
     for step, (z, y) in enumerate(stream):
         kwargs = {"temperature": tau, **options} if loss == "supcon" else dict(options)
-        got = state(zero_loss, z, y, torch.arange(4), structure="single", options=kwargs)
+        got = state(zero_loss, z, y, torch.arange(4), structure="single",
+                    loss=loss_object(loss, **kwargs), overrides={})
         written.append([(z[r].detach(), int(y[r])) for r in range(4)])
         queue = ref.xbm_queue(written, size)
         assert sorted(queue) == list(range(min(4 * (step + 1), size)))
@@ -293,14 +313,15 @@ def test_xbm_with_pairs_uses_sample_ids_and_views(loss):
     positives, never negatives. nt_xent/dcl anchors meet every entry; info_nce (view 0
     anchors) and the symmetric loss (both directions, summed) meet the other view only."""
     size, tau, b = 12, 0.5, 3
-    state = CrossBatchMemory(size=size).build(5, loss).double()
+    state = CrossBatchMemory(size=size).build(5, make_loss(loss)).double()
     rng = np.random.default_rng(10)
     written = []
     for step, index in enumerate([[0, 1, 2], [3, 4, 0], [1, 2, 3]]):
         x = torch.tensor(rng.normal(size=(b, 2, 3)), requires_grad=True)
         got = pair_step(state, loss, x[:, 0], x[:, 1], index, tau) if loss != "info_nce" \
             else state(zero_loss, torch.stack([x[:, 0], x[:, 1]], 1), None,
-                       torch.as_tensor(index), structure="pairs", options={"temperature": tau})
+                       torch.as_tensor(index), structure="pairs",
+                       loss=loss_object(loss, temperature=tau), overrides={})
         if loss != "info_nce":  # remove the batch term to compare the memory term
             fn = PAIR_FNS[loss]
             got = LossTerms(*(g - w for g, w in zip(got, fn(x[:, 0], x[:, 1], temperature=tau,
@@ -338,7 +359,7 @@ def test_xbm_with_pairs_uses_sample_ids_and_views(loss):
 def test_xbm_first_step_term_is_the_batch_loss():
     """With only the current batch in the queue, nt_xent's memory term is nt_xent."""
     x = torch.randn(6, 2, 4, dtype=torch.float64)
-    state = CrossBatchMemory(size=64).build(6, "nt_xent").double()
+    state = CrossBatchMemory(size=64).build(6, make_loss("nt_xent")).double()
     got = pair_step(state, "nt_xent", x[:, 0], x[:, 1], np.arange(6), 0.3)
     batch = nt_xent(x[:, 0], x[:, 1], temperature=0.3)
     torch.testing.assert_close(got.loss, 2 * batch)
@@ -354,11 +375,12 @@ def test_xbm_matches_pytorch_metric_learning_cross_batch_memory():
     del pml
     size, tau = 20, 0.2
     theirs = PMLMemory(SupConLoss(temperature=tau), embedding_size=5, memory_size=size)
-    state = CrossBatchMemory(size=size).build(100, "supcon")
+    loss = make_loss("supcon").set_params(temperature=tau)
+    state = CrossBatchMemory(size=size).build(100, loss, "single")
     for z, y in labelled_stream(6, 8, 5, 4, seed=11):
         z = z.float().detach().requires_grad_()
         got = state(lambda **extra: LossTerms(*(torch.zeros(()),) * 3), z, y,
-                    torch.arange(8), structure="single", options={"temperature": tau})
+                    torch.arange(8), structure="single", loss=loss, overrides={})
         (g_got,) = torch.autograd.grad(got.loss, z)
         z2 = z.detach().clone().requires_grad_()
         want = theirs(z2, y)
@@ -368,10 +390,11 @@ def test_xbm_matches_pytorch_metric_learning_cross_batch_memory():
 
 
 def test_xbm_starts_at_start_step():
-    state = CrossBatchMemory(size=32, start_step=2).build(10, "supcon").double()
+    loss = make_loss("supcon").set_params(temperature=0.5)
+    state = CrossBatchMemory(size=32, start_step=2).build(10, loss, "single").double()
     for step, (z, y) in enumerate(labelled_stream(3, 4, 3, 2, seed=12)):
         got = state(lambda z=z, y=y, **extra: supcon(z, y, temperature=0.5, return_terms=True),
-                    z, y, torch.arange(4), structure="single", options={"temperature": 0.5})
+                    z, y, torch.arange(4), structure="single", loss=loss, overrides={})
         plain = supcon(z, y, temperature=0.5)
         if step < 2:
             torch.testing.assert_close(got.loss, plain)

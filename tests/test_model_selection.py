@@ -13,6 +13,7 @@ from skcontrast.model_selection import BALANCE_DIRECTIONS, BalanceSearchCV
 
 BOUNDS = {"lambda_pos": (1e-2, 1e2), "lambda_ent": (1e-2, 1e2), "batch_size": (2, 4096)}
 START = {"lambda_pos": 1.0, "lambda_ent": 1.0, "batch_size": 32}
+NAMES = ("lambda_pos", "lambda_ent", "batch_size")  # the toy's flat names
 TARGET = np.array([0.5, 0.0, 4.0])  # optimum in r = A log h
 CURVATURE = np.array([100.0, 1.0, 10.0])  # skewed: very different along each direction
 
@@ -35,7 +36,8 @@ class QuadraticInR(BaseEstimator):
 
 
 def search(directions, budget, per_direction=20):
-    return BalanceSearchCV(QuadraticInR(), bounds=BOUNDS, start=START, directions=directions,
+    return BalanceSearchCV(QuadraticInR(), param_names=NAMES, bounds=BOUNDS, start=START,
+                           directions=directions,
                            budget=budget, budget_per_direction=per_direction,
                            cv=2).fit(np.zeros((8, 1)))
 
@@ -100,7 +102,8 @@ def test_a_real_search_over_contrastive_embedder():
     est = ContrastiveEmbedder(n_components=4, hidden_layer_sizes=(16,), max_epochs=2,
                               random_state=0)
     scoring = {"r1": get_scorer("recall@1"), "align": get_scorer("alignment")}
-    result = BalanceSearchCV(est, bounds={"lambda_pos": (0.1, 10), "lambda_ent": (0.1, 10),
+    result = BalanceSearchCV(est, bounds={"loss__lambda_pos": (0.1, 10),
+                                          "loss__lambda_ent": (0.1, 10),
                                           "batch_size": (8, 64)},
                              budget=5, cv=2, scoring=scoring, refit="r1", n_jobs=2).fit(flat)
     assert len(result.cv_results_["params"]) == 5
@@ -114,8 +117,8 @@ def test_supcon_with_the_margin_loss():
     X, y = make_paired_gaussians(120, 5, n_clusters=4, random_state=1)
     est = SupConEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=2,
                          loss="contrastive_margin", random_state=0)
-    result = BalanceSearchCV(est, param_names=("lambda_pos", "lambda_ent"), budget=3,
-                             cv=2).fit(X[:, 0], y)
+    result = BalanceSearchCV(est, param_names=("loss__lambda_pos", "loss__lambda_ent"),
+                             budget=3, cv=2).fit(X[:, 0], y)
     assert math.isfinite(result.best_score_)
 
 
@@ -131,7 +134,8 @@ def test_supcon_with_the_margin_loss():
 ])
 def test_bad_input(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        BalanceSearchCV(QuadraticInR(), **kwargs).fit(np.zeros((4, 1)))
+        BalanceSearchCV(QuadraticInR(), **{"param_names": NAMES, **kwargs}).fit(
+            np.zeros((4, 1)))
 
 
 class SeededQuadratic(QuadraticInR):

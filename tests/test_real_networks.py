@@ -18,6 +18,7 @@ from torch.utils.data import Dataset, IterableDataset
 
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast.datasets import GaussianNoise, load_digit_views
+from skcontrast.losses import SymmetricInfoNCE
 from skcontrast.selectors import BindingSelector, OSGDSelector, ShuffledBatchSelector
 
 SMALL = {"n_components": 4, "max_epochs": 2, "batch_size": 16, "random_state": 0}
@@ -336,13 +337,13 @@ def test_mixed_precision_on_the_cpu(digits, precision):
     images, _, _ = digits
     X = image_pairs(images)
     cnn = tiny_cnn()
-    est = ContrastiveEmbedder(module=cnn, precision=precision, temperature=0.01,
+    est = ContrastiveEmbedder(module=cnn, precision=precision, loss=SymmetricInfoNCE(0.01),
                               **SMALL).fit(X)
     assert np.isfinite(est.history_[:, "train_loss"]).all()
     assert np.isfinite(est.history_[:, "train_entropy"]).all()
     out = est.transform(X)
     assert out.dtype == np.float32
-    reference = ContrastiveEmbedder(module=cnn, temperature=0.01, **SMALL).fit(X)
+    reference = ContrastiveEmbedder(module=cnn, loss=SymmetricInfoNCE(0.01), **SMALL).fit(X)
     # same start, same batches: low precision changes the numbers but not the course (the
     # float16 gradient scaler starts at 2**16 and skips the first, overflowing steps)
     assert est.history_[0, "train_loss"] == pytest.approx(
@@ -477,7 +478,7 @@ def device_dependent_storages(net):
 
 
 @pytest.mark.parametrize("make", [
-    lambda: ContrastiveEmbedder(module=tiny_cnn(), learn_temperature=True,
+    lambda: ContrastiveEmbedder(module=tiny_cnn(), loss=SymmetricInfoNCE(learn_temperature=True),
                                 precision="float16", **SMALL),
     lambda: SupConEmbedder(module=tiny_cnn(), augmentation=GaussianNoise(0.1), **SMALL),
 ], ids=["contrastive", "supcon"])
@@ -510,7 +511,7 @@ def test_a_gpu_fitted_model_loads_transforms_and_trains_on_a_cpu_only_process(di
     device='cpu' (or 'auto') it continues on the CPU."""
     images, _, _ = digits
     X = image_pairs(images)
-    est = ContrastiveEmbedder(module=tiny_cnn(), device="cuda", learn_temperature=True,
+    est = ContrastiveEmbedder(module=tiny_cnn(), device="cuda", loss=SymmetricInfoNCE(learn_temperature=True),
                               **SMALL).fit(X)
     path = tmp_path / "model.pkl"
     path.write_bytes(pickle.dumps(est))

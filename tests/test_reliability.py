@@ -15,6 +15,7 @@ from torch import nn
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast.datasets import make_paired_gaussians
 from skcontrast.exceptions import TrainingDivergedError, TrainingInterrupted
+from skcontrast.losses import SymmetricInfoNCE
 from skcontrast.metrics import get_scorer, knn_accuracy, ncc_accuracy
 from skcontrast.selectors import OSGDSelector, PredefinedBatchSelector, ShuffledBatchSelector
 
@@ -30,8 +31,8 @@ def pairs():
 # 1. Divergence ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("params", [
-    {"optimizer": "sgd", "lr": 1e8, "loss_params": {"normalize": False}},
-    {"temperature": 1e-45},
+    {"optimizer": "sgd", "lr": 1e8, "loss": SymmetricInfoNCE(normalize=False)},
+    {"loss": SymmetricInfoNCE(1e-45)},
 ], ids=["learning rate", "temperature"])
 def test_divergence_stops_fit_with_the_epoch_batch_and_advice(pairs, params):
     X, _ = pairs
@@ -350,7 +351,7 @@ def test_scorer_preconditions_are_checked_before_fitting(pairs):
     with pytest.raises(ValueError, match="'recall@1' scorer compares the two views"):
         get_scorer("recall@1", SupConEmbedder())
     with pytest.raises(ValueError, match="'ncc_accuracy' scorer needs labels y"):
-        BalanceSearchCV(ContrastiveEmbedder(**SMALL), param_names=("lambda_pos", "lambda_ent"),
+        BalanceSearchCV(ContrastiveEmbedder(**SMALL), param_names=("loss__lambda_pos", "loss__lambda_ent"),
                         scoring=get_scorer("ncc_accuracy"), budget=2, cv=2).fit(X)
     views = {"a": X[:, 0], "b": X[:, 1]}
     with pytest.raises(ValueError, match=r"wrap it: skorch\.helper\.SliceDict"):

@@ -16,7 +16,7 @@ from sklearn.base import clone
 
 from skcontrast.datasets import make_paired_embeddings
 from skcontrast.exceptions import DegenerateEmbeddingWarning
-from skcontrast.losses import batch_losses, pair_affinity, symmetric_info_nce
+from skcontrast.losses import SymmetricInfoNCE, batch_losses, pair_affinity, symmetric_info_nce
 from skcontrast.losses._incremental import GrowingBatches
 from skcontrast.selectors import (
     BatchSelector,
@@ -172,7 +172,7 @@ def planted_groups(n_groups, b, d=16, seed=0, spread=0.05):
 @pytest.mark.parametrize("backend", ["scipy", "numpy"])
 def test_spectral_recovers_planted_hard_negative_groups(backend, solver):
     X, truth = planted_groups(n_groups=8, b=6)
-    sel = SpectralBatchSelector(6, temperature=0.1, backend=backend, eigen_solver=solver,
+    sel = SpectralBatchSelector(6, loss=SymmetricInfoNCE(0.1), backend=backend, eigen_solver=solver,
                                 random_state=0)
     batches = list(sel.split(X))
     assert all(len(set(truth[b].tolist())) == 1 for b in batches), "each batch one group"
@@ -181,7 +181,7 @@ def test_spectral_recovers_planted_hard_negative_groups(backend, solver):
 
 def test_spectral_batches_have_higher_loss_than_shuffled():
     X = embeddings(640, d=16, seed=4)
-    spectral = list(SpectralBatchSelector(16, temperature=0.1, random_state=0).split(X))
+    spectral = list(SpectralBatchSelector(16, loss=SymmetricInfoNCE(0.1), random_state=0).split(X))
     shuffled = list(ShuffledBatchSelector(16, random_state=0).split(X))
 
     def mean_loss(batches):
@@ -220,7 +220,7 @@ def test_spectral_falls_back_on_a_disconnected_graph():
     X, _ = planted_groups(n_groups=2, b=8, spread=0.0)
     X = X / np.linalg.norm(X, axis=-1, keepdims=True)
     with pytest.warns(DegenerateEmbeddingWarning):
-        batches = list(SpectralBatchSelector(4, temperature=0.001, affinity="bound",
+        batches = list(SpectralBatchSelector(4, loss=SymmetricInfoNCE(0.001), affinity="bound",
                                              random_state=0).split(X))
     assert_partition(batches, 16, 4)
 
@@ -261,7 +261,7 @@ def test_spectral_operator_against_brute_force(affinity, laplacian):
 
     X = embeddings(7, d=3, seed=11)
     expected = brute_force_operator(X[:, 0], X[:, 1], 3, 0.5, affinity, laplacian)
-    settings = _settings(3, 0.5, affinity, laplacian, "dense", "numpy", 10)
+    settings = _settings(3, SymmetricInfoNCE(0.5), affinity, laplacian, "dense", "numpy", 10)
     got, degenerate = _operator(torch.from_numpy(X[None, :, 0]), torch.from_numpy(X[None, :, 1]),
                                 settings)
     got = got[0].numpy()
@@ -276,7 +276,7 @@ def test_spectral_operator_is_stable_at_temperature_001():
 
     X, _ = make_paired_embeddings(160, 16, n_groups=8, random_state=0)
     u, v = (torch.from_numpy(X[None, :, i]) for i in (0, 1))
-    settings = _settings(8, 0.01, "exp", "normalized", "krylov", "numpy", 10)
+    settings = _settings(8, SymmetricInfoNCE(0.01), "exp", "normalized", "krylov", "numpy", 10)
     got, degenerate = _operator(u, v, settings)
     assert torch.isfinite(got).all() and not degenerate[0]
     # the same in float64, in the log domain by hand: exp(w - lse_k / 2 - lse_l / 2)
@@ -288,7 +288,7 @@ def test_spectral_operator_is_stable_at_temperature_001():
     assert np.exp(w[np.isfinite(w)]).max() > np.finfo(np.float32).max  # exp(w) would overflow
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        batches = list(SpectralBatchSelector(8, temperature=0.01, random_state=0).split(X))
+        batches = list(SpectralBatchSelector(8, loss=SymmetricInfoNCE(0.01), random_state=0).split(X))
     assert_partition(batches, 160, 8)
 
 
@@ -299,7 +299,7 @@ def test_spectral_batches_do_not_depend_on_stacking_or_jobs(solver, monkeypatch)
     from skcontrast.selectors import _spectral
 
     X, _ = make_paired_embeddings(1280, 16, random_state=3)
-    params = {"chunk_size": 320, "temperature": 0.1, "eigen_solver": solver,
+    params = {"chunk_size": 320, "loss": SymmetricInfoNCE(0.1), "eigen_solver": solver,
               "random_state": 5}
 
     def epoch(**extra):
@@ -316,7 +316,7 @@ def test_spectral_batches_do_not_depend_on_stacking_or_jobs(solver, monkeypatch)
     one_by_one = []
     for c, seed in enumerate(seeds):
         idx = order[320 * c:320 * (c + 1)]
-        local, _ = spectral_batches(X[idx, 0], X[idx, 1], 32, temperature=0.1,
+        local, _ = spectral_batches(X[idx, 0], X[idx, 1], 32, loss=SymmetricInfoNCE(0.1),
                                     eigen_solver=solver, random_state=int(seed))
         one_by_one += [tuple(sorted(idx[b].tolist())) for b in local]
     assert sorted(one_by_one) == together
@@ -328,7 +328,7 @@ def test_exp_affinity_makes_harder_batches_on_clustered_embeddings():
     X, _ = make_paired_embeddings(1280, 64, n_groups=500, random_state=0)  # ~2.6 per cluster
 
     def hardness(**params):
-        batches = list(SpectralBatchSelector(32, temperature=0.1, random_state=0,
+        batches = list(SpectralBatchSelector(32, loss=SymmetricInfoNCE(0.1), random_state=0,
                                              **params).split(X))
         return batch_losses(X[:, 0], X[:, 1], batches, temperature=0.1).mean().item()
 
@@ -361,14 +361,14 @@ def test_spectral_cupy_backend_on_gpu():
     pytest.importorskip("cupy", reason="no CuPy: install the 'gpu' or 'gpu-cuda13' extra")
     X, truth = planted_groups(n_groups=8, b=6)
     for solver in ("krylov", "dense", "ritz"):
-        batches = list(SpectralBatchSelector(6, temperature=0.1, backend="cupy",
+        batches = list(SpectralBatchSelector(6, loss=SymmetricInfoNCE(0.1), backend="cupy",
                                              eigen_solver=solver, random_state=0).split(X))
         assert all(len(set(truth[b].tolist())) == 1 for b in batches)
         assert_partition(batches, 48, 6)
     Y, _ = make_paired_embeddings(6400, 32, random_state=0)
-    gpu = list(SpectralBatchSelector(32, temperature=0.1, backend="cupy",
+    gpu = list(SpectralBatchSelector(32, loss=SymmetricInfoNCE(0.1), backend="cupy",
                                      random_state=0).split(Y))
-    cpu = list(SpectralBatchSelector(32, temperature=0.1, backend="scipy",
+    cpu = list(SpectralBatchSelector(32, loss=SymmetricInfoNCE(0.1), backend="scipy",
                                      random_state=0).split(Y))
     assert_partition(gpu, 6400, 32)
 
@@ -400,7 +400,7 @@ def test_balanced_assignment_is_exact_and_optimal(data, seed):
 @pytest.mark.parametrize("k,q", [(4, 2), (3, 1), (10, 3)])
 def test_osgd_keeps_the_largest_losses_of_each_group(k, q):
     X = embeddings(64, seed=5)
-    sel = OSGDSelector(4, k=k, q=q, temperature=0.2, random_state=3)
+    sel = OSGDSelector(4, k=k, q=q, loss=SymmetricInfoNCE(0.2), random_state=3)
     chosen = [b.tolist() for b in sel.split(X)]
     # OSGD's candidate partition is the shuffled partition of the same epoch and seed
     pool = list(ShuffledBatchSelector(4, random_state=3).split(X))
@@ -417,7 +417,7 @@ def test_osgd_keeps_the_largest_losses_of_each_group(k, q):
 
 def test_osgd_random_candidates_with_all_batches_picks_the_worst():
     X = embeddings(6, seed=1)
-    sel = OSGDSelector(2, k=100, q=1, candidates="random", n_groups=1, temperature=1.0)
+    sel = OSGDSelector(2, k=100, q=1, candidates="random", n_groups=1, loss=SymmetricInfoNCE(1.0))
     (best,) = list(sel.split(X))
     everything = np.array(list(itertools.combinations(range(6), 2)))
     losses = batch_losses(X[:, 0], X[:, 1], everything, temperature=1.0)
@@ -434,7 +434,7 @@ def test_osgd_with_labels_on_single_view_embeddings():
 @pytest.mark.parametrize("selector_cls", [BcSSelector, ScBSelector])
 def test_greedy_selectors_make_harder_batches_than_shuffling(selector_cls):
     X = embeddings(200, d=8, seed=6)
-    greedy = list(selector_cls(10, temperature=0.2, random_state=0).split(X))
+    greedy = list(selector_cls(10, loss=SymmetricInfoNCE(0.2), random_state=0).split(X))
     shuffled = list(ShuffledBatchSelector(10, random_state=0).split(X))
 
     def mean_loss(batches):
@@ -607,7 +607,7 @@ def test_given_batches_are_checked():
 
 def test_osgd_ranks_a_single_sample_batch_last():
     X = embeddings(17, seed=1)  # 17 = 4 x 4 + 1: the partition ends with one sample
-    selector = OSGDSelector(4, k=5, q=4, temperature=0.2, random_state=0)
+    selector = OSGDSelector(4, k=5, q=4, loss=SymmetricInfoNCE(0.2), random_state=0)
     batches = list(selector.split(X))
     assert [len(b) for b in batches] == [4, 4, 4, 4]  # the singleton scored NaN, dropped
     scores = selector.score(X, [[0, 1], [2]])

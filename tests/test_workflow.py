@@ -20,6 +20,7 @@ from torch import nn
 import skcontrast
 from skcontrast import ContrastiveEmbedder, SupConEmbedder, WarmupCosine
 from skcontrast.datasets import GaussianNoise, load_digit_images, make_paired_gaussians
+from skcontrast.losses import DCL
 from skcontrast.memory import SogCLRMemory
 from skcontrast.selectors import ShuffledBatchSelector
 
@@ -331,9 +332,9 @@ def test_a_transformers_text_encoder_takes_its_view_as_keyword_arguments():
 
 def test_a_saved_model_loads_in_a_process_where_pickle_fails(pairs, tmp_path):
     X, _ = pairs
-    est = ContrastiveEmbedder(Encoder, **{**SMALL, "module__hidden": 8, "loss": "dcl",
+    est = ContrastiveEmbedder(Encoder, **{**SMALL, "module__hidden": 8,
                                           "memory": SogCLRMemory(), "projection_head": "mlp",
-                                          "learn_temperature": True}).fit(X)
+                                          "loss": DCL(learn_temperature=True)}).fit(X)
     folder = est.save(tmp_path / "model")
     np.save(tmp_path / "X.npy", X)
     np.save(tmp_path / "expected.npy", est.transform(X))

@@ -30,7 +30,8 @@ from .._validation import (
     plain_label,
 )
 from ..exceptions import TrainingInterrupted
-from ..losses import TILED_LOSSES
+from ..losses import LOSSES, Loss, make_loss
+from ..losses._objects import loss_name
 from ..memory import BaseMemory
 from ..selectors import (
     BatchSelector,
@@ -57,6 +58,24 @@ class HeldOut:
     y: np.ndarray | None  # the labels as given, for the scorer
     loss_labels: np.ndarray | None  # class codes for a label loss
     rows: np.ndarray | None = None  # the rows of X held out (validation_fraction)
+
+
+#: The loss parameters the estimators had before the loss became an object.
+MOVED_TO_LOSS = {
+    "temperature": "loss__temperature",
+    "learn_temperature": "loss__learn_temperature",
+    "lambda_pos": "loss__lambda_pos",
+    "lambda_ent": "loss__lambda_ent",
+    "loss_params": "loss__<option> (e.g. loss__chunk_size), or loss=SupCon(...)",
+}
+
+
+def moved_to_loss_message(names: list[str]) -> str:
+    said = "; ".join(f"{n} -> {MOVED_TO_LOSS[n]}" for n in names)
+    verb = "is now a parameter" if len(names) == 1 else "are now parameters"
+    return (f"{', '.join(names)} {verb} of the loss object ({said}): e.g. ContrastiveEmbedder(loss=SymmetricInfoNCE("
+            "temperature=0.05)), or set_params(loss__temperature=0.05); grids use the "
+            "loss__ names")
 
 
 _TURNS = threading.RLock()
@@ -157,8 +176,13 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                 if k.startswith(prefix)}
 
     def get_params(self, deep: bool = True) -> dict:
+        """The parameters; with ``deep``, those of a loss given by name too (its object's,
+        ``loss__temperature``, ...), which :meth:`set_params` can set."""
         params = super().get_params(deep=deep)
         params.update({k: getattr(self, k) for k in self._extra_params()})
+        if deep and isinstance(self.loss, str) and self.loss in LOSSES:
+            params.update({f"loss__{k}": v for k, v in
+                           LOSSES[self.loss]().get_params(deep=False).items()})
         return params
 
     # -- parameter checks -------------------------------------------------------------
@@ -166,18 +190,11 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     def _check_params(self) -> None:
         check_int(self.n_components, "n_components", minimum=1)
         check_int(self.max_epochs, "max_epochs", minimum=1)
-        check_positive(self.temperature, "temperature")
         check_positive(self.lr, "lr")
         if not isinstance(self.hidden_layer_sizes, tuple | list) or not all(
                 isinstance(h, numbers.Integral) and h >= 1 for h in self.hidden_layer_sizes):
             raise ValueError(f"hidden_layer_sizes must be a tuple of positive ints; got "
                              f"{describe(self.hidden_layer_sizes)}")
-        for name in ("lambda_pos", "lambda_ent"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, numbers.Real) or value < 0
-                                      or not np.isfinite(value)):
-                raise ValueError(f"{name} must be None or a non-negative number; got "
-                                 f"{describe(value)}")
         if self.batch_size is not None:
             check_int(self.batch_size, "batch_size")
         if self.selector is not None and not isinstance(self.selector, BatchSelector):
@@ -201,6 +218,9 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         check_validation_fraction(self.validation_fraction)
         unknown = [k for k in self._extra_params() if not k.startswith(self._nested_prefixes)
                    or k in self._nested_prefixes]
+        moved = [k for k in unknown if k in MOVED_TO_LOSS]
+        if moved:
+            raise ValueError(moved_to_loss_message(moved))
         if unknown:
             raise ValueError(f"unknown parameter(s) {unknown} of {type(self).__name__}; nested "
                              "parameters start with 'module__' or 'optimizer__'")
@@ -222,22 +242,17 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                              "projection_head nothing would train: add a projection_head "
                              "(e.g. 'mlp' or an int, a probe on the frozen features), or "
                              "freeze only some parts (freeze=['layer1', ...])")
-        self._check_loss_params()
 
-    def _check_loss_params(self) -> None:
-        params = self.loss_params or {}
-        if not isinstance(params, dict):
-            raise ValueError(f"loss_params must be None or a dict; got {describe(params)}")
-        if params.get("reduction", "mean") not in ("mean", "sum"):
-            raise ValueError(f"loss_params reduction={params['reduction']!r}: the estimators "
-                             "train on one loss per batch, so reduction must be 'mean' or "
-                             "'sum' (per-sample losses come from skcontrast.losses' functions "
-                             "with reduction='none')")
-        if params.get("chunk_size") is not None and isinstance(self.loss, str) and \
-                self.loss not in TILED_LOSSES:
-            raise ValueError(f"loss_params chunk_size={params['chunk_size']!r}: loss="
-                             f"{self.loss!r} cannot be tiled (the tiled losses are "
-                             f"{', '.join(TILED_LOSSES)}); remove chunk_size")
+    def _loss(self) -> Loss:
+        """The loss object this fit trains with: ``loss`` made an object (a name is its
+        class with defaults) and cloned, so the user's object is never changed."""
+        loss = clone(make_loss(self.loss, labelled=self._labelled), safe=False)
+        loss.check()
+        if self._labelled and not loss.labelled:
+            raise ValueError(f"{type(self).__name__} trains with a label loss (SupCon, "
+                             f"ContrastiveMargin, or one of your own with labelled=True); "
+                             f"got {type(loss).__name__}, which contrasts two views")
+        return loss
 
     def _check_accelerator(self) -> None:
         """An ``accelerate.Accelerator`` whose mixed precision agrees with ``precision``."""
@@ -272,9 +287,10 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                           n_rows: int | None = None) -> BatchSelector:
         """A clone of the user's selector (never mutated) with the estimator's settings.
 
-        ``batch_size`` (when set) overrides the selector's; adaptive selectors whose
-        ``temperature`` or ``loss`` is ``None`` score with the estimator's; a selector
-        without a seed gets one derived from ``random_state``. ``rows`` are the rows of
+        ``batch_size`` (when set) overrides the selector's; a selector without a seed
+        gets one derived from ``random_state``. (Adaptive selectors whose ``loss`` is
+        ``None`` score with the training loss as it is at each epoch, which the net hands
+        them.) ``rows`` are the rows of
         ``X`` the fit trains on (some are held out): the batches of a
         :class:`~skcontrast.selectors.PredefinedBatchSelector` name rows of ``X``, and
         are translated to them.
@@ -292,11 +308,7 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             updates[key] = self.batch_size
         for key, value in params.items():
             name = key.rsplit("__", 1)[-1]
-            if name == "temperature" and value is None:
-                updates[key] = self.temperature
-            elif name == "loss" and value is None:
-                updates[key] = self.loss
-            elif name == "random_state" and value is None:
+            if name == "random_state" and value is None:
                 updates[key] = seed + 1
             elif name == "batches" and rows is not None and isinstance(
                     params[key.rpartition("__")[0]] if "__" in key else selector,
@@ -374,7 +386,8 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                              f"{n} samples). Set warm_start=False to fit afresh")
         return rows
 
-    def _check_warm_start(self, net: SelectorNet, factory: EncoderFactory, n: int) -> None:
+    def _check_warm_start(self, net: SelectorNet, factory: EncoderFactory, loss: Loss,
+                          n: int) -> None:
         """Refuse a warm start whose parameters change the fitted network's structure."""
         old, changed = net.module, []
         for field, name in (("module", "module"), ("module_kwargs", "module__*"),
@@ -391,9 +404,9 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                                                                                 None))
         if memory_before != memory_now:
             changed.append(f"memory ({memory_before} -> {memory_now})")
-        elif state is not None and state.loss != self.loss:
-            changed.append(f"loss, whose memory state was built for {state.loss!r} "
-                           f"({state.loss!r} -> {self.loss!r})")
+        elif state is not None and state.loss_name != loss_name(loss):
+            changed.append(f"loss, whose memory state was built for {state.loss_name!r} "
+                           f"({state.loss_name!r} -> {loss_name(loss)!r})")
         if changed:
             raise ValueError(f"warm_start continues the fitted network, but these parameters "
                              f"change its structure: {'; '.join(changed)}. Set warm_start="
@@ -440,8 +453,9 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                              f"of the same form and view shapes as before; got {spec}, "
                              f"fitted on {self.input_spec_}")
         factory = self._factory(spec, shared)
+        loss = self._loss()
         if reuse:
-            self._check_warm_start(old, factory, len(data))
+            self._check_warm_start(old, factory, loss, len(data))
         seed = old.seed if reuse else self._seed()
         check_monitors(self.callbacks, held_out is not None, self.scoring is not None)
         scoring = self._scorer(held_out)
@@ -455,12 +469,12 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         with global_rng_turn(), torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
             extra = self._monitoring(spec, valid, held_out, scoring)
-            net = self._make_net(factory, labels, device, seed, len(data), spec.items_paired,
-                                 valid, extra, kept=kept, n_rows=n_rows,
+            net = self._make_net(factory, loss, labels, device, seed, len(data),
+                                 spec.items_paired, valid, extra, kept=kept, n_rows=n_rows,
                                  held_out_rows=None if held_out is None else held_out.rows)
             if reuse:
                 net.initialize()
-                same_start = float(old.criterion__temperature) == float(self.temperature)
+                same_start = float(old.criterion_.loss.temperature) == float(loss.temperature)
                 net.load_training_state(old.training_state(), keep_temperature=same_start)
                 net.partial_fit(data, None, epochs=self.max_epochs)
             else:
@@ -495,8 +509,8 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         fills with saved weights)."""
         self._check_params()
         seed = self._seed() if seed is None else seed
-        net = self._make_net(self._factory(spec, shared), None, resolve_device(device), seed,
-                             n_samples, spec.items_paired)
+        net = self._make_net(self._factory(spec, shared), self._loss(), None,
+                             resolve_device(device), seed, n_samples, spec.items_paired)
         return net.initialize()
 
     def save(self, path: Any) -> Any:
@@ -587,7 +601,8 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                              f"{target}; use data_on_device='auto' or False")
         return data.to(target)
 
-    def _make_net(self, factory: EncoderFactory, labels: Any, device: str, seed: int,
+    def _make_net(self, factory: EncoderFactory, loss: Loss, labels: Any, device: str,
+                  seed: int,
                   n: int, items_paired: bool, valid: ViewData | None = None,
                   extra: list | None = None, kept: np.ndarray | None = None,
                   n_rows: int | None = None, held_out_rows: np.ndarray | None = None
@@ -608,10 +623,7 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                             {**(self.optimizer_params or {}), **self._nested("optimizer__")
                              }.items()}
         criterion = {f"criterion__{k}": v for k, v in {
-            "loss": self.loss, "labelled": self._labelled,
-            "temperature": float(self.temperature),
-            "learn_temperature": bool(self.learn_temperature), "lambda_pos": self.lambda_pos,
-            "lambda_ent": self.lambda_ent, "loss_params": self.loss_params,
+            "loss": loss, "structure": self._structure(items_paired),
             "memory": self.memory, "n_samples": n}.items()}
         kind, placement = SelectorNet, {"device": device}
         if self.accelerator is not None:
@@ -633,6 +645,12 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             micro_batch_size=self.micro_batch_size, held_out_rows=held_out_rows,
             image_normalization=self.image_normalization, **criterion,
             **optimizer_params)
+
+    def _structure(self, items_paired: bool) -> str:
+        """How a training batch's rows reach the loss (see ``ContrastiveCriterion``)."""
+        if not self._labelled:
+            return "pairs"
+        return "crops" if items_paired or self.augmentation is not None else "single"
 
     def _callbacks(self, selector: BatchSelector, n: int, labels: Any, extra: list) -> list:
         """The skorch callbacks of a fit: the loss terms, progress, schedule, held-out
@@ -660,7 +678,7 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         default ``transform_from``."""
         check_is_fitted(self, "net_")
         output = self.transform_from if output is None else output
-        return embed_net(self.net_, data, self.loss_params, view, augment, output == "head")
+        return embed_net(self.net_, data, view, augment, output == "head")
 
     def _transform(self, X: Any, output: str) -> Any:
         check_is_fitted(self, "net_")
@@ -680,8 +698,16 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
 
     def set_params(self, **params: Any) -> BaseEmbedder:
         """Set parameters; ``selector__*``, ``memory__*`` and ``lr_schedule__*`` need an
-        object there first (their defaults are ``None``); ``module__*`` and
-        ``optimizer__*`` are stored as they are."""
+        object there first (their defaults are ``None``); ``loss__*`` on a loss given by
+        name sets the parameters of its object (``loss__temperature=0.05``);
+        ``module__*`` and ``optimizer__*`` are stored as they are."""
+        moved = [k for k in params if k in MOVED_TO_LOSS]
+        if moved:
+            raise ValueError(moved_to_loss_message(moved))
+        if any(k.startswith("loss__") for k in params):
+            loss = params.get("loss", self.loss)
+            if not isinstance(loss, Loss):  # a name: its object, whose parameters are set
+                params["loss"] = make_loss(loss)
         extra = set(self._extra_params())
         self._set_nested({k: params.pop(k) for k in list(params)
                           if k.startswith(self._nested_prefixes) or k in extra})
@@ -810,12 +836,12 @@ def sample_of(data: ViewData) -> ViewData:
     return data.select(0).subset(np.arange(min(2, len(data))))
 
 
-def embed_net(net: SelectorNet, data: ViewData, loss_params: dict | None, view: int | None = 0,
-              augment: Any = None, head: bool = True) -> np.ndarray:
+def embed_net(net: SelectorNet, data: ViewData, view: int | None = 0, augment: Any = None,
+              head: bool = True) -> np.ndarray:
     """Embeddings of ``data`` by a trained net: by the projection head, unit norm when
     the loss normalises, or the backbone's features as they are."""
     out = net.embed(data, view=view, augment=augment, head=head)
-    if head and (loss_params or {}).get("normalize", True):
+    if head and getattr(net.criterion_.loss, "normalize", True):
         out = torch.nn.functional.normalize(out, dim=-1)
     return out.numpy().astype(np.float32, copy=False)
 

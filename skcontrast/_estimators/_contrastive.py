@@ -60,30 +60,26 @@ class ContrastiveEmbedder(BaseEmbedder):
         Embedding dimension.
     hidden_layer_sizes : tuple of int, default=(128,)
         Hidden widths of the default MLP.
-    loss : str or callable, default='symmetric_info_nce'
-        Any loss of :mod:`skcontrast.losses` by name ('info_nce', 'symmetric_info_nce',
-        'nt_xent', 'dcl', 'dhel', 'kcl', 'supcon', 'contrastive_margin'; label losses
-        treat each pair as its own class), or a callable ``f(u, v, temperature=...)``.
-    temperature : float, default=0.1
-    learn_temperature : bool, default=False
-        Learn the temperature (as a log, floored at 0.01), as CLIP does; the final value
-        is ``temperature_``.
-    lambda_pos, lambda_ent : float or None, default=None
-        Balance of the positive and entropy terms (seed 001 Eq. 5); ``None`` keeps the
-        loss's own default.
-    loss_params : dict or None, default=None
-        More keyword arguments for the loss (e.g. ``{'margin': 0.5}``).
-        The losses of the InfoNCE family and SupCon are tiled (``'chunk_size'``: their
-        log-sum-exps built a block of rows at a time, O(B) memory) by themselves once
-        one dense B x B similarity matrix would take more than 256 MiB; set
-        ``{'chunk_size': 1024}`` to choose, or ``None`` to keep them dense.
+    loss : Loss or str, default='symmetric_info_nce'
+        The loss: an object of :mod:`skcontrast.losses` (``SymmetricInfoNCE(temperature=
+        0.05, learn_temperature=True)``, ``NTXent()``, ``SigLIP()``, ``DCL()``, ...) or
+        its function's name, shorthand for the object with defaults. It holds the
+        temperature (fixed or learned; the final value is ``temperature_``), the balance
+        weights of seed 001 Eq. 5, ``chunk_size`` (tiled, O(B) memory; ``'auto'`` tiles
+        once one B x B similarity matrix would exceed 256 MiB) and its own options; tune
+        them as ``loss__temperature``, ``loss__lambda_ent``, ... Label losses (SupCon,
+        ContrastiveMargin) treat each pair as its own class. A bare callable ``f(u, v,
+        temperature=...)`` works too, with a warning naming what it gives up
+        (:class:`~skcontrast.losses.FunctionLoss`). The adaptive selectors and the
+        memory work with this very loss, as it is at each moment of the fit.
     batch_size : int or None, default=None
         ``None`` uses the selector's batch size. An int overrides it; the estimator
         works on a clone of the selector, never on the user's object. Both
         ``batch_size`` and ``selector__batch_size`` can be tuned by ``GridSearchCV``.
     selector : BatchSelector or None, default=None
         Which pairs share a batch; ``None`` is ``ShuffledBatchSelector(min(64, n))``. Adaptive
-        selectors whose ``temperature``/``loss`` are ``None`` use the estimator's.
+        selectors whose ``loss`` is ``None`` score with the loss being trained, with its
+        learned temperature of that epoch.
     memory : SogCLRMemory, CrossBatchMemory or None, default=None
         What each training batch's loss remembers from earlier batches
         (:mod:`skcontrast.memory`): SogCLR's moving-average estimate of every sample's
@@ -147,8 +143,8 @@ class ContrastiveEmbedder(BaseEmbedder):
         the plain one on the same batch (up to rounding; batch normalisation excepted,
         with a warning), at the cost of one more forward pass, while the encoder only
         ever holds the activations of one micro-batch: batches of thousands (up to the
-        full batch) train a real network. Pair it with ``loss_params={'chunk_size':
-        ...}`` (tiled losses) when the batch's B x B similarities are large too.
+        full batch) train a real network. Tiled losses (the loss's ``chunk_size``,
+        ``'auto'`` by default) keep the batch's B x B similarities small too.
     accelerator : accelerate.Accelerator or None, default=None
         Data-parallel training on several processes, GPUs or nodes (launch the script
         with ``accelerate launch`` or ``torchrun``). The global batch stays the
@@ -229,9 +225,7 @@ class ContrastiveEmbedder(BaseEmbedder):
 
     def __init__(self, module: Any = None, *, n_components: int = 32,
                  hidden_layer_sizes: tuple = (128,), loss: Any = "symmetric_info_nce",
-                 temperature: float = 0.1, learn_temperature: bool = False,
-                 lambda_pos: float | None = None, lambda_ent: float | None = None,
-                 loss_params: dict | None = None, batch_size: int | None = None,
+                 batch_size: int | None = None,
                  selector: Any = None, memory: Any = None, max_epochs: int = 20,
                  lr: float = 1e-3, lr_schedule: Any = None,
                  validation_fraction: float | None = None, scoring: Any = None,
@@ -248,11 +242,6 @@ class ContrastiveEmbedder(BaseEmbedder):
         self.n_components = n_components
         self.hidden_layer_sizes = hidden_layer_sizes
         self.loss = loss
-        self.temperature = temperature
-        self.learn_temperature = learn_temperature
-        self.lambda_pos = lambda_pos
-        self.lambda_ent = lambda_ent
-        self.loss_params = loss_params
         self.batch_size = batch_size
         self.selector = selector
         self.memory = memory

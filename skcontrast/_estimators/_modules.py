@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from .._validation import describe
-from ..losses import TILED_LOSSES, LossTerms, get_label_loss, get_pair_loss
+from ..losses import Loss, LossTerms
 from ._data import View
 
 MIN_TEMPERATURE = 0.01  # a learned temperature is kept above this (CLIP caps 1/t at 100)
@@ -269,72 +269,75 @@ def _to_cpu(module: Any) -> Any:
 
 
 class ContrastiveCriterion(nn.Module):
-    """Loss of a batch of embeddings, computed by :mod:`skcontrast.losses`.
+    """Loss of a batch of embeddings: the estimator's loss object, with what it learns.
 
-    Paired mode takes ``(B, 2, k)`` embeddings. Labelled mode takes ``(B, k)`` embeddings
-    with labels, or ``(B, 2, k)`` (two augmented views of each row), whose rows are then
-    stacked and their labels repeated. A learnable temperature is held as
-    ``log_temperature`` so that it stays positive; it is floored at 0.01.
+    ``structure`` says how a batch's rows reach the loss (:data:`STRUCTURES`):
+    ``'pairs'`` takes ``(B, 2, k)`` embeddings (a label loss then sees each pair as its
+    own class); ``'single'`` takes ``(B, k)`` embeddings with labels; ``'crops'`` takes
+    ``(B, 2, k)`` (two augmented crops of each row), whose rows are stacked and labels
+    repeated. The parameters the loss learns (``learn_temperature``, SigLIP's
+    ``learn_bias``) are ``nn.Parameter``s here: the temperature as ``log_temperature``
+    so that it stays positive, floored at 0.01.
 
-    With a ``memory`` (:mod:`skcontrast.memory`), training batches (``remember=True``,
-    with the dataset ``index`` of their items) go through its state, ``memory_state``,
-    a submodule, so that it is pickled and moved with the criterion.
-
-    Losses that can be tiled get ``chunk_size='auto'`` unless ``loss_params`` sets it:
-    dense while one B x B similarity matrix takes at most 256 MiB, tiled beyond.
+    :meth:`live_loss` is the loss as it is at this moment of training (its learned
+    values as numbers): what adaptive selectors score with. With a ``memory``
+    (:mod:`skcontrast.memory`), training batches (``remember=True``, with the dataset
+    ``index`` of their items) go through its state, ``memory_state``, a submodule, so
+    that it is pickled and moved with the criterion.
     """
 
-    def __init__(self, loss: Any, *, labelled: bool, temperature: float,
-                 learn_temperature: bool, lambda_pos: float | None,
-                 lambda_ent: float | None, loss_params: dict | None, memory: Any = None,
+    def __init__(self, loss: Loss, *, structure: str = "pairs", memory: Any = None,
                  n_samples: int | None = None) -> None:
         super().__init__()
         self.loss = loss
-        self.labelled = labelled
-        self.fn = get_label_loss(loss) if labelled else get_pair_loss(loss)
-        self.named = isinstance(loss, str)
-        self.learn_temperature = learn_temperature
-        if learn_temperature:
-            self.log_temperature = nn.Parameter(torch.tensor(math.log(temperature)))
-        else:
-            self.fixed_temperature = float(temperature)
-        self.kwargs = dict(loss_params or {})
-        for name, value in (("lambda_pos", lambda_pos), ("lambda_ent", lambda_ent)):
-            if value is not None:
-                self.kwargs[name] = value
-        if loss in TILED_LOSSES:
-            self.kwargs.setdefault("chunk_size", "auto")
-        self.memory_state = None if memory is None else memory.build(n_samples, loss)
+        self.structure = structure
+        self.labelled = structure != "pairs"
+        if getattr(loss, "learn_temperature", False):
+            self.log_temperature = nn.Parameter(torch.tensor(math.log(loss.temperature)))
+        if getattr(loss, "learn_bias", False):
+            self.learned_bias = nn.Parameter(torch.tensor(float(loss.bias)))
+        self.memory_state = None if memory is None else memory.build(n_samples, loss,
+                                                                      structure)
+
+    @property
+    def learn_temperature(self) -> bool:
+        return hasattr(self, "log_temperature")
 
     @property
     def temperature(self) -> Any:
+        """The temperature now: a tensor when learned, else the loss's number."""
         if self.learn_temperature:
             return self.log_temperature.exp().clamp_min(MIN_TEMPERATURE)
-        return self.fixed_temperature
+        return self.loss.temperature
+
+    def learned(self) -> dict:
+        """The learned values (tensors, with their gradient) the loss is called with."""
+        out = {}
+        if self.learn_temperature:
+            out["temperature"] = self.temperature
+        if hasattr(self, "learned_bias"):
+            out["bias"] = self.learned_bias
+        return out
+
+    def live_loss(self) -> Loss:
+        """The loss with the values it has learned so far, as numbers."""
+        return self.loss.live(**{k: float(v.detach()) for k, v in self.learned().items()})
 
     def forward(self, embeddings: torch.Tensor, y: torch.Tensor | None = None,
                 index: torch.Tensor | None = None, remember: bool = False) -> LossTerms:
-        kwargs = {"temperature": self.temperature, **self.kwargs}
+        overrides = self.learned()
         if remember and self.memory_state is not None:
-            structure = "pairs" if not self.labelled else (
-                "crops" if embeddings.ndim == 3 else "single")
             return self.memory_state(
-                lambda **extra: self._batch_terms(embeddings, y, {**kwargs, **extra}),
-                embeddings, y, index, structure=structure, options=kwargs)
-        return self._batch_terms(embeddings, y, kwargs)
+                lambda **extra: self._batch_terms(embeddings, y, {**overrides, **extra}),
+                embeddings, y, index, structure=self.structure, loss=self.loss,
+                overrides=overrides)
+        return self._batch_terms(embeddings, y, overrides)
 
     def _batch_terms(self, embeddings: torch.Tensor, y: torch.Tensor | None,
-                     kwargs: dict) -> LossTerms:
-        if self.named:
-            kwargs["return_terms"] = True
+                     overrides: dict) -> LossTerms:
         if self.labelled:
             if embeddings.ndim == 3:
                 y = y.repeat_interleave(2)
                 embeddings = embeddings.reshape(-1, embeddings.shape[-1])
-            out = self.fn(embeddings, y, **kwargs)
-        else:
-            out = self.fn(embeddings[:, 0], embeddings[:, 1], **kwargs)
-        if isinstance(out, LossTerms):
-            return out
-        nan = torch.full_like(out, float("nan"))
-        return LossTerms(out, nan, nan)
+            return self.loss.label_terms(embeddings, y, **overrides)
+        return self.loss.pair_terms(embeddings[:, 0], embeddings[:, 1], **overrides)

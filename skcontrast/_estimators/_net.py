@@ -416,7 +416,8 @@ class SelectorNet(NeuralNet):
                 "not equal epochs, or raise the fraction kept", UserWarning, stacklevel=3)
 
     def select_batches(self) -> list[np.ndarray]:
-        """Ask the selector (adaptive ones get the current embeddings first)."""
+        """Ask the selector (adaptive ones get the current embeddings first, and the loss
+        being trained, as it is at this epoch, to score them with)."""
         if getattr(self.selector, "_adaptive", False):
             X = self.selection_embeddings()
             if not np.isfinite(X).all():
@@ -427,8 +428,10 @@ class SelectorNet(NeuralNet):
                     f"{type(self.selector).__name__} has nothing to select on. Lower the "
                     f"learning rate (lr={self.lr}) or raise the temperature "
                     f"(temperature={_plain_temperature(self.criterion_)})")
-        else:
-            X = np.zeros((len(self.training_data), 1), dtype=np.float32)
+            # the training loss as it is now: its learned temperature, weights, options
+            return self.selector.epoch_batches(X, self.labels,
+                                               loss=self.criterion_.live_loss())
+        X = np.zeros((len(self.training_data), 1), dtype=np.float32)
         return self.selector.epoch_batches(X, self.labels)
 
     # -- training step ----------------------------------------------------------------
@@ -832,7 +835,7 @@ class SelectorNet(NeuralNet):
                     f"batch {position + 1} of this epoch, so the weights are no longer "
                     f"finite. Lower the learning rate (lr={self.lr}), raise the "
                     f"temperature (temperature={_plain_temperature(self.criterion_)}), keep "
-                    "the embeddings normalised (loss_params normalize=True), or check that "
+                    "the embeddings normalised (loss__normalize=True), or check that "
                     "the module does not output NaN or inf")
 
     # -- inference --------------------------------------------------------------------

@@ -57,9 +57,9 @@ def path_of(obj: Any) -> str:
 def allowed_objects() -> dict[str, Any]:
     """Every class and function :func:`load` may name or construct, by its path.
 
-    - estimators (constructed from their saved parameters): the selectors of
-      :mod:`skcontrast.selectors`, the memories of :mod:`skcontrast.memory` and
-      :class:`~skcontrast.WarmupCosine`;
+    - estimators (constructed from their saved parameters): the loss objects of
+      :mod:`skcontrast.losses`, the selectors of :mod:`skcontrast.selectors`, the
+      memories of :mod:`skcontrast.memory` and :class:`~skcontrast.WarmupCosine`;
     - augmentation objects of :mod:`skcontrast.datasets` (restored field by field) and
       its factories ``digit_cnn`` and ``digit_augmentation``;
     - the loss functions of :mod:`skcontrast.losses`;
@@ -79,6 +79,7 @@ def allowed_objects() -> dict[str, Any]:
                if isinstance(getattr(memory, name), type)
                and issubclass(getattr(memory, name), memory.BaseMemory)]
     chosen += [*losses.PAIR_LOSSES.values(), *losses.LABEL_LOSSES.values()]
+    chosen += [*losses.LOSSES.values(), losses.FunctionLoss]
     chosen += [obj for obj in vars(torch.nn).values()
                if isinstance(obj, type) and issubclass(obj, torch.nn.Module)]
     chosen += [obj for obj in vars(torch.optim).values()

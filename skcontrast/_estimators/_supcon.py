@@ -34,19 +34,13 @@ class SupConEmbedder(BaseEmbedder):
         flattened first). Integer input (token ids) needs a module.
     n_components : int, default=32
     hidden_layer_sizes : tuple of int, default=(128,)
-    loss : {'supcon', 'contrastive_margin'} or callable, default='supcon'
-        A callable must have the signature ``f(z, y, temperature=...)``.
-    temperature : float, default=0.1
-    learn_temperature : bool, default=False
-    lambda_pos, lambda_ent : float or None, default=None
-        Balance weights (seed 001 Eq. 5); ``None`` keeps the loss's default.
-    loss_params : dict or None, default=None
-        E.g. ``{'base_temperature': 0.07, 'anchors_without_positives': 'zero'}`` to
-        select SupCon's conventions (see :func:`skcontrast.losses.supcon`).
-        The losses of the InfoNCE family and SupCon are tiled (``'chunk_size'``: their
-        log-sum-exps built a block of rows at a time, O(B) memory) by themselves once
-        one dense B x B similarity matrix would take more than 256 MiB; set
-        ``{'chunk_size': 1024}`` to choose, or ``None`` to keep them dense.
+    loss : Loss or str, default='supcon'
+        A label loss of :mod:`skcontrast.losses`: ``SupCon(temperature=0.1,
+        base_temperature=0.07, anchors_without_positives='zero')`` (Khosla et al.'s
+        conventions), ``ContrastiveMargin(margin=0.5)``, or a name for the object with
+        defaults. It holds the temperature (fixed or learned), the balance weights of
+        seed 001 Eq. 5 and ``chunk_size``; tune them as ``loss__temperature``, ... A bare
+        callable ``f(z, y, temperature=...)`` works with ``FunctionLoss(f, labelled=True)``.
     batch_size : int or None, default=None
         Overrides the selector's batch size (the selector itself is never mutated).
     selector : BatchSelector or None, default=None
@@ -104,8 +98,8 @@ class SupConEmbedder(BaseEmbedder):
         the plain one on the same batch (up to rounding; batch normalisation excepted,
         with a warning), at the cost of one more forward pass, while the encoder only
         ever holds the activations of one micro-batch: batches of thousands (up to the
-        full batch) train a real network. Pair it with ``loss_params={'chunk_size':
-        ...}`` (tiled losses) when the batch's B x B similarities are large too.
+        full batch) train a real network. Tiled losses (the loss's ``chunk_size``,
+        ``'auto'`` by default) keep the batch's B x B similarities small too.
     accelerator : accelerate.Accelerator or None, default=None
         Data-parallel training on several processes, GPUs or nodes (launch the script
         with ``accelerate launch`` or ``torchrun``). The global batch stays the
@@ -180,9 +174,7 @@ class SupConEmbedder(BaseEmbedder):
 
     def __init__(self, module: Any = None, *, n_components: int = 32,
                  hidden_layer_sizes: tuple = (128,), loss: Any = "supcon",
-                 temperature: float = 0.1, learn_temperature: bool = False,
-                 lambda_pos: float | None = None, lambda_ent: float | None = None,
-                 loss_params: dict | None = None, batch_size: int | None = None,
+                 batch_size: int | None = None,
                  selector: Any = None, memory: Any = None, max_epochs: int = 20,
                  lr: float = 1e-3, lr_schedule: Any = None,
                  validation_fraction: float | None = None, scoring: Any = None,
@@ -198,11 +190,6 @@ class SupConEmbedder(BaseEmbedder):
         self.n_components = n_components
         self.hidden_layer_sizes = hidden_layer_sizes
         self.loss = loss
-        self.temperature = temperature
-        self.learn_temperature = learn_temperature
-        self.lambda_pos = lambda_pos
-        self.lambda_ent = lambda_ent
-        self.loss_params = loss_params
         self.batch_size = batch_size
         self.selector = selector
         self.memory = memory
@@ -266,11 +253,11 @@ class SupConEmbedder(BaseEmbedder):
             raise ValueError(f"{name} needs at least 2 classes in y; got 1 class "
                              f"({plain_label(classes[0])!r}): with a single class "
                              "there are no negatives to contrast")
-        convention = (self.loss_params or {}).get("anchors_without_positives", "exclude")
+        convention = getattr(self.loss, "anchors_without_positives", "exclude")
         if self.augmentation is None and not spec.items_paired:
             warn_single_member_classes(codes, classes, convention)
         net = self._fit_net(data, spec, codes, codes, True, held_out, kept)
-        embeddings = embed_net(net, data.select(0), self.loss_params)
+        embeddings = embed_net(net, data.select(0))
         _, centres = class_centres(embeddings, codes)
         self._commit(net, spec, classes_=classes, class_centres_=centres,
                      sample=sample_of(data), **features)

@@ -1,4 +1,4 @@
-"""Hard-negative and debiased contrastive losses: the loss-side answer to batch hardness.
+r"""Hard-negative and debiased contrastive losses: the loss-side answer to batch hardness.
 
 Robinson et al. (ICLR 2021, "Contrastive learning with hard negative samples", Eq. 4
 and their Algorithm) reweight each anchor's negatives by importance weights

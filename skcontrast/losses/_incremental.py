@@ -15,6 +15,9 @@ With ``c_a = u_a . v_i / t`` and ``c'_a = v_a . u_i / t`` for a candidate ``i`` 
       + sum_a softplus(c_a - row_u[a]) + softplus(c'_a - row_v[a])
       + softplus(LSE_a c'_a - p_i) + softplus(LSE_a c_a - p_i) ] / (|B_j| + 1)
 
+(with balance weights, the log-sum-exps weigh ``lambda_ent`` and the ``p``'s
+``lambda_pos``)
+
 because ``logaddexp(r, c) = r + softplus(c - r)``: one question costs O(|B_j|), in
 log-space, so no exponential can overflow. The value is exactly
 :func:`~skcontrast.losses.symmetric_info_nce` (``directions='sum'``) of the grown batch;
@@ -41,16 +44,19 @@ class GrowingBatches:
         How many batches, and the largest size any may reach.
     temperature : float
         Temperature of :math:`\\mathcal{L}^{con}`.
+    lambda_pos, lambda_ent : float, default=1.0
+        Balance weights of its positive and entropy terms (seed 001 Eq. 5).
     """
 
     def __init__(self, u: Any, v: Any, n_batches: int, capacity: int,
-                 temperature: float) -> None:
+                 temperature: float, lambda_pos: float = 1.0, lambda_ent: float = 1.0) -> None:
         u = torch.as_tensor(np.asarray(u))
         v = torch.as_tensor(np.asarray(v))
         dtype = torch.promote_types(torch.promote_types(u.dtype, v.dtype), torch.float32)
         self.u = F.normalize(u.to(dtype), dim=1)
         self.v = F.normalize(v.to(dtype), dim=1)
         self.temperature = float(temperature)
+        self.lambda_pos, self.lambda_ent = float(lambda_pos), float(lambda_ent)
         self.positive = (self.u * self.v).sum(1) / self.temperature
         self.members = torch.full((n_batches, capacity), -1, dtype=torch.long)
         self.sizes = torch.zeros(n_batches, dtype=torch.long)
@@ -89,15 +95,18 @@ class GrowingBatches:
         size = self.sizes[batch]
         row_u = self.row_u[batch, :width]
         row_v = self.row_v[batch, :width]
-        members = F.softplus(cross_uv - row_u) + F.softplus(cross_vu - row_v)
+        members = self.lambda_ent * (F.softplus(cross_uv - row_u)
+                                     + F.softplus(cross_vu - row_v))
         if bool((size < width).any()):
             valid = torch.arange(width) < size[..., None]
             members = torch.where(valid, members, 0.0)
             cross_uv = cross_uv.masked_fill(~valid, -torch.inf)
             cross_vu = cross_vu.masked_fill(~valid, -torch.inf)
         cand_pos = self.positive[candidates]
-        candidate = (F.softplus(torch.logsumexp(cross_vu, -1) - cand_pos)
-                     + F.softplus(torch.logsumexp(cross_uv, -1) - cand_pos))
+        candidate = self.lambda_ent * (
+            torch.logaddexp(torch.logsumexp(cross_vu, -1), cand_pos)
+            + torch.logaddexp(torch.logsumexp(cross_uv, -1), cand_pos)
+        ) - 2 * self.lambda_pos * cand_pos
         return (self.numerator[batch] + members.sum(-1) + candidate) / (size + 1)
 
     def add(self, batch: int, i: int, cross_uv: torch.Tensor, cross_vu: torch.Tensor) -> None:
@@ -112,8 +121,9 @@ class GrowingBatches:
         self.members[batch, s] = i
         self.sizes[batch] = s + 1
         member_pos = self.positive[self.members[batch, :s + 1]]
-        self.numerator[batch] = (self.row_u[batch, :s + 1] + self.row_v[batch, :s + 1]
-                                 - 2 * member_pos).sum()
+        self.numerator[batch] = (self.lambda_ent * (self.row_u[batch, :s + 1]
+                                                    + self.row_v[batch, :s + 1])
+                                 - 2 * self.lambda_pos * member_pos).sum()
 
     def losses(self) -> torch.Tensor:
         """Current :math:`\\mathcal{L}^{con}` of every batch (0 for an empty one)."""

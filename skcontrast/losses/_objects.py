@@ -18,8 +18,8 @@ What each loss declares:
 ``lse_layout(structure)``
     Where its per-anchor log-sum-exps are, as its function hands them to a
     ``denominator`` (what SogCLR's moving averages replace), or ``None``.
-:meth:`Loss.queue_terms`
-    Its anchors against a queue of stored embeddings (XBM), or ``NotImplementedError``.
+:attr:`Loss.queue_terms`
+    Its anchors against a queue of stored embeddings (XBM), or ``None``.
 :meth:`Loss.affinity`
     The pair weights that selection clusters on (seed 002 Eq. 5 for the InfoNCE family).
 
@@ -130,14 +130,12 @@ class Loss(BaseEstimator):
         """
         return None
 
-    def queue_terms(self, rows: torch.Tensor, views: torch.Tensor, bank: torch.Tensor,
-                    bank_views: torch.Tensor, candidates: torch.Tensor,
-                    positives: torch.Tensor, **overrides: Any) -> LossTerms:
-        """The loss of a batch's anchors ``rows`` against a queue ``bank`` of stored
-        embeddings (XBM): ``candidates`` and ``positives`` are ``(A, M)`` masks (the
-        anchor's own entry is never a candidate), ``views`` and ``bank_views`` the view
-        of each row and entry. Implemented by the losses that support a queue."""
-        raise NotImplementedError(f"{type(self).__name__} has no form against a queue")
+    #: ``queue_terms(rows, views, bank, bank_views, candidates, positives, **overrides)
+    #: -> LossTerms``: the loss of a batch's anchors ``rows`` against a queue ``bank`` of
+    #: stored embeddings (XBM), with ``(A, M)`` masks of each anchor's ``candidates`` (its
+    #: own entry never is one) and ``positives``, and the view of each row and entry; or
+    #: ``None`` for a loss with no such form.
+    queue_terms: ClassVar[Callable[..., LossTerms] | None] = None
 
     def affinity(self, u: Any, v: Any, batch_size: int, **overrides: Any) -> torch.Tensor:
         """Pair weights ``w(k, l)`` of ``n`` candidate pairs, ``(..., n, n)``: how much
@@ -398,8 +396,7 @@ class DHEL(_SoftmaxLoss):
         self.include_positive_view = include_positive_view
         self.chunk_size = chunk_size
 
-    def queue_terms(self, *args: Any, **kwargs: Any) -> LossTerms:
-        raise NotImplementedError("DHEL has no form against a queue")
+    queue_terms = None
 
 
 class KCL(Loss):
@@ -665,8 +662,7 @@ class HardNegativeNCE(_SoftmaxLoss):
     def _negatives(self, batch_size: int) -> int:
         return 2 * batch_size - 2 if self.negatives == NEGATIVES[0] else batch_size - 1
 
-    def queue_terms(self, *args: Any, **kwargs: Any) -> LossTerms:
-        raise NotImplementedError(f"{type(self).__name__} has no form against a queue")
+    queue_terms = None
 
 
 class DebiasedNCE(HardNegativeNCE):
@@ -725,6 +721,13 @@ class FunctionLoss(Loss):
     def options(self, **overrides: Any) -> dict:
         return {"temperature": self.temperature, **overrides}
 
+    def check(self) -> FunctionLoss:
+        """Check the parameters without calling the function (it may have effects)."""
+        if not callable(self.function):
+            raise ValueError(f"FunctionLoss needs a callable function; got "
+                             f"{describe(self.function)}")
+        return self
+
     def __call__(self, a: Any, b: Any, **overrides: Any) -> Any:
         if not callable(self.function):
             raise ValueError(f"FunctionLoss needs a callable function; got "
@@ -776,9 +779,10 @@ LOSSES: dict[str, type[Loss]] = {
 }
 
 
-def make_loss(loss: Any, *, what: str = "loss") -> Loss:
+def make_loss(loss: Any, *, what: str = "loss", labelled: bool = False) -> Loss:
     """A loss object from a name (its class with defaults), a loss object (as it is)
-    or, with a warning naming what it gives up, a bare callable (:class:`FunctionLoss`).
+    or, with a warning naming what it gives up, a bare callable (:class:`FunctionLoss`,
+    of labelled samples ``f(z, y)`` when ``labelled``).
     """
     if isinstance(loss, Loss):
         return loss
@@ -798,7 +802,7 @@ def make_loss(loss: Any, *, what: str = "loss") -> Loss:
             "(NaN) and a loss-specific selection affinity. Wrap it in "
             "skcontrast.losses.FunctionLoss (or subclass skcontrast.losses.Loss) to set "
             "its temperature, or use a loss object", UserWarning, stacklevel=3)
-        return FunctionLoss(loss)
+        return FunctionLoss(loss, labelled=labelled)
     raise ValueError(f"{what} must be a loss object of skcontrast.losses, a loss name or a "
                      f"callable; got {describe(loss)}")
 

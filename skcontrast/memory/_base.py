@@ -13,7 +13,6 @@ A fresh ``fit`` (or a ``clone``) starts from an empty state.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -22,30 +21,21 @@ from sklearn.base import BaseEstimator
 from torch import nn
 
 from .._validation import describe
-from ..losses import LABEL_LOSSES, PAIR_LOSSES, LossTerms
-
-#: How the rows of a batch reach the loss: two views per item, one view (SupCon), or
-#: two augmented crops of each labelled item stacked row by row (SupCon).
-STRUCTURES = ("pairs", "single", "crops")
-
-
-def loss_options(loss: str, options: dict) -> dict:
-    """The keyword arguments ``options`` completed with the defaults of the named loss."""
-    fn = PAIR_LOSSES.get(loss, LABEL_LOSSES.get(loss))
-    defaults = {name: p.default for name, p in inspect.signature(fn).parameters.items()
-                if p.default is not p.empty}
-    return {**defaults, **options}
+from ..losses import Loss, LossTerms
+from ..losses._objects import STRUCTURES, loss_name
 
 
 class MemoryState(nn.Module):
     """What a memory remembers, as buffers of a ``torch.nn.Module``.
 
-    ``forward(batch_loss, embeddings, labels, index, structure=..., options=...)``
-    returns the :class:`~skcontrast.losses.LossTerms` of a training batch and updates
-    the state. ``batch_loss(**extra)`` computes the plain loss of the batch (with extra
-    keyword arguments for the loss); ``embeddings`` are ``(B, 2, k)`` for pairs and
-    crops, ``(B, k)`` for single views; ``index`` holds the dataset indices of the
-    ``B`` items; ``options`` are the loss's keyword arguments (temperature included).
+    ``forward(batch_loss, embeddings, labels, index, structure=..., loss=...,
+    overrides=...)`` returns the :class:`~skcontrast.losses.LossTerms` of a training
+    batch and updates the state. ``batch_loss(**extra)`` computes the plain loss of the
+    batch (with extra keyword arguments for the loss); ``embeddings`` are ``(B, 2, k)``
+    for pairs and crops, ``(B, k)`` for single views; ``index`` holds the dataset
+    indices of the ``B`` items; ``loss`` is the estimator's loss object and
+    ``overrides`` its learned values (a temperature tensor), so the memory computes
+    with the very loss that trains.
 
     Plain Python counters (epoch, steps, queue position) are part of the state dict
     through ``get_extra_state``.
@@ -53,10 +43,10 @@ class MemoryState(nn.Module):
 
     _counters: tuple[str, ...] = ("n_samples", "epoch")
 
-    def __init__(self, n_samples: int, loss: str) -> None:
+    def __init__(self, n_samples: int, loss: Loss) -> None:
         super().__init__()
         self.n_samples = int(n_samples)
-        self.loss = loss
+        self.loss_name = loss_name(loss)  # what a warm start checks
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -85,13 +75,10 @@ class MemoryState(nn.Module):
 
     def forward(self, batch_loss: Callable[..., LossTerms], embeddings: torch.Tensor,
                 labels: torch.Tensor | None, index: torch.Tensor, *, structure: str,
-                options: dict) -> LossTerms:
+                loss: Loss, overrides: dict) -> LossTerms:
         """The loss of one batch with what the memory remembers, and the memory updated.
 
-        ``batch_loss`` is the estimator's loss function, ``embeddings`` the batch's
-        (views stacked or one view), ``index`` the dataset indices of its rows,
-        ``structure`` ``'pairs'`` or ``'labels'`` and ``options`` the loss's keyword
-        arguments. Implemented by each memory.
+        Implemented by each memory.
         """
         raise NotImplementedError
 
@@ -99,31 +86,33 @@ class MemoryState(nn.Module):
 class BaseMemory(BaseEstimator):
     """Base class of the memories: parameters only; :meth:`build` makes the state.
 
-    Subclasses list the losses they support in ``supported_losses`` and implement
-    ``_check_params`` and ``_make_state``.
+    Subclasses implement ``_check_params``, ``_check_loss`` (refuse a loss that does not
+    declare what the memory needs) and ``_make_state``.
     """
 
-    supported_losses: tuple[str, ...] = ()
-
-    def build(self, n_samples: int, loss: Any) -> MemoryState:
+    def build(self, n_samples: int, loss: Loss, structure: str = "pairs") -> MemoryState:
         """A fresh :class:`MemoryState` for ``n_samples`` training items and ``loss``.
 
         Parameters
         ----------
         n_samples : int
             Number of items of the training set (dataset indices are ``0..n-1``).
-        loss : str
-            Name of the batch loss (a callable loss cannot be supported: the memory
-            must know how the loss forms each anchor's candidates).
+        loss : Loss
+            The estimator's loss object: what it declares (where its log-sum-exps are,
+            its form against a queue) is what the memory works from.
+        structure : {'pairs', 'single', 'crops'}, default='pairs'
+            How the rows of a batch reach the loss.
         """
         self._check_params()
-        name = type(self).__name__
-        if not isinstance(loss, str) or loss not in self.supported_losses:
-            options = ", ".join(repr(s) for s in self.supported_losses)
-            raise ValueError(f"{name} works with loss in ({options}); got loss="
-                             f"{describe(loss)}")
-        state = self._make_state(int(n_samples), loss)
-        state.memory_name = name  # what a warm start checks the memory against
+        if structure not in STRUCTURES:
+            raise ValueError(f"structure must be one of {STRUCTURES}; got {describe(structure)}")
+        if not isinstance(loss, Loss):
+            raise ValueError(f"{type(self).__name__} needs a loss object of skcontrast.losses "
+                             f"(what it declares tells the memory how its anchors meet "
+                             f"their candidates); got loss={describe(loss)}")
+        self._check_loss(loss, structure)
+        state = self._make_state(int(n_samples), loss, structure)
+        state.memory_name = type(self).__name__  # what a warm start checks
         return state
 
     def check_batch_rows(self, rows: int) -> None:
@@ -133,5 +122,8 @@ class BaseMemory(BaseEstimator):
     def _check_params(self) -> None:
         raise NotImplementedError
 
-    def _make_state(self, n_samples: int, loss: str) -> MemoryState:
+    def _check_loss(self, loss: Loss, structure: str) -> None:
+        raise NotImplementedError
+
+    def _make_state(self, n_samples: int, loss: Loss, structure: str) -> MemoryState:
         raise NotImplementedError

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from .._validation import check_choice, check_int, describe
-from ..losses import LossTerms
+from ..losses import LOSSES, Loss, LossTerms
 from ._base import BaseMemory, MemoryState
 
 GAMMA_SCHEDULES = ("constant", "cosine")
@@ -49,9 +49,10 @@ class SogCLRMemory(BaseMemory):
       :math:`\partial_\tau \hat g_i / u_i` plus the positive term's (LibAUC's surrogate
       gives the temperature none).
 
-    What it means for each loss (``loss=`` of the estimator):
+    What it means for each loss (``loss=`` of the estimator); the memory reads where a
+    loss keeps its per-anchor log-sum-exps from the loss itself (its ``lse_layout``):
 
-    ``'dcl'``
+    :class:`~skcontrast.losses.DCL`
         SogCLR's global contrastive loss exactly as LibAUC's ``GCLoss_v1`` (the
         SogCLR reference code, used by seed 002): the candidates are the ``2B - 2``
         negatives from both views (positive excluded), one :math:`u_i` per sample
@@ -59,13 +60,13 @@ class SogCLRMemory(BaseMemory):
         gradient is :math:`2\tau` times ours: its loss is scaled by :math:`\tau` (the
         GCL objective is :math:`\tau \log E e^{h/\tau}`) and sums the two views'
         anchors where we average the ``2B`` anchors.
-    ``'symmetric_info_nce'``
+    :class:`~skcontrast.losses.SymmetricInfoNCE`
         The two-directional (CLIP) form, one :math:`u_i` per sample and direction, as
         LibAUC's ``GCLoss_v2``. The candidates are the ``B`` rows of the other view,
         positive included, as in :func:`~skcontrast.losses.symmetric_info_nce`
         (``GCLoss_v2`` leaves the positive out and measures the negatives relative to
         it, :math:`e^{(s_{ij} - s_{ii})/\tau}`).
-    ``'nt_xent'``, ``'info_nce'``, ``'supcon'``
+    ``NTXent``, ``InfoNCE``, ``SupCon``
         The same estimator of the loss's own denominator (``2B - 1``, ``B`` and
         ``B - 1`` candidates; one :math:`u_i` per sample). Where the positive is among
         the candidates, the moving average estimates the mean over batches of the
@@ -73,7 +74,8 @@ class SogCLRMemory(BaseMemory):
         while the negatives approach their global mean. SupCon's gradient generalises
         cleanly: its entropy term is the anchor's log-denominator, positives and all.
 
-    Other losses raise an error naming these. The adaptive selectors (OSGD, spectral,
+    Other losses (no log-sum-exp per anchor: KCL, SigLIP, the margin loss, DHEL, HCL)
+    raise an error naming those that have one. The adaptive selectors (OSGD, spectral,
     greedy) keep scoring batches with the plain batch loss. Per-sample temperatures
     (iSogCLR) are not implemented.
 
@@ -101,8 +103,6 @@ class SogCLRMemory(BaseMemory):
     performance. ICML 2022.
     """
 
-    supported_losses = ("dcl", "symmetric_info_nce", "nt_xent", "info_nce", "supcon")
-
     def __init__(self, gamma: float = 0.9, gamma_schedule: str = "constant",
                  gamma_decay_epochs: int | None = None) -> None:
         self.gamma = gamma
@@ -126,9 +126,17 @@ class SogCLRMemory(BaseMemory):
         elif self.gamma_decay_epochs is not None:
             check_int(self.gamma_decay_epochs, "gamma_decay_epochs", minimum=1)
 
-    def _make_state(self, n_samples: int, loss: str) -> SogCLRState:
-        return SogCLRState(n_samples, loss, float(self.gamma), self.gamma_schedule,
-                           self.gamma_decay_epochs)
+    def _check_loss(self, loss: Loss, structure: str) -> None:
+        if loss.lse_layout(structure) is None:
+            having = ", ".join(cls.__name__ for cls in LOSSES.values()
+                               if cls().lse_layout("pairs") is not None)
+            raise ValueError(f"SogCLRMemory replaces each anchor's log-sum-exp, which "
+                             f"{type(loss).__name__} does not have; it works with a loss "
+                             f"that has one ({having})")
+
+    def _make_state(self, n_samples: int, loss: Loss, structure: str) -> SogCLRState:
+        return SogCLRState(n_samples, loss, loss.lse_layout(structure), float(self.gamma),
+                           self.gamma_schedule, self.gamma_decay_epochs)
 
 
 def gamma_at(epoch: int, gamma: float, schedule: str, decay_epochs: int | None) -> float:
@@ -138,24 +146,24 @@ def gamma_at(epoch: int, gamma: float, schedule: str, decay_epochs: int | None) 
     return gamma
 
 
-# How each loss lays out its anchors' log-sum-exps, as a grid (B items, D directions,
-# S anchors of an item that share one estimate), and back.
-def _grid(lse: torch.Tensor, loss: str, structure: str) -> torch.Tensor:
-    if structure == "crops":  # labelled two crops, stacked item by item
+# How a loss lays out its anchors' log-sum-exps (``Loss.lse_layout``), as a grid
+# (B items, D directions, S anchors of an item that share one estimate), and back.
+def _grid(lse: torch.Tensor, layout: str) -> torch.Tensor:
+    if layout == "crops":  # labelled two crops, stacked item by item
         return lse.reshape(-1, 2)[:, None, :]
-    if structure == "single" or loss == "info_nce":
+    if layout == "anchors":
         return lse[:, None, None]
-    if loss == "symmetric_info_nce":  # (2, B): the two directions
+    if layout == "directions":  # (2, B): the two directions
         return lse.transpose(0, 1)[..., None]
     return lse.reshape(2, -1).transpose(0, 1)[:, None, :]  # [view 0; view 1] blocks
 
 
-def _ungrid(grid: torch.Tensor, loss: str, structure: str) -> torch.Tensor:
-    if structure == "crops":
+def _ungrid(grid: torch.Tensor, layout: str) -> torch.Tensor:
+    if layout == "crops":
         return grid[:, 0, :].reshape(-1)
-    if structure == "single" or loss == "info_nce":
+    if layout == "anchors":
         return grid[:, 0, 0]
-    if loss == "symmetric_info_nce":
+    if layout == "directions":
         return grid[..., 0].transpose(0, 1)
     return grid[:, 0, :].transpose(0, 1).reshape(-1)
 
@@ -163,10 +171,11 @@ def _ungrid(grid: torch.Tensor, loss: str, structure: str) -> torch.Tensor:
 class SogCLRState(MemoryState):
     """``log_u`` (float64, ``(n, directions)``) and which entries were ever visited."""
 
-    def __init__(self, n_samples: int, loss: str, gamma: float, schedule: str,
+    def __init__(self, n_samples: int, loss: Loss, layout: str, gamma: float, schedule: str,
                  decay_epochs: int | None) -> None:
         super().__init__(n_samples, loss)
-        directions = 2 if loss == "symmetric_info_nce" else 1
+        self.layout = layout
+        directions = 2 if layout == "directions" else 1
         self.register_buffer("log_u", torch.zeros(n_samples, directions, dtype=torch.float64))
         self.register_buffer("visited", torch.zeros(n_samples, directions, dtype=torch.bool))
         self.gamma = gamma
@@ -179,18 +188,17 @@ class SogCLRState(MemoryState):
 
     def forward(self, batch_loss: Callable[..., LossTerms], embeddings: torch.Tensor,
                 labels: torch.Tensor | None, index: torch.Tensor, *, structure: str,
-                options: dict) -> LossTerms:
-        return batch_loss(denominator=partial(self.estimate, index=index, structure=structure))
+                loss: Loss, overrides: dict) -> LossTerms:
+        return batch_loss(denominator=partial(self.estimate, index=index))
 
-    def estimate(self, lse: torch.Tensor, count: int, *, index: torch.Tensor,
-                 structure: str) -> torch.Tensor:
+    def estimate(self, lse: torch.Tensor, count: int, *, index: torch.Tensor) -> torch.Tensor:
         """Replace the batch log-sum-exps ``lse`` by the moving averages, and update them.
 
         The value returned is ``log u + log count`` (the log of a sum, like ``lse``);
         its gradient is ``grad(g_hat) / u`` with ``g_hat = exp(lse) / count``.
         """
         log_count = math.log(count)
-        grid = _grid(lse, self.loss, structure) - log_count
+        grid = _grid(lse, self.layout) - log_count
         rows = index.to(self.log_u.device, torch.long)
         old = self.log_u[rows].to(grid.device)[..., None]
         seen = self.visited[rows].to(grid.device)[..., None]
@@ -205,4 +213,4 @@ class SogCLRState(MemoryState):
         shared = torch.logsumexp(mixed, dim=-1) - math.log(mixed.shape[-1])
         self.log_u[rows] = shared.to(self.log_u.device)
         self.visited[rows] = True
-        return _ungrid(estimate, self.loss, structure)
+        return _ungrid(estimate, self.layout)

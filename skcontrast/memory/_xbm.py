@@ -8,17 +8,8 @@ from collections.abc import Callable
 import torch
 
 from .._validation import check_int, describe
-from ..losses import LossTerms
-from ..losses._core import combine_last, reduce_terms, scale_terms
-from ..losses._references import (
-    average_margin_terms,
-    margin_pair_terms,
-    reference_softmax_terms,
-)
-from ._base import BaseMemory, MemoryState, loss_options
-
-#: Losses whose anchors meet only the other view (the rest meet both views).
-CROSS_VIEW = ("info_nce", "symmetric_info_nce")
+from ..losses import LOSSES, Loss, LossTerms
+from ._base import BaseMemory, MemoryState
 
 
 class CrossBatchMemory(BaseMemory):
@@ -39,28 +30,32 @@ class CrossBatchMemory(BaseMemory):
     partner's copy just enqueued, and its own earlier embeddings). Gradients flow into
     the anchors only.
 
-    How each loss meets the queue:
+    How each loss meets the queue is the loss's own declaration
+    (:attr:`~skcontrast.losses.Loss.queue_terms`):
 
-    ``'supcon'``, ``'nt_xent'``
+    :class:`~skcontrast.losses.SupCon`, :class:`~skcontrast.losses.NTXent`
         SupCon's anchor loss with the queue as the batch: the mean over the positives
         of :math:`-s/\tau`, plus the log-sum-exp over every other entry. With pairs,
-        ``'nt_xent'`` is exactly this with each sample its own class.
-    ``'dcl'``
+        NT-Xent is exactly this with each sample its own class.
+    :class:`~skcontrast.losses.DCL`
         The same with the positives left out of the log-sum-exp.
-    ``'info_nce'``, ``'symmetric_info_nce'``
+    :class:`~skcontrast.losses.InfoNCE`, :class:`~skcontrast.losses.SymmetricInfoNCE`
         Anchors of one view meet only the other view's entries (the ``v`` entries for
         the ``u`` anchors, and back for the symmetric loss, whose two directions are
         combined as ``directions`` says).
-    ``'contrastive_margin'``
+    :class:`~skcontrast.losses.SigLIP`
+        Each anchor against the other view's entries: the mean sigmoid term of its
+        positives and the sum of those of its negatives.
+    :class:`~skcontrast.losses.ContrastiveMargin`
         The margin loss over the (anchor, entry) pairs, averaged as the loss's
         ``averaging`` says: ``'separate'`` keeps the balance of the batch loss
         (set-ups S2 and S3 of seed 001 App. E), ``'anchor'`` sums the pair terms per
         anchor as the XBM authors' code does, so the entropy weight grows as the queue
         fills (set-up S1).
 
-    The balance weights, temperature and other options of the batch loss apply to the
-    memory term too. The adaptive selectors (OSGD, spectral, greedy) keep scoring
-    batches with the plain batch loss.
+    The balance weights, temperature (learned, if it is) and other options of the batch
+    loss apply to the memory term too. The adaptive selectors (OSGD, spectral, greedy)
+    keep scoring batches with the plain batch loss.
 
     Parameters
     ----------
@@ -85,9 +80,6 @@ class CrossBatchMemory(BaseMemory):
     learning. CVPR 2020.
     """
 
-    supported_losses = ("supcon", "contrastive_margin", "info_nce", "symmetric_info_nce",
-                        "nt_xent", "dcl")
-
     def __init__(self, size: int = 1024, weight: float = 1.0, start_step: int = 0) -> None:
         self.size = size
         self.weight = weight
@@ -108,7 +100,15 @@ class CrossBatchMemory(BaseMemory):
                              f"batch adds {rows} embeddings (two per item for pairs or "
                              f"two crops); use size >= {rows}")
 
-    def _make_state(self, n_samples: int, loss: str) -> XBMState:
+    def _check_loss(self, loss: Loss, structure: str) -> None:
+        if loss.queue_terms is None:
+            having = ", ".join(cls.__name__ for cls in LOSSES.values()
+                               if cls.queue_terms is not None)
+            raise ValueError(f"CrossBatchMemory needs the loss's form against a queue, which "
+                             f"{type(loss).__name__} does not have; it works with "
+                             f"{having}")
+
+    def _make_state(self, n_samples: int, loss: Loss, structure: str) -> XBMState:
         return XBMState(n_samples, loss, int(self.size), float(self.weight),
                         int(self.start_step))
 
@@ -118,7 +118,7 @@ class XBMState(MemoryState):
 
     _counters = ("n_samples", "epoch", "step", "pointer", "filled")
 
-    def __init__(self, n_samples: int, loss: str, size: int, weight: float,
+    def __init__(self, n_samples: int, loss: Loss, size: int, weight: float,
                  start_step: int) -> None:
         super().__init__(n_samples, loss)
         self.size, self.weight, self.start_step = size, weight, start_step
@@ -130,14 +130,14 @@ class XBMState(MemoryState):
 
     def forward(self, batch_loss: Callable[..., LossTerms], embeddings: torch.Tensor,
                 labels: torch.Tensor | None, index: torch.Tensor, *, structure: str,
-                options: dict) -> LossTerms:
+                loss: Loss, overrides: dict) -> LossTerms:
         terms = batch_loss()
         if self.step < self.start_step:
             self.step += 1
             return terms
         rows, keys, views = _rows(embeddings, labels, index, structure)
         slots = self.enqueue(rows.detach(), keys, views)
-        extra = self.memory_terms(rows, keys, views, slots, loss_options(self.loss, options))
+        extra = self.memory_terms(rows, keys, views, slots, loss, overrides)
         self.step += 1
         return LossTerms(*(t + self.weight * e for t, e in zip(terms, extra, strict=True)))
 
@@ -161,42 +161,14 @@ class XBMState(MemoryState):
         return slots
 
     def memory_terms(self, rows: torch.Tensor, keys: torch.Tensor, views: torch.Tensor,
-                     slots: torch.Tensor, o: dict) -> LossTerms:
-        """Loss of the batch's anchors against the queue (which holds them too)."""
+                     slots: torch.Tensor, loss: Loss, overrides: dict) -> LossTerms:
+        """Loss of the batch's anchors against the queue (which holds them too): the
+        loss's own form against a queue."""
         entries = torch.arange(self.size, device=rows.device)
         candidates = (entries < self.filled)[None, :] & (entries[None, :] != slots[:, None])
-        if self.loss in CROSS_VIEW:
-            candidates &= self.views[None, :] != views[:, None]
         same = self.keys[None, :] == keys[:, None]
-        if self.loss == "contrastive_margin":
-            sums = margin_pair_terms(rows, self.bank, candidates & same, candidates & ~same,
-                                     margin=o["margin"], temperature=o["temperature"],
-                                     distance=o["distance"], power=o["power"],
-                                     normalize=o["normalize"])
-            return LossTerms(*average_margin_terms(sums, len(rows), o["averaging"],
-                                                   o["lambda_pos"], o["lambda_ent"]))
-        if self.loss == "info_nce":  # anchors of view 0 only
-            anchors = views == 0
-            rows, candidates, same = rows[anchors], candidates[anchors], same[anchors]
-        positive, entropy, has_positive = reference_softmax_terms(
-            rows, self.bank, candidates, candidates & same, temperature=o["temperature"],
-            decoupled=self.loss == "dcl", normalize=o["normalize"])
-        if o["reduction"] not in ("mean", "sum"):
-            raise ValueError(f"CrossBatchMemory needs reduction='mean' or 'sum'; got "
-                             f"{describe(o['reduction'])}")
-        weight = has_positive
-        if self.loss == "supcon" and o["anchors_without_positives"] == "zero":
-            weight = torch.ones_like(has_positive)
-        if self.loss == "symmetric_info_nce":  # one row of anchors per direction
-            positive, entropy, weight = (t.reshape(2, -1) for t in (positive, entropy, weight))
-        terms = reduce_terms(positive, entropy, lambda_pos=o["lambda_pos"],
-                             lambda_ent=o["lambda_ent"], reduction=o["reduction"],
-                             weight=weight)
-        if self.loss == "symmetric_info_nce":
-            terms = combine_last(terms, o["directions"])
-        if self.loss == "supcon" and o["base_temperature"] is not None:
-            terms = scale_terms(terms, o["temperature"] / o["base_temperature"])
-        return terms
+        return loss.queue_terms(rows, views, self.bank, self.views, candidates, same,
+                                **overrides)
 
 
 def _rows(embeddings: torch.Tensor, labels: torch.Tensor | None, index: torch.Tensor,

@@ -42,10 +42,12 @@ class BalanceSearchCV(BaseSearchCV):
     estimator : estimator
         Anything exposing the parameters named in ``param_names`` (e.g.
         ``ContrastiveEmbedder``, ``SupConEmbedder``, or a pipeline with
-        ``'step__lambda_pos'``-style names).
-    param_names : sequence of 2 or 3 str, default=('lambda_pos', 'lambda_ent', 'batch_size')
-        The estimator parameters playing ``Lambda_p``, ``Lambda_e`` and (optionally) ``b``.
-        The batch-size parameter is rounded to an integer (at least 2).
+        ``'step__loss__lambda_pos'``-style names).
+    param_names : sequence of 2 or 3 str, default=('loss__lambda_pos', 'loss__lambda_ent', 'batch_size')
+        The estimator parameters playing ``Lambda_p``, ``Lambda_e`` and (optionally) ``b``
+        (the balance weights of the estimators' loss object are ``loss__lambda_pos`` and
+        ``loss__lambda_ent``). The batch-size parameter is rounded to an integer (at
+        least 2).
     bounds : dict or None, default=None
         ``{name: (low, high)}``, all positive (the search is in log space). ``None``
         uses ``lambda_*`` in ``[1e-2, 1e2]`` and ``batch_size`` in ``[8, 256]``.
@@ -83,12 +85,13 @@ class BalanceSearchCV(BaseSearchCV):
     >>> X, _ = make_paired_gaussians(120, 6, random_state=0)
     >>> search = BalanceSearchCV(
     ...     ContrastiveEmbedder(n_components=4, max_epochs=2, random_state=0),
-    ...     param_names=("lambda_pos", "lambda_ent"), budget=4, cv=2).fit(X)
+    ...     param_names=("loss__lambda_pos", "loss__lambda_ent"), budget=4, cv=2).fit(X)
     >>> len(search.cv_results_["params"])
     4
     """
 
-    def __init__(self, estimator: Any, *, param_names: Any = ("lambda_pos", "lambda_ent",
+    def __init__(self, estimator: Any, *, param_names: Any = ("loss__lambda_pos",
+                                                               "loss__lambda_ent",
                                                                "batch_size"),
                  bounds: dict | None = None, start: dict | None = None,
                  directions: Any = "balance", budget: int = 20,

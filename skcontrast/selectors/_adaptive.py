@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._validation import check_choice, check_int, check_positive, describe
+from .._validation import check_choice, check_int, describe
+from ..losses import Loss
 from ..losses._incremental import GrowingBatches
 from ._base import (
     BatchSelector,
@@ -20,15 +21,6 @@ from ._base import (
     score_batches,
     views,
 )
-
-DEFAULT_TEMPERATURE = 0.1
-DEFAULT_LOSS = "symmetric_info_nce"
-
-
-def _temperature(selector: Any) -> float:
-    t = DEFAULT_TEMPERATURE if selector.temperature is None else selector.temperature
-    check_positive(t, "temperature")
-    return float(t)
 
 
 def _check_fraction(value: Any, name: str) -> float:
@@ -65,14 +57,12 @@ class OSGDSelector(BatchSelector):
     candidates : {'partition', 'random'}, default='partition'
     n_groups : int or None, default=None
         Groups per epoch with ``candidates='random'``.
-    loss : str or callable or None, default=None
-        Any loss of :mod:`skcontrast.losses`; ``None`` means the loss being trained when
-        used inside an estimator, else ``'symmetric_info_nce'``. Label losses need ``y``
-        for single-view embeddings.
-    temperature : float or None, default=None
-        ``None``: the estimator's temperature, else 0.1.
-    loss_params : dict or None, default=None
-        Further keyword arguments for the loss.
+    loss : Loss, str or None, default=None
+        What a batch's loss is: an object of :mod:`skcontrast.losses` (or a name for
+        its class with defaults). ``None``: inside an estimator, the loss being trained,
+        as it is at each epoch (learned temperature, balance weights and options
+        included); standalone, :class:`~skcontrast.losses.SymmetricInfoNCE` at
+        temperature 0.1. Label losses need ``y`` for single-view embeddings.
     drop_last : bool, default=False
     random_state : int, numpy Generator or None, default=None
 
@@ -88,17 +78,13 @@ class OSGDSelector(BatchSelector):
 
     def __init__(self, batch_size: int = 32, *, k: int = 1500, q: int = 150,
                  candidates: str = "partition", n_groups: int | None = None,
-                 loss: Any = None, temperature: float | None = None,
-                 loss_params: dict | None = None, drop_last: bool = False,
-                 random_state: Any = None) -> None:
+                 loss: Any = None, drop_last: bool = False, random_state: Any = None) -> None:
         self.batch_size = batch_size
         self.k = k
         self.q = q
         self.candidates = candidates
         self.n_groups = n_groups
         self.loss = loss
-        self.temperature = temperature
-        self.loss_params = loss_params
         self.drop_last = drop_last
         self.random_state = random_state
 
@@ -111,13 +97,13 @@ class OSGDSelector(BatchSelector):
         check_choice(self.candidates, "candidates", ("partition", "random"))
         return b, k, q
 
-    def score(self, X: Any, batches: Any, y: Any = None) -> np.ndarray:
-        """Loss of each batch on embeddings ``X`` under this selector's loss settings."""
-        loss = DEFAULT_LOSS if self.loss is None else self.loss
-        kwargs = {"temperature": _temperature(self), **(self.loss_params or {})}
-        return score_batches(check_embeddings(X), batches, y, loss=loss, **kwargs)
+    def score(self, X: Any, batches: Any, y: Any = None, *,
+              loss: Loss | None = None) -> np.ndarray:
+        """Loss of each batch on embeddings ``X`` under the loss this selector scores with
+        (:meth:`~skcontrast.selectors.BatchSelector.scoring_loss`)."""
+        return score_batches(check_embeddings(X), batches, y, loss=self.scoring_loss(loss))
 
-    def _select(self, X, y, groups, rng):
+    def _select(self, X, y, groups, rng, loss=None):
         n = len(X)
         b, k, q = self._check(n)
         if self.candidates == "partition":
@@ -126,7 +112,7 @@ class OSGDSelector(BatchSelector):
         else:
             groups_of_batches = [self._random_group(n, b, k, rng) for _ in range(self._groups(n))]
         flat = [batch for group in groups_of_batches for batch in group]
-        scores = self.score(X, flat, y)
+        scores = score_batches(X, flat, y, loss=loss)
         chosen, start = [], 0
         for group in groups_of_batches:
             group_scores = scores[start:start + len(group)]
@@ -168,13 +154,13 @@ class _GreedySelector(BatchSelector):
     _adaptive = True
 
     def __init__(self, batch_size: int = 32, *, random_fraction: float = 0.0,
-                 temperature: float | None = None, random_state: Any = None) -> None:
+                 loss: Any = None, random_state: Any = None) -> None:
         self.batch_size = batch_size
         self.random_fraction = random_fraction
-        self.temperature = temperature
+        self.loss = loss
         self.random_state = random_state
 
-    def _setup(self, X: np.ndarray) -> tuple[GrowingBatches, np.ndarray, int]:
+    def _setup(self, X: np.ndarray, loss: Loss) -> tuple[GrowingBatches, np.ndarray, int]:
         n = len(X)
         b = check_batch_size(self.batch_size, n)
         fraction = _check_fraction(self.random_fraction, "random_fraction")
@@ -182,7 +168,8 @@ class _GreedySelector(BatchSelector):
         n_bins = n_partition_batches(n, b, False)
         capacity = np.full(n_bins, b)
         capacity[-1] = n - b * (n_bins - 1)
-        state = GrowingBatches(u, v, n_bins, b, _temperature(self))
+        state = GrowingBatches(u, v, n_bins, b, loss.temperature,
+                               getattr(loss, "lambda_pos", 1.0), getattr(loss, "lambda_ent", 1.0))
         random_rounds = max(1, round(fraction * b))
         return state, capacity, random_rounds
 
@@ -207,8 +194,11 @@ class BcSSelector(_GreedySelector):
         The "+Rand" variant: every bin is first filled with this share of random samples
         (``round(random_fraction * B)`` rounds), the rest greedily. 1.0 gives a random
         partition.
-    temperature : float or None, default=None
-        ``None``: the estimator's temperature when trained inside one, else 0.1.
+    loss : Loss, str or None, default=None
+        Whose temperature and balance weights the grown batches' loss
+        :math:`\\mathcal{L}^{con}` (seed 000's objective, the one these greedy rules are
+        defined for) takes. ``None``: inside an estimator, the loss being trained, as it
+        is at each epoch; standalone, :class:`~skcontrast.losses.SymmetricInfoNCE`.
     random_state : int, numpy Generator or None, default=None
 
     Notes
@@ -217,8 +207,8 @@ class BcSSelector(_GreedySelector):
     which holds the remainder ``n mod batch_size``.
     """
 
-    def _select(self, X, y, groups, rng):
-        state, capacity, random_rounds = self._setup(X)
+    def _select(self, X, y, groups, rng, loss=None):
+        state, capacity, random_rounds = self._setup(X, loss)
         remaining = torch.ones(len(X), dtype=torch.bool)
         for r in range(self.batch_size):
             candidates = torch.nonzero(remaining).squeeze(1)
@@ -262,14 +252,15 @@ class ScBSelector(_GreedySelector):
     batch_size : int, default=32
     random_fraction : float in [0, 1], default=0.0
         The "+Rand" variant (see :class:`BcSSelector`).
-    temperature : float or None, default=None
+    loss : Loss, str or None, default=None
+        As in :class:`BcSSelector`.
     random_state : int, numpy Generator or None, default=None
     """
 
     _block = 256
 
-    def _select(self, X, y, groups, rng):
-        state, capacity, random_rounds = self._setup(X)
+    def _select(self, X, y, groups, rng, loss=None):
+        state, capacity, random_rounds = self._setup(X, loss)
         n, n_bins = len(X), len(capacity)
         capacity = torch.as_tensor(capacity)
         order = torch.as_tensor(rng.permutation(n))

@@ -11,7 +11,7 @@ import torch
 from sklearn.base import BaseEstimator
 
 from .._validation import as_numpy, check_finite_array, check_int, describe
-from ..losses import batch_losses
+from ..losses import Loss, SymmetricInfoNCE, make_loss
 
 
 def check_embeddings(X: Any, *, name: str = "X") -> np.ndarray:
@@ -43,14 +43,13 @@ def views(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return X, X
 
 
-def score_batches(X: np.ndarray, batches: Any, y: Any = None, *, loss: Any,
-                  **loss_kwargs: Any) -> np.ndarray:
+def score_batches(X: np.ndarray, batches: Any, y: Any = None, *, loss: Loss) -> np.ndarray:
     """Loss of each index batch on checked embeddings ``X``, without gradients.
 
     Paired embeddings, and single views without labels (each row its own positive), go
-    to the paired form of :func:`~skcontrast.losses.batch_losses`; single views with
-    labels ``y`` to its label form. A batch of a single sample has nothing to contrast:
-    its score is NaN (ranked last by OSGD).
+    to the paired form of :meth:`Loss.batch_losses <skcontrast.losses.Loss.batch_losses>`;
+    single views with labels ``y`` to its label form. A batch of a single sample has
+    nothing to contrast: its score is NaN (ranked last by OSGD).
     """
     u, v = views(X)
     batches = list(batches)
@@ -60,12 +59,10 @@ def score_batches(X: np.ndarray, batches: Any, y: Any = None, *, loss: Any,
         return out
     chosen = [batches[i] for i in scorable]
     with torch.no_grad():
-        if X.ndim == 2 and y is not None:
-            values = batch_losses(torch.from_numpy(u), batches=chosen, y=y, loss=loss,
-                                  **loss_kwargs)
+        if X.ndim == 2 and y is not None and loss.labelled:
+            values = loss.batch_losses(torch.from_numpy(u), batches=chosen, y=y)
         else:
-            values = batch_losses(torch.from_numpy(u), torch.from_numpy(v), chosen, loss=loss,
-                                  **loss_kwargs)
+            values = loss.batch_losses(torch.from_numpy(u), torch.from_numpy(v), chosen)
     out[scorable] = values.cpu().numpy()
     return out
 
@@ -132,7 +129,8 @@ class BatchSelector(BaseEstimator):
     at epoch 0; :meth:`set_epoch` jumps to an epoch (to resume training).
 
     Subclasses implement ``_select(X, y, groups, rng)``; adaptive selectors set
-    ``_adaptive = True`` and receive checked embeddings.
+    ``_adaptive = True``, receive checked embeddings and the loss to score with
+    (``_select(X, y, groups, rng, loss=...)``).
     """
 
     _adaptive = False
@@ -157,11 +155,29 @@ class BatchSelector(BaseEstimator):
         """
         return iter(self.epoch_batches(X, y, groups))
 
-    def epoch_batches(self, X: Any, y: Any = None, groups: Any = None) -> list[np.ndarray]:
-        """The next epoch's batches as a list (what :meth:`~BatchSelector.split` iterates over)."""
+    def epoch_batches(self, X: Any, y: Any = None, groups: Any = None, *,
+                      loss: Loss | None = None) -> list[np.ndarray]:
+        """The next epoch's batches as a list (what :meth:`~BatchSelector.split` iterates over).
+
+        ``loss``: what an adaptive selector whose own ``loss`` is ``None`` scores with.
+        Inside an estimator it is the loss being trained, as it is at this epoch (its
+        learned temperature included); without one, the papers' loss
+        (:class:`~skcontrast.losses.SymmetricInfoNCE` at temperature 0.1).
+        """
         X = check_embeddings(X)
         rng = self._epoch_rng(self._claim_epoch())
+        if self._adaptive:
+            return self._select(X, y, groups, rng, loss=self.scoring_loss(loss))
         return self._select(X, y, groups, rng)
+
+    def scoring_loss(self, given: Loss | None = None) -> Loss:
+        """The loss this selector scores with: its own ``loss`` parameter if set (an
+        object, or a name for its class with defaults), else ``given`` (an estimator's
+        live loss), else :class:`~skcontrast.losses.SymmetricInfoNCE` ``()``."""
+        own = getattr(self, "loss", None)
+        if own is not None:
+            return make_loss(own, what=f"{type(self).__name__}'s loss")
+        return given if given is not None else SymmetricInfoNCE()
 
     def get_n_splits(self, X: Any = None, y: Any = None, groups: Any = None) -> int:
         """Number of batches one epoch yields for ``X`` (``X`` or its length is required)."""
@@ -183,8 +199,8 @@ class BatchSelector(BaseEstimator):
 
     # -- subclass hooks ---------------------------------------------------------------
 
-    def _select(self, X: np.ndarray, y: Any, groups: Any,
-                rng: np.random.Generator) -> list[np.ndarray]:
+    def _select(self, X: np.ndarray, y: Any, groups: Any, rng: np.random.Generator,
+                **kwargs: Any) -> list[np.ndarray]:
         raise NotImplementedError
 
     def _n_batches(self, n: int, y: Any) -> int:

@@ -163,7 +163,8 @@ class BindingSelector(BatchSelector):
                              f"{describe(self.base_selector)}")
         return self.base_selector
 
-    def epoch_batches(self, X: Any, y: Any = None, groups: Any = None) -> list[np.ndarray]:
+    def epoch_batches(self, X: Any, y: Any = None, groups: Any = None, *,
+                      loss: Any = None) -> list[np.ndarray]:
         if y is None:
             raise ValueError("BindingSelector needs the labels y: it adds one example of "
                              "every class to each batch")
@@ -173,7 +174,7 @@ class BindingSelector(BatchSelector):
         self._claim_epoch()
         binding = self._binding(codes, len(classes))
         out = []
-        for batch in self._base().epoch_batches(X, y, groups):
+        for batch in self._base().epoch_batches(X, y, groups, loss=loss):
             extra = binding[~np.isin(binding, batch)]
             out.append(np.concatenate([batch, extra]).astype(np.int64))
         return out

@@ -27,8 +27,7 @@ from threadpoolctl import threadpool_limits
 from .._backend import resolve_backend
 from .._validation import check_choice, check_int
 from ..exceptions import DegenerateEmbeddingWarning
-from ..losses import pair_affinity
-from ._adaptive import _temperature
+from ..losses import Loss, SymmetricInfoNCE, make_loss
 from ._assignment import _counts, balanced_assignments
 from ._base import BatchSelector, check_batch_size, n_partition_batches, partition, views
 
@@ -49,7 +48,7 @@ class _Settings:
     """What clustering a chunk needs besides its points and seed."""
 
     batch_size: int
-    temperature: float
+    loss: Loss
     affinity: str
     laplacian: str
     eigen_solver: str
@@ -61,7 +60,7 @@ class _Settings:
         return "cuda" if self.backend == "cupy" else "cpu"
 
 
-def spectral_batches(u: Any, v: Any, batch_size: int, *, temperature: float = 0.1,
+def spectral_batches(u: Any, v: Any, batch_size: int, *, loss: Any = None,
                      affinity: str = "exp", laplacian: str = "normalized",
                      backend: str = "auto", eigen_solver: str = "krylov",
                      random_state: Any = None,
@@ -77,8 +76,10 @@ def spectral_batches(u: Any, v: Any, batch_size: int, *, temperature: float = 0.
         The chunk's paired embeddings (pass the same array twice for single views).
     batch_size : int
         ``B``; the chunk is cut into ``ceil(m / B)`` batches.
-    temperature : float, default=0.1
-        Temperature applied to the inner products of the affinity (Eq. 5).
+    loss : Loss, str or None, default=None
+        Whose pair affinity is clustered (:meth:`~skcontrast.losses.Loss.affinity`; for
+        the InfoNCE family the pair terms of Eq. 5 at its temperature). ``None``:
+        :class:`~skcontrast.losses.SymmetricInfoNCE` at temperature 0.1.
     affinity, laplacian, backend, eigen_solver, kmeans_iter
         See :class:`SpectralBatchSelector`.
     random_state : int, numpy Generator or None
@@ -94,8 +95,9 @@ def spectral_batches(u: Any, v: Any, batch_size: int, *, temperature: float = 0.
         True when the chunk carried no structure (all affinities equal, or a
         disconnected graph) and a random equal-size partition was returned instead.
     """
-    settings = _settings(batch_size, temperature, affinity, laplacian, eigen_solver,
-                         backend, kmeans_iter)
+    loss = SymmetricInfoNCE() if loss is None else make_loss(loss)
+    settings = _settings(batch_size, loss, affinity, laplacian, eigen_solver, backend,
+                         kmeans_iter)
     u, v = np.asarray(u, dtype=np.float32), np.asarray(v, dtype=np.float32)
     seed = random_state if isinstance(random_state, numbers.Integral) else \
         np.random.default_rng(random_state).integers(2**63)
@@ -103,9 +105,9 @@ def spectral_batches(u: Any, v: Any, batch_size: int, *, temperature: float = 0.
     return batches, degenerate
 
 
-def _settings(batch_size: int, temperature: float, affinity: str, laplacian: str,
+def _settings(batch_size: int, loss: Loss, affinity: str, laplacian: str,
               eigen_solver: str, backend: str, kmeans_iter: int) -> _Settings:
-    return _Settings(check_int(batch_size, "batch_size", minimum=2), float(temperature),
+    return _Settings(check_int(batch_size, "batch_size", minimum=2), loss,
                      check_choice(affinity, "affinity", AFFINITIES),
                      check_choice(laplacian, "laplacian", LAPLACIANS),
                      check_choice(eigen_solver, "eigen_solver", EIGEN_SOLVERS),
@@ -201,7 +203,7 @@ def _operator(u: torch.Tensor, v: torch.Tensor, settings: _Settings) -> tuple[to
     factor, which leaves the eigenvectors unchanged). Also returns which chunks are
     degenerate: all affinities equal, or a graph split into components.
     """
-    w = pair_affinity(u, v, settings.batch_size, temperature=settings.temperature)
+    w = settings.loss.affinity(u, v, settings.batch_size)
     # in place from here on: the chunks are large and no gradient is needed
     diagonal = w.diagonal(dim1=1, dim2=2)
     diagonal.copy_(w[:, 0, 1:2].expand_as(diagonal))  # an off-diagonal value: one pass
@@ -404,8 +406,9 @@ class SpectralBatchSelector(BatchSelector):
 
     1. affinity ``A[k, l] = exp(w(k, l))`` (``affinity='exp'``, the default, as the
        authors' code clusters) or ``A = w`` (``affinity='bound'``, Alg. 3 as written),
-       with ``w`` the pair terms of Eq. 5 and the loss temperature applied to the inner
-       products; both are computed stably (no overflow at temperature 0.01);
+       with ``w`` the pair terms of Eq. 5 of the loss being trained, at its current
+       temperature (:meth:`~skcontrast.losses.Loss.affinity`); both are computed stably
+       (no overflow at temperature 0.01);
     2. the first ``k = ceil(m / B)`` eigenvectors of the normalised Laplacian
        ``I - D^-1/2 A D^-1/2`` (``laplacian='normalized'``, the default) or of
        ``L = D - A`` (``'unnormalized'``, Alg. 3), rows normalised to unit length;
@@ -450,9 +453,10 @@ class SpectralBatchSelector(BatchSelector):
     batch_size : int, default=32
     chunk_size : int, default=1280
         Points clustered together (40 batches of 32 in seed 002 Appendix D.3).
-    temperature : float or None, default=None
-        Loss temperature of the affinity; ``None``: the estimator's when used inside
-        one, else 0.1.
+    loss : Loss, str or None, default=None
+        Whose pair affinity is clustered. ``None``: inside an estimator, the loss being
+        trained as it is at each epoch (its learned temperature included); standalone,
+        :class:`~skcontrast.losses.SymmetricInfoNCE` at temperature 0.1.
     affinity : {'exp', 'bound'}, default='exp'
         ``exp(w)`` (the authors' code) or ``w`` (Alg. 3 as written).
     laplacian : {'normalized', 'unnormalized'}, default='normalized'
@@ -481,13 +485,13 @@ class SpectralBatchSelector(BatchSelector):
     _adaptive = True
 
     def __init__(self, batch_size: int = 32, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 temperature: float | None = None, affinity: str = "exp",
+                 loss: Any = None, affinity: str = "exp",
                  laplacian: str = "normalized", eigen_solver: str = "krylov",
                  backend: str = "auto", kmeans_iter: int = 50, n_jobs: int | None = None,
                  random_state: Any = None) -> None:
         self.batch_size = batch_size
         self.chunk_size = chunk_size
-        self.temperature = temperature
+        self.loss = loss
         self.affinity = affinity
         self.laplacian = laplacian
         self.eigen_solver = eigen_solver
@@ -503,10 +507,10 @@ class SpectralBatchSelector(BatchSelector):
             raise ValueError(f"chunk_size={size} must be at least batch_size={b}")
         return b, size - size % b
 
-    def _select(self, X, y, groups, rng):
+    def _select(self, X, y, groups, rng, loss=None):
         n = len(X)
         b, chunk = self._chunk_length(n)
-        settings = _settings(b, _temperature(self), self.affinity, self.laplacian,
+        settings = _settings(b, loss, self.affinity, self.laplacian,
                              self.eigen_solver, self.backend, self.kmeans_iter)
         u, v = views(X)
         u, v = u.astype(np.float32, copy=False), v.astype(np.float32, copy=False)

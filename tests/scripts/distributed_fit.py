@@ -18,18 +18,19 @@ from sklearn.base import clone
 
 from skcontrast import AcceleratorCheckpoint, ContrastiveEmbedder, SupConEmbedder
 from skcontrast.datasets import make_paired_gaussians
+from skcontrast.losses import DCL, SymmetricInfoNCE
 from skcontrast.memory import CrossBatchMemory, SogCLRMemory
 from skcontrast.selectors import OSGDSelector, ShuffledBatchSelector, SpectralBatchSelector
 
 CASES = {
     "shuffled": {"selector": lambda: ShuffledBatchSelector(16)},
     "osgd, learned temperature": {"selector": lambda: OSGDSelector(16, k=3, q=2),
-                                  "learn_temperature": True},
+                                  "loss": SymmetricInfoNCE(learn_temperature=True)},
     "supcon, spectral": {"selector": lambda: SpectralBatchSelector(16, chunk_size=64),
                          "supervised": True},
     "sogclr, learned temperature": {"selector": lambda: ShuffledBatchSelector(16),
-                                    "loss": "dcl", "memory": SogCLRMemory(gamma=0.8),
-                                    "learn_temperature": True},
+                                    "loss": DCL(learn_temperature=True),
+                                    "memory": SogCLRMemory(gamma=0.8)},
     "xbm, supcon": {"selector": lambda: ShuffledBatchSelector(16), "supervised": True,
                     "memory": CrossBatchMemory(size=40)},
     "micro-batches, sogclr": {"selector": lambda: ShuffledBatchSelector(16), "loss": "dcl",
