@@ -191,7 +191,8 @@ def test_adaptive_selectors_embedding_pass_is_unaffected(pairs):
     from skcontrast.selectors import OSGDSelector
 
     X, _ = pairs
-    settings = {"selector": OSGDSelector(16, k=3, q=2, loss=SymmetricInfoNCE(0.5)), "batch_size": None}
+    settings = {"selector": OSGDSelector(16, k=3, q=2, loss=SymmetricInfoNCE(0.5)),
+                "batch_size": None}
     assert_same_weights(fit(X, **settings), fit(X, micro_batch_size=4, **settings),
                         rtol=1e-5, atol=1e-6)
 

@@ -511,7 +511,8 @@ def test_a_gpu_fitted_model_loads_transforms_and_trains_on_a_cpu_only_process(di
     device='cpu' (or 'auto') it continues on the CPU."""
     images, _, _ = digits
     X = image_pairs(images)
-    est = ContrastiveEmbedder(module=tiny_cnn(), device="cuda", loss=SymmetricInfoNCE(learn_temperature=True),
+    est = ContrastiveEmbedder(module=tiny_cnn(), device="cuda",
+                              loss=SymmetricInfoNCE(learn_temperature=True),
                               **SMALL).fit(X)
     path = tmp_path / "model.pkl"
     path.write_bytes(pickle.dumps(est))

@@ -351,7 +351,8 @@ def test_scorer_preconditions_are_checked_before_fitting(pairs):
     with pytest.raises(ValueError, match="'recall@1' scorer compares the two views"):
         get_scorer("recall@1", SupConEmbedder())
     with pytest.raises(ValueError, match="'ncc_accuracy' scorer needs labels y"):
-        BalanceSearchCV(ContrastiveEmbedder(**SMALL), param_names=("loss__lambda_pos", "loss__lambda_ent"),
+        BalanceSearchCV(ContrastiveEmbedder(**SMALL),
+                        param_names=("loss__lambda_pos", "loss__lambda_ent"),
                         scoring=get_scorer("ncc_accuracy"), budget=2, cv=2).fit(X)
     views = {"a": X[:, 0], "b": X[:, 1]}
     with pytest.raises(ValueError, match=r"wrap it: skorch\.helper\.SliceDict"):

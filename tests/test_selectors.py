@@ -288,7 +288,8 @@ def test_spectral_operator_is_stable_at_temperature_001():
     assert np.exp(w[np.isfinite(w)]).max() > np.finfo(np.float32).max  # exp(w) would overflow
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        batches = list(SpectralBatchSelector(8, loss=SymmetricInfoNCE(0.01), random_state=0).split(X))
+        batches = list(SpectralBatchSelector(8, loss=SymmetricInfoNCE(0.01),
+                                             random_state=0).split(X))
     assert_partition(batches, 160, 8)
 
 

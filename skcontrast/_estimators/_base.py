@@ -73,9 +73,9 @@ MOVED_TO_LOSS = {
 def moved_to_loss_message(names: list[str]) -> str:
     said = "; ".join(f"{n} -> {MOVED_TO_LOSS[n]}" for n in names)
     verb = "is now a parameter" if len(names) == 1 else "are now parameters"
-    return (f"{', '.join(names)} {verb} of the loss object ({said}): e.g. ContrastiveEmbedder(loss=SymmetricInfoNCE("
-            "temperature=0.05)), or set_params(loss__temperature=0.05); grids use the "
-            "loss__ names")
+    return (f"{', '.join(names)} {verb} of the loss object ({said}): e.g. "
+            "ContrastiveEmbedder(loss=SymmetricInfoNCE(temperature=0.05)), or "
+            "set_params(loss__temperature=0.05); grids use the loss__ names")
 
 
 _TURNS = threading.RLock()

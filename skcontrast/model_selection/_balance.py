@@ -43,7 +43,8 @@ class BalanceSearchCV(BaseSearchCV):
         Anything exposing the parameters named in ``param_names`` (e.g.
         ``ContrastiveEmbedder``, ``SupConEmbedder``, or a pipeline with
         ``'step__loss__lambda_pos'``-style names).
-    param_names : sequence of 2 or 3 str, default=('loss__lambda_pos', 'loss__lambda_ent', 'batch_size')
+    param_names : sequence of 2 or 3 str, default=('loss__lambda_pos', 'loss__lambda_ent', \
+'batch_size')
         The estimator parameters playing ``Lambda_p``, ``Lambda_e`` and (optionally) ``b``
         (the balance weights of the estimators' loss object are ``loss__lambda_pos`` and
         ``loss__lambda_ent``). The batch-size parameter is rounded to an integer (at
