@@ -130,6 +130,24 @@ def import_pml(*submodules: str) -> Any:
     return pml
 
 
+def import_open_clip_loss() -> Any:
+    """open_clip's ``loss`` module (torch only), loaded from the installed package
+    without running its ``__init__`` (which imports torchvision); or None, saying how to
+    install it (``pip install --no-deps open_clip_torch``)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("open_clip")
+    if spec is None or not spec.submodule_search_locations:
+        print("open_clip is not installed (pip install --no-deps open_clip_torch: its "
+              "loss module needs torch only); showing skcontrast alone.")
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "loss.py"
+    loader = importlib.util.spec_from_file_location("open_clip_loss", path)
+    module = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(module)
+    return module
+
+
 def set_threads(n: int = 2) -> None:
     torch.set_num_threads(n)
 

@@ -13,6 +13,10 @@ The second table follows the batch size up to B = 65,536: the dense losses again
 tiled ones (``chunk_size``, O(B (d + chunk)) memory), PML beside them where it fits,
 and on a GPU Inf-CL's ``cal_inf_loss`` (one-sided InfoNCE, Triton) beside the tiled
 ``info_nce``. A case is skipped, with the memory it would need, when it would not fit.
+
+The third table is SigLIP (``--siglip 1024 4096 ...``): ``skcontrast.losses.siglip``
+dense and tiled against open_clip's ``SigLipLoss`` (``pip install --no-deps
+open_clip_torch``), which on one device holds the B x B logits for autograd.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 import torch
 
@@ -28,6 +33,7 @@ from _harness import (
     available_memory_bytes,
     fmt_mib,
     fmt_seconds,
+    import_open_clip_loss,
     import_pml,
     measure,
     set_threads,
@@ -152,6 +158,42 @@ def large_row(loss: str, b: int, d: int, chunk: int, pml, device: str) -> list[s
     return cells
 
 
+def siglip_row(b: int, d: int, chunk: int, open_clip_loss: Any) -> list[str]:
+    """SigLIP forward+backward at batch ``b``: ours dense and tiled, open_clip's beside."""
+    g = torch.Generator().manual_seed(b)
+    u = torch.nn.functional.normalize(torch.randn(b, d, generator=g), dim=1)
+    v = torch.nn.functional.normalize(torch.randn(b, d, generator=g), dim=1)
+    scale, bias = torch.tensor(10.0), torch.tensor(-10.0)
+
+    def ours(chunk_size):
+        return lambda a, c: losses.siglip(a, c, temperature=1 / scale, bias=bias,
+                                          normalize=False, chunk_size=chunk_size)
+
+    repeats = 3 if b <= 8192 else 1
+    free = available_memory_bytes()
+    cells = [f"siglip B={b}"]
+    t_tiled, m_tiled = measure(fwd_bwd(ours(chunk), u, v), repeats=repeats)
+    dense_need = 3 * 4 * b * b
+    if dense_need > 0.6 * free:
+        cells += [f"needs ~{dense_need / 2**30:.0f} GiB", ""]
+    else:
+        t_dense, m_dense = measure(fwd_bwd(ours(None), u, v), repeats=repeats)
+        cells += [fmt_seconds(t_dense), fmt_mib(m_dense)]
+    cells += [fmt_seconds(t_tiled), fmt_mib(m_tiled)]
+    if open_clip_loss is None:
+        return [*cells, "not installed", "", ""]
+    if dense_need > 0.6 * free:
+        return [*cells, f"needs ~{dense_need / 2**30:.0f} GiB", "", ""]
+    peer = open_clip_loss.SigLipLoss()
+
+    def theirs(a, c):
+        return peer(a, c, scale, bias)
+
+    agree = abs(float(theirs(u, v)) - float(ours(chunk)(u, v)))
+    t_peer, m_peer = measure(fwd_bwd(theirs, u, v), repeats=repeats)
+    return [*cells, fmt_seconds(t_peer), fmt_mib(m_peer), f"{agree:.1e}"]
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[256, 1024, 4096])
@@ -159,6 +201,8 @@ def main(argv: list[str] | None = None) -> str:
                         default=[4096, 8192, 16384, 32768, 65536])
     parser.add_argument("--large-losses", nargs="+", default=["nt_xent", "supcon"])
     parser.add_argument("--chunk", type=int, default=1024)
+    parser.add_argument("--siglip", type=int, nargs="*", default=[1024, 4096, 8192, 16384],
+                        help="batch sizes of the SigLIP table (none: skip it)")
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
@@ -180,6 +224,15 @@ def main(argv: list[str] | None = None) -> str:
         section = (f"\ndense vs tiled, forward+backward, d={args.dim}, {device}"
                    + (f", {torch.get_num_threads()} threads" if device == "cpu" else "")
                    + "\n" + table(large, header))
+        print(section)
+        text += "\n" + section
+    if args.siglip:
+        open_clip_loss = import_open_clip_loss()
+        rows = [siglip_row(b, args.dim, args.chunk, open_clip_loss) for b in args.siglip]
+        header = ["case", "dense", "dense peak", f"tiled {args.chunk}", "tiled peak",
+                  "open_clip", "open_clip peak", "|Δloss|"]
+        section = (f"\nSigLIP, forward+backward, d={args.dim}, CPU, "
+                   f"{torch.get_num_threads()} threads\n" + table(rows, header))
         print(section)
         text += "\n" + section
     return text

@@ -301,3 +301,56 @@ def retrieval(H, y, G=None, g=None):
         out.append((total / r, total / sum(top) if sum(top) else 0.0, sum(top) / r,
                     float(rel[ranked[0]])))
     return [sum(column) / len(out) for column in zip(*out, strict=True)]
+
+
+# --------------------------------------------------------------------------------------
+# SigLIP, HCL and the debiased loss: loops in float64 torch scalars (for gradients too)
+# --------------------------------------------------------------------------------------
+
+def _unit_torch(X):
+    return [row / row.norm() for row in X]
+
+
+def siglip(U, V, t, b, lambda_pos=1.0, lambda_ent=1.0):
+    """Zhai et al. 2023 Eq. 1: -1/B sum_i sum_j log sigmoid(z_ij (u_i.v_j / t + b)),
+    z_ij = +1 on the diagonal, -1 elsewhere; the diagonal terms weigh lambda_pos and the
+    others lambda_ent."""
+    import torch
+
+    U, V = _unit_torch(U), _unit_torch(V)
+    total = 0.0
+    for i in range(len(U)):
+        for j in range(len(V)):
+            z = 1.0 if i == j else -1.0
+            term = -torch.nn.functional.logsigmoid(z * ((U[i] * V[j]).sum() / t + b))
+            total = total + (lambda_pos if i == j else lambda_ent) * term
+    return total / len(U)
+
+
+def hard_negative(U, V, t, beta, tau_plus, negatives="both views"):
+    """Robinson et al. 2021's published estimator, anchor by anchor: importance weights
+    neg**beta, reweighted negative sum, debiasing with tau_plus and its floor
+    N e^{-1/t}; the mean of -log(pos / (pos + Ng)) over the anchors."""
+    import torch
+
+    U, V = _unit_torch(U), _unit_torch(V)
+    b = len(U)
+    if negatives == "both views":
+        Z = U + V
+        anchors = [(Z[a], Z[(a + b) % (2 * b)], [Z[c] for c in range(2 * b)
+                                                if c not in (a, (a + b) % (2 * b))])
+                   for a in range(2 * b)]
+    else:
+        anchors = [(U[i], V[i], [V[j] for j in range(b) if j != i]) for i in range(b)]
+    total = 0.0
+    for anchor, positive, others in anchors:
+        pos = torch.exp((anchor * positive).sum() / t)
+        neg = [torch.exp((anchor * c).sum() / t) for c in others]
+        n = len(neg)
+        imp = [x ** beta for x in neg]
+        reweighted = sum(i * x for i, x in zip(imp, neg, strict=True)) / (sum(imp) / n)
+        ng = (-tau_plus * n * pos + reweighted) / (1 - tau_plus)
+        floor = n * torch.exp(-1 / torch.as_tensor(t, dtype=torch.float64))
+        ng = torch.maximum(ng, floor)
+        total = total - torch.log(pos / (pos + ng))
+    return total / len(anchors)

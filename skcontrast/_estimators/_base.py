@@ -564,7 +564,9 @@ class BaseEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         self.n_samples_ = net.criterion__n_samples
         self.n_components_ = int(net.embed(fitted.pop("sample"), view=0,
                                            head=self.transform_from == "head").shape[1])
-        self.temperature_ = float(torch.as_tensor(net.criterion_.temperature).detach())
+        temperature = net.criterion_.temperature
+        self.temperature_ = float(temperature.detach() if isinstance(temperature, torch.Tensor)
+                                  else temperature)
         for name, value in fitted.items():
             if value is None and name in ("n_features_in_", "feature_names_in_"):
                 self.__dict__.pop(name, None)
