@@ -50,7 +50,7 @@ from _harness import set_threads, table
 from skcontrast import ContrastiveEmbedder
 from skcontrast._estimators._data import View
 from skcontrast._estimators._modules import build_encoders
-from skcontrast.losses import symmetric_info_nce
+from skcontrast.losses import SymmetricInfoNCE, symmetric_info_nce
 from skcontrast.selectors import FullBatchSelector, ShuffledBatchSelector, SpectralBatchSelector
 
 K, HIDDEN, LR, TEMPERATURE = 32, (128,), 1e-3, 0.1
@@ -116,7 +116,7 @@ def estimator(module: nn.Module | None, batch_size: int, epochs: int, seed: int,
               precision: str, device: str, selector=None,
               hidden: tuple[int, ...] = HIDDEN) -> ContrastiveEmbedder:
     return ContrastiveEmbedder(module=module, n_components=K, hidden_layer_sizes=hidden, lr=LR,
-                               temperature=TEMPERATURE, max_epochs=epochs,
+                               loss=SymmetricInfoNCE(TEMPERATURE), max_epochs=epochs,
                                selector=selector or ShuffledBatchSelector(batch_size),
                                precision=precision, data_on_device=device != "cpu",
                                random_state=seed, device=device)

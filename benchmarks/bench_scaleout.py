@@ -32,7 +32,7 @@ from skcontrast.selectors import SpectralBatchSelector
 
 
 def epoch(X, n_jobs: int | None) -> tuple[list, float]:
-    selector = SpectralBatchSelector(32, temperature=0.1, n_jobs=n_jobs, random_state=0)
+    selector = SpectralBatchSelector(32, n_jobs=n_jobs, random_state=0)
     start = time.perf_counter()
     batches = [b.tolist() for b in selector.split(X)]
     return batches, time.perf_counter() - start

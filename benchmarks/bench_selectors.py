@@ -43,7 +43,7 @@ from _harness import fmt_mib, peak_memory_mib, set_threads, table
 
 from skcontrast._backend import cupy_usable
 from skcontrast.datasets import make_paired_embeddings
-from skcontrast.losses import batch_losses
+from skcontrast.losses import SymmetricInfoNCE, batch_losses
 from skcontrast.selectors import (
     BcSSelector,
     OSGDSelector,
@@ -117,7 +117,7 @@ def timed(fn):
 
 
 def spectral(X: np.ndarray, backend: str = "scipy", **params) -> list[np.ndarray]:
-    return list(SpectralBatchSelector(BATCH, temperature=TEMPERATURE, backend=backend,
+    return list(SpectralBatchSelector(BATCH, loss=SymmetricInfoNCE(TEMPERATURE), backend=backend,
                                       random_state=0, **params).split(X))
 
 
@@ -186,11 +186,12 @@ def option_rows(n: int, structures: list[str]) -> list[list[str]]:
 def other_rows(quick: bool) -> list[list[str]]:
     cases = [
         ("OSGD k=1500 q=150", 10_000 if quick else 50_000,
-         OSGDSelector(BATCH, k=1500, q=150, temperature=TEMPERATURE, random_state=0)),
+         OSGDSelector(BATCH, k=1500, q=150, loss=SymmetricInfoNCE(TEMPERATURE),
+                      random_state=0)),
         ("ScB B=100", 2_000 if quick else 10_000,
-         ScBSelector(100, temperature=TEMPERATURE, random_state=0)),
+         ScBSelector(100, loss=SymmetricInfoNCE(TEMPERATURE), random_state=0)),
         ("BcS B=50", 1_000 if quick else 5_000,
-         BcSSelector(50, temperature=TEMPERATURE, random_state=0)),
+         BcSSelector(50, loss=SymmetricInfoNCE(TEMPERATURE), random_state=0)),
     ]
     rows = []
     for name, n, selector in cases:

@@ -24,6 +24,7 @@ import numpy as np
 
 from skcontrast import ContrastiveEmbedder
 from skcontrast.datasets import load_digit_views
+from skcontrast.losses import SymmetricInfoNCE
 from skcontrast.metrics import get_scorer
 from skcontrast.model_selection import balance_searches, best_levels, search_curves
 from skcontrast.selectors import ShuffledBatchSelector
@@ -43,13 +44,14 @@ else:
     X, budget, epochs, seeds = X[:1200], 16, 10, (0, 1, 2)
 # with SGD at lr 1, Lambda is the step size of each term
 estimator = ContrastiveEmbedder(n_components=16, hidden_layer_sizes=(64,), optimizer="sgd",
-                                lr=1.0, max_epochs=epochs, temperature=0.2,
+                                lr=1.0, max_epochs=epochs, loss=SymmetricInfoNCE(0.2),
                                 selector=ShuffledBatchSelector(64))
 # the default start, the log-centre of the box, happens to lie on the diagonal
 # lambda_pos = lambda_ent; the second run starts far from it
-starts = {"centre start": None, "off-diagonal start": {"lambda_pos": 0.3, "lambda_ent": 0.003}}
-searches = balance_searches(estimator, bounds={"lambda_pos": (1e-3, 1.0),
-                                               "lambda_ent": (1e-3, 1.0)},
+starts = {"centre start": None,
+          "off-diagonal start": {"loss__lambda_pos": 0.3, "loss__lambda_ent": 0.003}}
+searches = balance_searches(estimator, bounds={"loss__lambda_pos": (1e-3, 1.0),
+                                               "loss__lambda_ent": (1e-3, 1.0)},
                             budget=budget, seeds=seeds, starts=starts,
                             scoring=get_scorer("recall@1"), cv=3, n_jobs=2)
 curves = search_curves(searches, X)

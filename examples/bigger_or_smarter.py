@@ -33,6 +33,7 @@ from sklearn.model_selection import train_test_split
 
 from skcontrast import ContrastiveEmbedder
 from skcontrast.datasets import digit_augmentation, digit_cnn, load_digit_images
+from skcontrast.losses import NTXent
 from skcontrast.memory import CrossBatchMemory, SogCLRMemory
 from skcontrast.metrics import knn_accuracy
 from skcontrast.selectors import (
@@ -76,7 +77,7 @@ ROWS = {  # name -> estimator settings
 def run(settings, seed, n_epochs):
     est = ContrastiveEmbedder(**{
         "module": functools.partial(digit_cnn, norm="group"),
-        "augmentation": digit_augmentation(), "loss": "nt_xent", "temperature": 0.2,
+        "augmentation": digit_augmentation(), "loss": NTXent(0.2),
         "optimizer": "adam", "lr": 1e-3, "max_epochs": n_epochs, "random_state": seed,
         "device": device, **settings})
     start = time.perf_counter()

@@ -32,6 +32,7 @@ from torch import nn
 
 from skcontrast import ContrastiveEmbedder
 from skcontrast.datasets import digit_cnn, load_digit_images
+from skcontrast.losses import SymmetricInfoNCE
 from skcontrast.metrics import knn_accuracy, recall_at_k
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -100,7 +101,8 @@ k = 32
 clip = ContrastiveEmbedder(
     module={"image": functools.partial(digit_cnn, norm="group"),
             "text": TextEncoder(tokenizer.get_vocab_size(), k)},
-    n_components=k, learn_temperature=True, temperature=0.07, lr=1e-3, batch_size=128,
+    n_components=k, loss=SymmetricInfoNCE(0.07, learn_temperature=True), lr=1e-3,
+    batch_size=128,
     max_epochs=epochs, random_state=0, device=device)
 subset = {"image": images[train], "text": {key: v[train] for key, v in tokens.items()}}
 clip.fit(subset)

@@ -48,6 +48,7 @@ from skcontrast.datasets import (
     load_digit_views,
 )
 from skcontrast.geometry import orthogonal_frame_gap
+from skcontrast.losses import SupCon, SymmetricInfoNCE
 from skcontrast.metrics import (
     class_centres,
     get_scorer,
@@ -137,7 +138,8 @@ def batch_size_study(cfg, device):
                     extra = {} if budget == "epochs" else {
                         "max_epochs": 50 * cfg["epochs"], "callbacks": [TimeBudget(budget_s)]}
                     est = ContrastiveEmbedder(**{
-                        "n_components": 16, "hidden_layer_sizes": (128,), "temperature": 0.1,
+                        "n_components": 16, "hidden_layer_sizes": (128,),
+                        "loss": SymmetricInfoNCE(0.1),
                         "max_epochs": cfg["epochs"], "selector": make(b), "random_state": seed,
                         "device": device, **extra})
                     est, seconds = timed_fit(est, train)
@@ -184,7 +186,7 @@ def supcon_study(cfg, device):
                 keep = imbalanced(y_train, ratio, np.random.default_rng(seed))
                 est = SupConEmbedder(n_components=16, hidden_layer_sizes=(128,),
                                      max_epochs=2 * cfg["epochs"], selector=make(),
-                                     temperature=0.1, random_state=seed, device=device)
+                                     loss=SupCon(0.1), random_state=seed, device=device)
                 est.fit(train[keep], y_train[keep])
                 H_train, H = est.transform(train[keep]), est.transform(test)
                 classes, centres = class_centres(H_train, y_train[keep])
@@ -221,7 +223,7 @@ def simclr_study(cfg, device):
                     "max_epochs": 20 * cfg["simclr"], "callbacks": [TimeBudget(budget_s[i])]}
                 est = ContrastiveEmbedder(**{
                     "module": digit_cnn, "augmentation": digit_augmentation(),
-                    "n_components": 32, "temperature": 0.2, "lr": 3e-3,
+                    "n_components": 32, "loss": SymmetricInfoNCE(0.2), "lr": 3e-3,
                     "max_epochs": cfg["simclr"], "selector": make(), "random_state": seed,
                     "device": device, **extra})
                 est, fit_s = timed_fit(est, train)
@@ -242,12 +244,12 @@ def balance_study(cfg, device):
     X, y = load_digit_views()
     X, y = X.reshape(len(X), -1)[:1200], y[:1200]
     estimator = ContrastiveEmbedder(n_components=16, hidden_layer_sizes=(64,),
-                                    optimizer="sgd", lr=1.0, temperature=0.2,
+                                    optimizer="sgd", lr=1.0, loss=SymmetricInfoNCE(0.2),
                                     max_epochs=max(2, cfg["epochs"] // 2),
                                     selector=ShuffledBatchSelector(64), device=device)
-    bounds = {"lambda_pos": (1e-3, 1.0), "lambda_ent": (1e-3, 1.0)}
+    bounds = {"loss__lambda_pos": (1e-3, 1.0), "loss__lambda_ent": (1e-3, 1.0)}
     starts = {"centre start": None,
-              "off-diagonal start": {"lambda_pos": 0.3, "lambda_ent": 0.003}}
+              "off-diagonal start": {"loss__lambda_pos": 0.3, "loss__lambda_ent": 0.003}}
     searches = balance_searches(estimator, bounds=bounds, budget=cfg["budget"],
                                 seeds=cfg["seeds"], starts=starts, scoring=get_scorer("r_map"),
                                 cv=cfg["folds"])

@@ -34,6 +34,7 @@ from skcontrast.datasets import (
     digit_cnn,
     load_digit_images,
 )
+from skcontrast.losses import SymmetricInfoNCE
 from skcontrast.metrics import knn_accuracy, linear_probe_accuracy
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -49,7 +50,7 @@ images, y = load_digit_images()
 train, test, y_train, y_test = train_test_split(images, y, test_size=0.3, random_state=0,
                                                 stratify=y)
 flat_train, flat_test = train.reshape(len(train), -1), test.reshape(len(test), -1)
-common = {"n_components": 32, "batch_size": 256, "temperature": 0.2, "lr": 3e-3,
+common = {"n_components": 32, "batch_size": 256, "loss": SymmetricInfoNCE(0.2), "lr": 3e-3,
           "random_state": 0, "device": device}
 
 

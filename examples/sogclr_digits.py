@@ -8,7 +8,7 @@ scikit-learn's 1,797 8x8 digits (70/30 split, no download):
 
 - encoder: a small CNN (skcontrast.datasets.digit_cnn), two kornia augmentations per
   image, made on the training device;
-- objectives: SimCLR (loss='nt_xent') and SogCLR (loss='dcl' with SogCLRMemory, LibAUC's
+- objectives: SimCLR (loss=NTXent) and SogCLR (loss=DCL with SogCLRMemory, LibAUC's
   GCLoss_v1, the SogCLR code base seed 002 builds on), temperature 0.2;
 - batches, B = 32: ShuffledBatchSelector (SGD), OSGDSelector (10 random candidates per
   step, the worst kept: the paper's 1500/150 ratio), SpectralBatchSelector (chunks of
@@ -34,6 +34,7 @@ from sklearn.model_selection import train_test_split
 
 from skcontrast import ContrastiveEmbedder, WarmupCosine
 from skcontrast.datasets import corrupt_images, digit_augmentation, digit_cnn, load_digit_images
+from skcontrast.losses import DCL, NTXent
 from skcontrast.memory import SogCLRMemory
 from skcontrast.selectors import OSGDSelector, ShuffledBatchSelector, SpectralBatchSelector
 
@@ -52,8 +53,8 @@ train, test = train_test_split(images, test_size=0.3, random_state=0, stratify=y
 if args.quick:
     train, test = train[:256], test[:128]
 corrupted = corrupt_images(test, ("noise", "blur"), severity=1, random_state=0, device=device)
-objectives = {"SimCLR": {"loss": "nt_xent"},
-              "SogCLR": {"loss": "dcl", "memory": SogCLRMemory(gamma=0.9)}}
+objectives = {"SimCLR": {"loss": NTXent(0.2)},
+              "SogCLR": {"loss": DCL(0.2), "memory": SogCLRMemory(gamma=0.9)}}
 selectors = {"SGD": ShuffledBatchSelector(32),
              "OSGD": OSGDSelector(32, k=10, q=1, candidates="random"),
              "SC": SpectralBatchSelector(32)}
@@ -68,7 +69,7 @@ for objective, settings in objectives.items():
             start = time.perf_counter()
             est = ContrastiveEmbedder(
                 module=digit_cnn, augmentation=digit_augmentation(), selector=selector,
-                temperature=0.2, optimizer="adam", lr=3e-3, max_epochs=epochs,
+                optimizer="adam", lr=3e-3, max_epochs=epochs,
                 lr_schedule=WarmupCosine(warmup_epochs=max(1, epochs // 10)), random_state=seed,
                 device=device, **settings).fit(train)
             seconds.append(time.perf_counter() - start)

@@ -31,6 +31,7 @@ from torch import nn
 
 from skcontrast import ContrastiveEmbedder
 from skcontrast.datasets import digit_cnn, load_digit_images
+from skcontrast.losses import SymmetricInfoNCE
 from skcontrast.metrics import recall_at_k
 
 WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
@@ -84,7 +85,7 @@ i_train, i_test = train_test_split(np.arange(len(y)), test_size=0.3, random_stat
 X_train = {"image": images[i_train], "text": tokens[i_train]}
 est = ContrastiveEmbedder(module={"image": digit_cnn, "text": text_encoder},
                           n_components=32, batch_size=128, max_epochs=epochs,
-                          temperature=0.1, lr=3e-3, random_state=0).fit(X_train)
+                          loss=SymmetricInfoNCE(0.1), lr=3e-3, random_state=0).fit(X_train)
 
 image_emb = est.transform_view(images[i_test], view="image")
 text_emb = est.transform_view(tokens[i_test], view="text")

@@ -29,6 +29,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from skcontrast import SupConEmbedder
+from skcontrast.losses import ContrastiveMargin
 from skcontrast.memory import CrossBatchMemory
 from skcontrast.metrics import get_scorer, map_at_r, r_map
 from skcontrast.model_selection import BalanceSearchCV
@@ -56,11 +57,11 @@ default = {"lambda_pos": (b - 1) * same, "lambda_ent": (b - 1) * (1 - same)}
 
 
 def embedder(averaging, with_memory, seed, **balance):
+    loss = ContrastiveMargin(0.5, distance="cosine", averaging=averaging, **balance)
     return SupConEmbedder(
-        loss="contrastive_margin", n_components=32, hidden_layer_sizes=(128,),
-        loss_params={"distance": "cosine", "margin": 0.5, "averaging": averaging},
+        loss=loss, n_components=32, hidden_layer_sizes=(128,),
         optimizer="sgd", lr=lr, selector=ShuffledBatchSelector(b), max_epochs=epochs,
-        memory=memory if with_memory else None, random_state=seed, device="cpu", **balance)
+        memory=memory if with_memory else None, random_state=seed, device="cpu")
 
 
 def scores(est):
@@ -80,8 +81,8 @@ for setup in ("S1", "S2", "S3"):
             else:
                 search = BalanceSearchCV(
                     embedder("separate", with_memory, seed, **default),
-                    param_names=("lambda_pos", "lambda_ent"), budget=budget, cv=2,
-                    bounds={k: (v / 10, v * 10) for k, v in default.items()},
+                    param_names=("loss__lambda_pos", "loss__lambda_ent"), budget=budget, cv=2,
+                    bounds={f"loss__{k}": (v / 10, v * 10) for k, v in default.items()},
                     scoring=get_scorer("map@r"), n_jobs=2).fit(X_train, y_train)
                 est = search.best_estimator_
             values.append(scores(est))

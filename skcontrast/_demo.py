@@ -12,6 +12,7 @@ import numpy as np
 from . import geometry, metrics
 from ._estimators import ContrastiveEmbedder, SupConEmbedder
 from .datasets import digit_augmentation, digit_cnn, load_digit_images, load_digit_views
+from .losses import SymmetricInfoNCE
 from .selectors import (
     BindingSelector,
     FixedBatchSelector,
@@ -130,8 +131,9 @@ def run_demo(out: str | Path = "skcontrast-demo", *, quick: bool = False, seed: 
     result = DemoResult()
     cca = CCA(n_components=16, max_iter=1000).fit(X_train[:, 0], X_train[:, 1])
     result.baseline = metrics.recall_at_k(*cca.transform(X_test[:, 0], X_test[:, 1]))
+    # the default losses, SymmetricInfoNCE and SupCon, at temperature 0.1
     common = {"n_components": 16, "hidden_layer_sizes": (128,), "max_epochs": epochs,
-              "temperature": 0.1, "random_state": seed, "device": "cpu"}
+              "random_state": seed, "device": "cpu"}
     contrastive = {
         "shuffled": ShuffledBatchSelector(BATCH),
         "fixed": FixedBatchSelector(BATCH),
@@ -192,7 +194,8 @@ def simclr_digits(epochs: int, seed: int = 0, report: Any = print) -> list[dict]
     start = time.perf_counter()
     est = ContrastiveEmbedder(module=digit_cnn, augmentation=digit_augmentation(),
                               n_components=SIMCLR_DIM, batch_size=256, max_epochs=epochs,
-                              temperature=0.2, lr=3e-3, random_state=seed).fit(train)
+                              loss=SymmetricInfoNCE(0.2), lr=3e-3,
+                              random_state=seed).fit(train)
     seconds = time.perf_counter() - start
     rows = []
     for name, H_train, H_test, fit_seconds in (
@@ -239,7 +242,7 @@ def _figures(result: DemoResult, X_train: np.ndarray, X_test: np.ndarray, y_test
         "fixed": FixedBatchSelector(BATCH, random_state=0),
         "OSGD (k=8, q=4)": OSGDSelector(BATCH, k=8, q=4, random_state=0),
         "ScB": ScBSelector(BATCH, random_state=0),
-        "spectral": SpectralBatchSelector(BATCH, random_state=0)}, ax=ax, temperature=0.1)
+        "spectral": SpectralBatchSelector(BATCH, random_state=0)}, ax=ax)
     ax.set_title("loss of each batch on the trained embeddings (seed 002 Fig. 3)")
     fig.tight_layout()
     paths.append(out / "batch_losses.png")

@@ -271,7 +271,7 @@ def _to_cpu(module: Any) -> Any:
 class ContrastiveCriterion(nn.Module):
     """Loss of a batch of embeddings: the estimator's loss object, with what it learns.
 
-    ``structure`` says how a batch's rows reach the loss (:data:`STRUCTURES`):
+    ``structure`` says how a batch's rows reach the loss:
     ``'pairs'`` takes ``(B, 2, k)`` embeddings (a label loss then sees each pair as its
     own class); ``'single'`` takes ``(B, k)`` embeddings with labels; ``'crops'`` takes
     ``(B, 2, k)`` (two augmented crops of each row), whose rows are stacked and labels

@@ -77,7 +77,7 @@ class Loss(BaseEstimator):
     function: ClassVar[Callable[..., Any]]
     labelled: ClassVar[bool] = False
     #: parameters an estimator can learn (``learn_<name>=True``); a temperature is
-    #: learned as its log and kept above :data:`MIN_TEMPERATURE`
+    #: learned as its log and kept above 0.01
     learnable: ClassVar[tuple[str, ...]] = ("temperature",)
 
     # -- the loss --------------------------------------------------------------------
@@ -120,7 +120,7 @@ class Loss(BaseEstimator):
 
     def lse_layout(self, structure: str) -> str | None:
         """How the per-anchor log-sum-exps its function hands a ``denominator`` are laid
-        out for a batch of ``structure`` (one of :data:`STRUCTURES`):
+        out for a batch of ``structure`` (``'pairs'``, ``'single'`` or ``'crops'``):
 
         - ``'anchors'``: one per item, shape ``(B,)``;
         - ``'directions'``: two directions of one item each, ``(2, B)``;
