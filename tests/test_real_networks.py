@@ -336,6 +336,7 @@ def test_dataset_errors(digits):
 def test_mixed_precision_on_the_cpu(digits, precision):
     images, _, _ = digits
     X = image_pairs(images)
+    torch.manual_seed(0)
     cnn = tiny_cnn()
     est = ContrastiveEmbedder(module=cnn, precision=precision, loss=SymmetricInfoNCE(0.01),
                               **SMALL).fit(X)
@@ -344,10 +345,13 @@ def test_mixed_precision_on_the_cpu(digits, precision):
     out = est.transform(X)
     assert out.dtype == np.float32
     reference = ContrastiveEmbedder(module=cnn, loss=SymmetricInfoNCE(0.01), **SMALL).fit(X)
-    # same start, same batches: low precision changes the numbers but not the course (the
-    # float16 gradient scaler starts at 2**16 and skips the first, overflowing steps)
-    assert est.history_[0, "train_loss"] == pytest.approx(
-        reference.history_[0, "train_loss"], rel=0.02 if precision == "bfloat16" else 0.15)
+    # same start, same batches: the first batch's loss (before any update) differs by the
+    # rounding of the low-precision forward only; then training makes progress (the
+    # float16 gradient scaler starts at 2**16 and skips the first, overflowing steps, so
+    # its course lags behind)
+    first = [e.history_[0, "batches", 0, "train_loss"] for e in (est, reference)]
+    assert first[0] == pytest.approx(first[1], rel=0.02)
+    assert est.history_[-1, "train_loss"] < est.history_[0, "train_loss"]
     assert (est.net_.grad_scaler_ is not None) == (precision == "float16")
 
 
