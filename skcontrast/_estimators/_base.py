@@ -43,8 +43,9 @@ from ..selectors._base import resolve_seed
 from ._data import InputSpec, TensorViews, ViewData, read_input, with_labels
 from ._modules import ContrastiveCriterion, EncoderFactory
 from ._monitor import ValidScore, check_monitors, check_validation_fraction, split_indices
-from ._net import PRECISIONS, Augmentation, SelectorNet
+from ._net import SelectorNet
 from ._schedule import ScheduleCallback, WarmupCosine
+from ._step import PRECISIONS, Augmentation
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 DEFAULT_BATCH_SIZE = 64

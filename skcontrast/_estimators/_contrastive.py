@@ -12,7 +12,7 @@ from .._validation import check_labels, describe
 from ..metrics import recall_at_k
 from ._base import BaseEmbedder, global_rng_turn, sample_of
 from ._data import read_fit_input, read_input, read_view
-from ._net import Augmentation
+from ._step import Augmentation
 
 
 class ContrastiveEmbedder(BaseEmbedder):

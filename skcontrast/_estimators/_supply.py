@@ -1,0 +1,234 @@
+"""Batch supply of the net: which rows train, in which batches, from where.
+
+:class:`BatchSupply` is the part of :class:`~._net.SelectorNet` that hands skorch its
+batches. ``get_iterator`` returns, for training, a ``DataLoader`` whose ``batch_sampler``
+asks the selector for the batches of each epoch (so skorch's ``batch_size`` is not
+passed to it: a ``DataLoader`` refuses both), or, when the data is held whole on the
+GPU, an iterator that gathers the selector's batches there. Adaptive selectors first
+receive the current embeddings of the whole training set, from a no-grad pass made
+batch by batch on the training device, and the loss being trained, as it is at that
+epoch. The datasets (:mod:`._data`) fetch a whole batch with one ``__getitems__`` call.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from ..exceptions import TrainingDivergedError
+from ._data import Batch, ItemViews, Selection, TensorViews, ViewData
+from ._step import plain_temperature, to_device
+
+INFERENCE_BATCH = 1024
+
+
+def _as_batch(batch: Any) -> Any:
+    return batch
+
+
+class SelectorBatchSampler(Sampler):
+    """Yields the selector's batches of each epoch (one ``__iter__`` call per epoch)."""
+
+    def __init__(self, net: Any, n: int) -> None:
+        self.net = net
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.net.selector.get_n_splits(self.n, self.net.labels)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        # A generator: the selection runs at the first batch, not when ``iter`` is called
+        # (a multi-worker DataLoader calls ``iter`` twice when it starts).
+        for batch in self.net.epoch_batches():
+            yield Selection(self.net.local_part(batch).tolist(), batch)
+
+
+class DeviceBatches:
+    """The selector's batches gathered from data held whole on the training device.
+
+    The indices of a whole epoch are copied to the device at once, asynchronously, so a
+    batch costs no host-device transfer at all.
+    """
+
+    def __init__(self, net: Any, data: TensorViews) -> None:
+        self.net = net
+        self.data = data
+
+    def __len__(self) -> int:
+        return self.net.selector.get_n_splits(len(self.data), self.net.labels)
+
+    def __iter__(self) -> Iterator[Batch]:
+        batches = self.net.epoch_batches()
+        if not batches:
+            return
+        rows = [self.net.local_part(b) for b in batches]
+        sliced = any(r is not b for r, b in zip(rows, batches, strict=True))
+        flat = torch.from_numpy(np.concatenate(batches + rows if sliced else batches))
+        device = self.data.resident_device
+        if device.type == "cuda":
+            flat = flat.pin_memory()
+        index = flat.to(device, non_blocking=True)
+        total = sum(map(len, batches))
+        whole = index[:total].split([len(b) for b in batches])
+        parts = index[total:].split([len(r) for r in rows]) if sliced else whole
+        for part, batch in zip(parts, whole, strict=True):
+            yield self.data.gather(part, batch)
+
+
+class BatchSupply:
+    """The batches of training, held-out and inference passes (mixed into the net)."""
+
+    def _on_gpu(self) -> bool:
+        return self.compute_device.type == "cuda"
+
+    def local_part(self, batch: np.ndarray) -> np.ndarray:
+        """The rows of a selected batch this process trains on (all of them here)."""
+        return batch
+
+    def _loader(self, data: ViewData, batch_sampler: Any) -> DataLoader:
+        # Workers load a Dataset's items; array rows are one index away, in this process.
+        # Its own generator: a DataLoader draws its workers' base seed from torch's
+        # global one otherwise, which would advance the caller's random stream.
+        workers = self.num_workers if isinstance(data, ItemViews) else 0
+        generator = torch.Generator().manual_seed(self.seed + len(self.history or ()))
+        return DataLoader(data, batch_sampler=batch_sampler, collate_fn=_as_batch,
+                          num_workers=workers, pin_memory=self._on_gpu(),
+                          persistent_workers=workers > 0, generator=generator)
+
+    def get_iterator(self, dataset: Any, training: bool = False) -> Any:
+        if not training:  # skorch asks for it only for the held-out data
+            return self.held_out_batches(dataset)
+        self.training_data = dataset  # for the adaptive selectors' embedding pass
+        if dataset.resident_device is not None:
+            return DeviceBatches(self, dataset)
+        return self._loader(dataset, SelectorBatchSampler(self, len(dataset)))
+
+    def held_out_batches(self, data: ViewData) -> Any:
+        """The same batches of the held-out data every epoch, of the training batch size
+        (a last batch of one sample joins the one before)."""
+        order = np.random.default_rng([self.seed, 4]).permutation(len(data))
+        size = max(2, min(self.valid_batch_size or len(data), len(data)))
+        batches = [order[i:i + size] for i in range(0, len(data), size)]
+        if len(batches) > 1 and len(batches[-1]) == 1:
+            batches[-2:] = [np.concatenate(batches[-2:])]
+        device = data.resident_device
+        if device is not None:
+            return [data.gather(torch.as_tensor(b, device=device)) for b in batches]
+        return self._loader(data, [b.tolist() for b in batches])
+
+    def inference_batches(self, data: ViewData, indices: np.ndarray | None = None) -> Any:
+        """Consecutive batches of ``data`` (or of its rows ``indices``), in order; never the
+        whole set on the GPU at once."""
+        indices = np.arange(len(data)) if indices is None else indices
+        parts = [indices[s:s + INFERENCE_BATCH] for s in range(0, len(indices), INFERENCE_BATCH)]
+        device = data.resident_device
+        if device is not None:
+            return (data.gather(torch.as_tensor(part, device=device)) for part in parts)
+        return self._loader(data, [part.tolist() for part in parts])
+
+    def epoch_batches(self) -> list[np.ndarray]:
+        """The selector's batches of the next epoch; records the time spent choosing."""
+        start = time.perf_counter()
+        batches = self.select_batches()
+        lone = [b for b in batches if len(b) < 2]
+        if lone:
+            batches = [b for b in batches if len(b) >= 2]
+            if not self._warned_lone:
+                self._warned_lone = True
+                warnings.warn(
+                    f"the selector made {len(lone)} batch(es) of a single sample in an epoch "
+                    f"(e.g. n={len(self.training_data)} leaves a remainder of 1 after the "
+                    "full batches): one pair has nothing to contrast, so such batches are "
+                    "skipped (a shuffling selector skips a different sample each epoch, a "
+                    "fixed partition always the same); choose a batch size that leaves no "
+                    "remainder of 1, or drop_last=True", UserWarning, stacklevel=2)
+        if self.history:
+            self.history.record("select_time", time.perf_counter() - start)
+            self.history.record("n_batches", len(batches))
+        self._warn_coverage(batches)
+        return batches
+
+    def _warn_coverage(self, batches: list[np.ndarray]) -> None:
+        """Say so, once per fit, when an epoch's batches leave most samples out."""
+        n = len(self.training_data)
+        if self._warned_coverage or not batches or n == 0:
+            return
+        seen = len(np.unique(np.concatenate(batches)))
+        if seen < n / 2:
+            self._warned_coverage = True
+            params = self.selector.get_params()
+            detail = f" (it keeps q={params['q']} of every k={params['k']} candidate batches)" \
+                if {"k", "q"} <= params.keys() else ""
+            warnings.warn(
+                f"{type(self.selector).__name__}'s batches of this epoch cover {seen} of the "
+                f"{n} training samples ({seen / n:.0%}){detail}: an epoch trains on a fraction "
+                "of the data, so compare selectors at equal steps (history 'n_batches'), "
+                "not equal epochs, or raise the fraction kept", UserWarning, stacklevel=3)
+
+    def select_batches(self) -> list[np.ndarray]:
+        """Ask the selector (adaptive ones get the current embeddings first, and the loss
+        being trained, as it is at this epoch, to score them with)."""
+        if getattr(self.selector, "_adaptive", False):
+            X = self.selection_embeddings()
+            if not np.isfinite(X).all():
+                bad = int((~np.isfinite(X)).reshape(len(X), -1).any(1).sum())
+                raise TrainingDivergedError(
+                    f"training diverged: at the start of epoch {len(self.history)} the "
+                    f"network embeds {bad} training sample(s) as NaN or inf, so "
+                    f"{type(self.selector).__name__} has nothing to select on. Lower the "
+                    f"learning rate (lr={self.lr}) or raise the temperature "
+                    f"(temperature={plain_temperature(self.criterion_)})")
+            # the training loss as it is now: its learned temperature, weights, options
+            return self.selector.epoch_batches(X, self.labels,
+                                               loss=self.criterion_.live_loss())
+        X = np.zeros((len(self.training_data), 1), dtype=np.float32)
+        return self.selector.epoch_batches(X, self.labels)
+
+    @torch.no_grad()
+    def embed(self, data: ViewData, view: int | None = None, augment: Any = None,
+              indices: np.ndarray | None = None, head: bool = True) -> torch.Tensor:
+        """Embeddings of ``data`` in inference mode, batch by batch, on the net's device.
+
+        ``view=None`` runs the module's own ``forward`` (both views of pairs); an int
+        embeds single-view data with that view's encoder, through its projection head or
+        (``head=False``) not. ``augment`` is applied to each batch on the device first;
+        ``indices`` restricts the pass to those rows. Returns float32 on the CPU.
+        """
+        module = self.inference_module()
+        was_training = module.training
+        module.eval()
+        out = []
+        try:
+            for batch in self.inference_batches(data, indices):
+                xb = to_device(batch.views, self.compute_device, self.image_normalization)
+                if augment is not None:
+                    xb = augment(xb)
+                with self.autocast():
+                    z = module(xb) if view is None else module.encode(xb, view, head=head)
+                out.append(z.float())
+        finally:
+            module.train(was_training)
+        if not out:
+            return torch.empty(0)
+        return torch.cat(out).cpu()
+
+    def inference_module(self) -> torch.nn.Module:
+        return self.module_
+
+    def selection_embeddings(self, indices: np.ndarray | None = None) -> np.ndarray:
+        """What adaptive selectors look at: current embeddings of the training set (or of
+        its rows ``indices``).
+
+        Paired data gives ``(n, 2, k)``; single views (augmented, or SupCon's) ``(n, k)``,
+        from the first view of SupCon's two-crop items.
+        """
+        data = self.training_data
+        if self.labelled:
+            return self.embed(data.select(0), view=0, indices=indices).numpy()
+        return self.embed(data, indices=indices).numpy()
