@@ -6,7 +6,7 @@ the training of the estimators.
 """
 
 from ._estimators import AcceleratorCheckpoint, ContrastiveEmbedder, SupConEmbedder, WarmupCosine
-from ._estimators._persist import load
+from ._estimators._base import load
 
 __version__ = "0.1.0"
 

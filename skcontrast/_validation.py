@@ -8,10 +8,12 @@ have to read a traceback into library internals to learn what went wrong.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
+from scipy.sparse import issparse
 
 ArrayLike = np.ndarray | torch.Tensor
 
@@ -179,3 +181,25 @@ def encode_labels(y: Any, name: str = "y") -> tuple[np.ndarray, np.ndarray]:
 def plain_label(label: Any) -> Any:
     """A label as a plain Python value (NumPy scalars unwrapped), for messages and reports."""
     return label.item() if hasattr(label, "item") else label
+
+
+def resolve_seed(random_state: Any) -> int:
+    """An integer seed from ``None`` (fresh entropy), an int, or a NumPy RNG (drawn once)."""
+    if random_state is None:
+        return int(np.random.SeedSequence().entropy % 2**63)
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        if random_state < 0:
+            raise ValueError(f"random_state must be non-negative; got {random_state}")
+        return int(random_state)
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(2**63))
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(2**31))
+    raise ValueError(
+        f"random_state must be None, an int, or a numpy Generator/RandomState; "
+        f"got {describe(random_state)}")
+
+
+def is_view_dict(X: Any) -> bool:
+    """A dict of views (scipy's ``dok_matrix`` is a dict too, but a sparse matrix)."""
+    return isinstance(X, Mapping) and not issparse(X)

@@ -29,11 +29,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from scipy.sparse import issparse
 from sklearn.utils.validation import validate_data
 from torch.utils.data import Dataset, IterableDataset
 
-from .._validation import describe
+from .._validation import describe, is_view_dict
 
 
 @dataclass(frozen=True)
@@ -377,11 +376,6 @@ def _stack(column: list, indices: list[int], view: View) -> Any:
 # --------------------------------------------------------------------------------------
 # Reading the input
 # --------------------------------------------------------------------------------------
-
-def is_view_dict(X: Any) -> bool:
-    """A dict of views (scipy's ``dok_matrix`` is a dict too, but a sparse matrix)."""
-    return isinstance(X, Mapping) and not issparse(X)
-
 
 def is_dataset(X: Any) -> bool:
     """A torch ``Dataset`` or skorch's ``SliceDataset`` (what ``GridSearchCV`` can split)."""

@@ -270,9 +270,12 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
             self.grad_scaler_ = torch.amp.GradScaler(self.compute_device.type)
             self.grad_scaler_.load_state_dict(scaler)
 
-    def _load_optimizer(self, saved: dict | None, kind: type | None) -> None:
+    def _load_optimizer(self, saved: dict | None, kind: type | str | None) -> None:
+        """Take a saved optimizer state into an optimizer of the class it was saved from
+        (``kind``: the class, or its dotted name as a saved model holds it)."""
         optimizer = getattr(self.optimizer_, "optimizer", self.optimizer_)
-        if saved is None or (kind is not None and kind is not type(optimizer)):
+        own = type(optimizer)
+        if saved is None or kind not in (None, own, f"{own.__module__}.{own.__qualname__}"):
             return
         fresh = optimizer.state_dict()
         sizes = [len(g["params"]) for g in saved["param_groups"]]

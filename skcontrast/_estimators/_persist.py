@@ -341,18 +341,10 @@ def write_replacing(path: Path, data: bytes) -> None:
         raise
 
 
-def save(estimator: Any, path: Any) -> Path:
-    """Write a fitted estimator to the folder ``path`` (see the module docstring)."""
-    from safetensors.torch import save as to_bytes
-    from sklearn.utils.validation import check_is_fitted
-
-    check_is_fitted(estimator, "net_")
-    folder = Path(path)
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"cannot save into {folder}: it is a file, not a folder")
-    folder.mkdir(parents=True, exist_ok=True)
-    params, named = encode_params(estimator)
-    state = estimator.net_.training_state()
+def training_state_files(state: dict) -> tuple[dict, dict]:
+    """A net's training state (``SelectorNet.training_state``) as safetensors tensors and
+    the JSON part of the configuration's ``fitted`` (a value JSON cannot hold is an
+    error naming it)."""
     tensors, extra = {}, {}
     for part in ("module", "criterion"):
         for key, value in state[part].items():
@@ -367,37 +359,98 @@ def save(estimator: Any, path: Any) -> Path:
                 .contiguous()
     groups = [{k: v for k, v in g.items() if k not in _GROUP_DATA} | {"size": len(g["params"])}
               for g in optimizer["param_groups"]]
-    spec = estimator.input_spec_
-    fitted = {
-        "input_spec": {"form": spec.form, "split": spec.split,
-                       "items_paired": spec.items_paired, "item_labels": spec.item_labels,
-                       "views": [_write_view(v) for v in spec.views]},
-        "n_samples": estimator.n_samples_,
-        "shared": estimator.net_.module.shared,
-        "seed": state["seed"],
-        "selector_epoch": state["selector_epoch"],
-        "held_out_rows": state["held_out_rows"],
-        "optimizer": {"class": path_of(estimator.net_.optimizer_.__class__),
-                      "param_groups": _plain_json(groups, "the optimizer's settings")},
-        "history": _plain_json(state["history"], "the training history"),
-        "extra_state": extra,
-        "attributes": {},
-    }
-    for name in ("n_features_in_", "feature_names_in_", "view_split_", "classes_",
-                 "class_centres_", "temperature_", "n_components_"):
+    fitted = {"seed": state["seed"], "selector_epoch": state["selector_epoch"],
+              "held_out_rows": state["held_out_rows"],
+              "optimizer": {"class": path_of(state["optimizer_class"]),
+                            "param_groups": _plain_json(groups, "the optimizer's settings")},
+              "history": _plain_json(state["history"], "the training history"),
+              "extra_state": extra}
+    return tensors, fitted
+
+
+def files_training_state(tensors: dict, fitted: dict) -> dict:
+    """The inverse of :func:`training_state_files`; the optimizer's class is its saved
+    name (a net takes the optimizer state only into an optimizer of that class)."""
+    saved = _expect(fitted.get("optimizer"), dict, "optimizer")
+    return {"module": _prefixed(tensors, fitted, "module."),
+            "criterion": _prefixed(tensors, fitted, "criterion."),
+            "optimizer": _optimizer_state(tensors, saved),
+            "optimizer_class": _expect(saved.get("class"), str, "the optimizer's class"),
+            "history": _expect(fitted.get("history"), list, "history"),
+            "selector_epoch": _expect(fitted.get("selector_epoch"), int, "selector_epoch"),
+            "held_out_rows": _rows(fitted.get("held_out_rows")),
+            "seed": _expect(fitted.get("seed"), int, "seed")}
+
+
+def write_spec(spec: Any) -> dict:
+    """An ``InputSpec`` as JSON."""
+    return {"form": spec.form, "split": spec.split, "items_paired": spec.items_paired,
+            "item_labels": spec.item_labels, "views": [_write_view(v) for v in spec.views]}
+
+
+def read_spec(value: Any) -> Any:
+    """The ``InputSpec`` of :func:`write_spec`, every field checked."""
+    from ._data import InputSpec
+
+    s = _expect(value, dict, "input_spec")
+    spec = InputSpec(_expect(s.get("form"), str, "input form"),
+                     tuple(_read_view(v, "a view") for v in _expect(s.get("views"), list,
+                                                                    "views")),
+                     s.get("split"), _expect(s.get("items_paired"), bool, "items_paired"),
+                     _expect(s.get("item_labels"), bool, "item_labels"))
+    if spec.split is not None:
+        _expect(spec.split, int, "split")
+    return spec
+
+
+def encode_attributes(estimator: Any, names: tuple[str, ...]) -> dict:
+    """The fitted attributes ``names`` the estimator has, as JSON (or a clear error)."""
+    out = {}
+    for name in names:
         if hasattr(estimator, name):
             try:
-                fitted["attributes"][name] = _encode(getattr(estimator, name))
+                out[name] = _encode(getattr(estimator, name))
             except Unstorable as exc:
                 raise ValueError(f"cannot save {name}: it holds {exc.args[0]}, which a saved "
                                  "file cannot hold") from None
+    return out
+
+
+def decode_attributes(fitted: dict) -> dict:
+    return {k: _decode(v, k) for k, v in _expect(fitted.get("attributes"), dict,
+                                                 "attributes").items()}
+
+
+def write_model(path: Any, kind: str, params: dict, named: dict, fitted: dict,
+                tensors: dict) -> Path:
+    """Write a model folder: the tensors, then the configuration, each by rename."""
+    from safetensors.torch import save as to_bytes
+
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"cannot save into {folder}: it is a file, not a folder")
+    folder.mkdir(parents=True, exist_ok=True)
     config = {"format": FORMAT, "format_version": FORMAT_VERSION, "versions": _versions(),
-              "class": type(estimator).__name__, "params": params, "fitted": fitted,
-              "supplied_at_load": named}
-    text = json.dumps(config, indent=1)
+              "class": kind, "params": params, "fitted": fitted, "supplied_at_load": named}
     write_replacing(folder / WEIGHTS, to_bytes(tensors))
-    write_replacing(folder / CONFIG, text.encode())
+    write_replacing(folder / CONFIG, json.dumps(config, indent=1).encode())
     return folder
+
+
+def read_model(path: Any) -> tuple[dict, dict]:
+    """The checked configuration and the tensors of a model folder; a version of
+    skcontrast, torch or skorch other than the one that wrote it gives a warning."""
+    from safetensors.torch import load_file
+
+    folder = Path(path)
+    config = _read_config(folder)
+    now = _versions()
+    differ = {k: (v, now.get(k)) for k, v in config["versions"].items() if now.get(k) != v}
+    if differ:
+        said = ", ".join(f"{k} {old} (now {new})" for k, (old, new) in differ.items())
+        warnings.warn(f"the model was saved with {said}; it may load or behave differently",
+                      UserWarning, stacklevel=3)
+    return config, load_file(str(folder / WEIGHTS))
 
 
 def _read_config(folder: Path) -> dict:
@@ -421,7 +474,7 @@ def _read_config(folder: Path) -> dict:
     return config
 
 
-def _choose_params(config: dict, given: dict, names: list[str]) -> dict:
+def choose_params(config: dict, given: dict, names: list[str]) -> dict:
     """The estimator's parameters: decoded from the file, or passed to ``load``."""
     unknown = sorted(set(given) - set(names))
     if unknown:
@@ -461,94 +514,6 @@ _OPTIONAL_NOTE = {
 }
 
 
-def load(path: Any, *, device: str = "cpu", **objects: Any) -> Any:
-    """Load an estimator written by ``estimator.save(path)``, without pickle.
-
-    Weights come from ``model.safetensors`` (data only) and everything else from
-    ``config.json``. Nothing is imported and no code from the folder runs: the only
-    objects constructed are those of an explicit allow-list (skcontrast's selectors,
-    memories, schedule and augmentations, ``torch.nn`` layers and ``torch.optim``
-    optimizers), with plain values. Objects the file only names (your encoder, unless
-    it is skcontrast's or torch's; a callable loss; an optimizer of another package)
-    are passed here by the name of their parameter; a missing one is an error that
-    lists them all. ``augmentation``, ``callbacks``, ``scoring`` and ``random_state``
-    are not needed to transform: without them the loaded model has ``None`` there, with
-    a warning. A version of skcontrast, torch or skorch other than the one that saved
-    the model gives a warning.
-
-    Parameters
-    ----------
-    path : str or path
-        The folder ``save`` wrote.
-    device : str, default='cpu'
-        Where the network is placed (``set_params(device=...)`` applies to later fits).
-    **objects
-        Parameters of the estimator by name (``module=MyEncoder``, ``loss=my_loss``,
-        ``optimizer=Lars``, ``augmentation=...``), when the file could only name them.
-        A value given here replaces the saved one.
-
-    Returns
-    -------
-    ContrastiveEmbedder or SupConEmbedder
-        Fitted: it transforms and scores, and keeps training with ``warm_start=True``
-        exactly where it stopped (optimizer state, selector epoch and seed included).
-    """
-    from safetensors.torch import load_file
-
-    from ._contrastive import ContrastiveEmbedder
-    from ._data import InputSpec
-    from ._supcon import SupConEmbedder
-
-    folder = Path(path)
-    config = _read_config(folder)
-    now = _versions()
-    differ = {k: (v, now.get(k)) for k, v in config["versions"].items() if now.get(k) != v}
-    if differ:
-        said = ", ".join(f"{k} {old} (now {new})" for k, (old, new) in differ.items())
-        warnings.warn(f"the model was saved with {said}; it may load or behave differently",
-                      UserWarning, stacklevel=2)
-    kinds = {"ContrastiveEmbedder": ContrastiveEmbedder, "SupConEmbedder": SupConEmbedder}
-    if config["class"] not in kinds:
-        raise ValueError(f"unknown estimator class {config['class']!r} in {folder / CONFIG}")
-    kind = kinds[config["class"]]
-    names = [*kind._get_param_names(), *(k for k in config["params"]
-                                         if k.startswith(kind._nested_prefixes))]
-    params = _choose_params(config, objects, names)
-    estimator = kind(**{**params, "device": device})
-    fitted = config["fitted"]
-    s = _expect(fitted.get("input_spec"), dict, "input_spec")
-    spec = InputSpec(_expect(s.get("form"), str, "input form"),
-                     tuple(_read_view(v, "a view") for v in _expect(s.get("views"), list,
-                                                                    "views")),
-                     s.get("split"), _expect(s.get("items_paired"), bool, "items_paired"),
-                     _expect(s.get("item_labels"), bool, "item_labels"))
-    if spec.split is not None:
-        _expect(spec.split, int, "split")
-    n_samples = _expect(fitted.get("n_samples"), int, "n_samples")
-    seed = _expect(fitted.get("seed"), int, "seed")
-    attributes = {k: _decode(v, k) for k, v in _expect(fitted.get("attributes"), dict,
-                                                      "attributes").items()}
-    net = estimator.build_net(spec, n_samples, _expect(fitted.get("shared"), bool, "shared"),
-                              device, seed=seed)
-    tensors = load_file(str(folder / WEIGHTS))
-    net.load_training_state({
-        "module": _prefixed(tensors, fitted, "module."),
-        "criterion": _prefixed(tensors, fitted, "criterion."),
-        "optimizer": _optimizer_state(tensors, fitted, net),
-        "history": _expect(fitted.get("history"), list, "history"),
-        "selector_epoch": _expect(fitted.get("selector_epoch"), int, "selector_epoch"),
-        "held_out_rows": _rows(fitted.get("held_out_rows")),
-        "seed": seed,
-    })
-    estimator.net_ = net
-    estimator.input_spec_ = spec
-    estimator.history_ = net.history
-    estimator.n_samples_ = n_samples
-    for name, value in attributes.items():
-        setattr(estimator, name, value)
-    return estimator
-
-
 def _prefixed(tensors: dict, fitted: dict, prefix: str) -> dict:
     part = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
     extra = _expect(fitted.get("extra_state", {}), dict, "extra_state")
@@ -565,12 +530,8 @@ def _rows(value: Any) -> np.ndarray | None:
     return np.asarray(rows, dtype=np.int64)
 
 
-def _optimizer_state(tensors: dict, fitted: dict, net: Any) -> dict | None:
-    """The saved optimizer state in ``torch.optim`` form, or ``None`` when the loaded
-    model's optimizer is another one (passed to ``load``)."""
-    saved = _expect(fitted.get("optimizer"), dict, "optimizer")
-    if saved.get("class") != path_of(net.optimizer_.__class__):
-        return None
+def _optimizer_state(tensors: dict, saved: dict) -> dict:
+    """The saved optimizer state in ``torch.optim`` form."""
     groups, start = [], 0
     for group in _expect(saved.get("param_groups"), list, "param_groups"):
         group = dict(_expect(group, dict, "a param group"))

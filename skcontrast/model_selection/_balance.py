@@ -313,7 +313,7 @@ def check_search_input(estimator: Any, X: Any, y: Any, scoring: Any) -> None:
     """
     from skorch.helper import SliceDict
 
-    from .._estimators._data import is_view_dict
+    from .._validation import is_view_dict
     from ..metrics import EmbeddingScorer
 
     if is_view_dict(X) and not isinstance(X, SliceDict):

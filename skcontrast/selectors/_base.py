@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator
 
-from .._validation import as_numpy, check_finite_array, check_int, describe
+from .._validation import as_numpy, check_finite_array, check_int, describe, resolve_seed
 from ..losses import Loss, SymmetricInfoNCE, make_loss
 
 
@@ -222,20 +222,3 @@ class BatchSelector(BaseEstimator):
 
     def _epoch_rng(self, epoch: int) -> np.random.Generator:
         return np.random.default_rng([self._seed(), epoch])
-
-
-def resolve_seed(random_state: Any) -> int:
-    """An integer seed from ``None`` (fresh entropy), an int, or a NumPy RNG (drawn once)."""
-    if random_state is None:
-        return int(np.random.SeedSequence().entropy % 2**63)
-    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
-        if random_state < 0:
-            raise ValueError(f"random_state must be non-negative; got {random_state}")
-        return int(random_state)
-    if isinstance(random_state, np.random.Generator):
-        return int(random_state.integers(2**63))
-    if isinstance(random_state, np.random.RandomState):
-        return int(random_state.randint(2**31))
-    raise ValueError(
-        f"random_state must be None, an int, or a numpy Generator/RandomState; "
-        f"got {describe(random_state)}")

@@ -1,0 +1,260 @@
+"""Building the skorch net of a fit (or of a loaded model) from the estimator's parameters.
+
+:class:`NetBuilder` turns the checked parameters into a :class:`~._net.SelectorNet`:
+the encoders' factory, the loss module around the estimator's loss object and memory,
+the fit's clone of the selector, the callbacks; :meth:`NetBuilder.build_net` is what
+both ``fit`` and :func:`skcontrast.load` use. A warm start builds a net the same way
+and refuses parameters that would change the fitted network's structure.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import clone
+from skorch.callbacks import PassthroughScoring, ProgressBar
+from skorch.helper import predefined_split
+
+from .._validation import describe
+from ..losses import Loss
+from ..losses._objects import loss_name
+from ..selectors import (
+    BatchSelector,
+    FullBatchSelector,
+    PredefinedBatchSelector,
+    ShuffledBatchSelector,
+)
+from ._data import InputSpec, TensorViews, ViewData
+from ._modules import ContrastiveCriterion, EncoderFactory
+from ._net import SelectorNet
+from ._params import describe_object, resolve_device
+from ._schedule import ScheduleCallback
+from ._step import Augmentation
+
+DEFAULT_BATCH_SIZE = 64
+
+def predefined_on_rows(batches: Any, rows: np.ndarray, n_rows: int) -> list[np.ndarray]:
+    """Predefined batches of rows of ``X`` as positions among the training ``rows``
+    (``rows[i]`` is the row of ``X`` at training position ``i``).
+
+    Rows held out of training are left out of the batches, with a warning; an index
+    that is no row of ``X`` at all, or a batch left with fewer than 2 training rows, is
+    an error.
+    """
+    position = np.full(int(rows.max()) + 1 if len(rows) else 0, -1, dtype=np.int64)
+    position[rows] = np.arange(len(rows))
+    out, dropped = [], 0
+    for i, batch in enumerate(batches):
+        batch = np.asarray(batch.cpu() if isinstance(batch, torch.Tensor) else batch).ravel()
+        if batch.dtype.kind not in "iu" or (batch.size and (batch.min() < 0 or
+                                                           batch.max() >= n_rows)):
+            raise ValueError(f"PredefinedBatchSelector batches[{i}] must hold row indices of "
+                             f"X, in [0, {n_rows}); got {describe(batch)}")
+        mapped = position[batch[batch < len(position)]]
+        kept = mapped[mapped >= 0]
+        dropped += len(batch) - len(kept)
+        if len(kept) < 2:
+            raise ValueError(f"PredefinedBatchSelector batches[{i}] keeps {len(kept)} training "
+                             f"row(s) once the held-out rows (validation_fraction) are left "
+                             "out; a batch needs at least 2")
+        out.append(kept.astype(np.int64))
+    if dropped:
+        warnings.warn(f"{dropped} entries of the PredefinedBatchSelector's batches are rows "
+                      "held out of training (validation_fraction); they are left out of the "
+                      "training batches, whose indices name rows of X",
+                      UserWarning, stacklevel=4)
+    return out
+
+
+def nominal_batch_size(selector: BatchSelector, n: int) -> int | None:
+    """The batch size a selector is set to (``n`` for the full batch), if it says."""
+    if isinstance(selector, FullBatchSelector):
+        return n
+    params = selector.get_params()
+    for key in ("batch_size", "base_selector__batch_size"):
+        if isinstance(params.get(key), numbers.Integral):
+            return min(int(params[key]), n)
+    return None
+
+
+class NetBuilder:
+    """The net of a fit (mixed into :class:`~._base.BaseEmbedder`)."""
+
+    def _fitting_selector(self, seed: int, n: int, rows: np.ndarray | None = None,
+                          n_rows: int | None = None) -> BatchSelector:
+        """A clone of the user's selector (never mutated) with the estimator's settings.
+
+        ``batch_size`` (when set) overrides the selector's; a selector without a seed
+        gets one derived from ``random_state``. (Adaptive selectors whose ``loss`` is
+        ``None`` score with the training loss as it is at each epoch, which the net hands
+        them.) ``rows`` are the rows of
+        ``X`` the fit trains on (some are held out): the batches of a
+        :class:`~skcontrast.selectors.PredefinedBatchSelector` name rows of ``X``, and
+        are translated to them.
+        """
+        selector = clone(self.selector) if self.selector is not None else \
+            ShuffledBatchSelector(min(DEFAULT_BATCH_SIZE, n))
+        params = selector.get_params()
+        updates: dict[str, Any] = {}
+        if self.batch_size is not None:
+            key = next((k for k in ("batch_size", "base_selector__batch_size") if k in params),
+                       None)
+            if key is None:
+                raise ValueError(f"batch_size={self.batch_size} cannot be applied: "
+                                 f"{type(selector).__name__} has no batch size")
+            updates[key] = self.batch_size
+        for key, value in params.items():
+            name = key.rsplit("__", 1)[-1]
+            if name == "random_state" and value is None:
+                updates[key] = seed + 1
+            elif name == "batches" and rows is not None and isinstance(
+                    params[key.rpartition("__")[0]] if "__" in key else selector,
+                    PredefinedBatchSelector):
+                updates[key] = predefined_on_rows(value, rows, n_rows)
+        return selector.set_params(**updates)
+
+    def _check_warm_start(self, net: SelectorNet, factory: EncoderFactory, loss: Loss,
+                          n: int) -> None:
+        """Refuse a warm start whose parameters change the fitted network's structure."""
+        old, changed = net.module, []
+        for field, name in (("module", "module"), ("module_kwargs", "module__*"),
+                            ("hidden_layer_sizes", "hidden_layer_sizes"),
+                            ("n_components", "n_components"), ("head", "projection_head"),
+                            ("shared", "shared_encoder")):
+            before, now = (describe_object(getattr(f, field)) for f in (old, factory))
+            if before != now:
+                changed.append(f"{name} ({before!r:.60} -> {now!r:.60})")
+        state = net.memory_state
+        memory_now = None if self.memory is None else (
+            type(self.memory).__name__, self.memory.get_params().get("size"))
+        memory_before = None if state is None else (state.memory_name, getattr(state, "size",
+                                                                                None))
+        if memory_before != memory_now:
+            changed.append(f"memory ({memory_before} -> {memory_now})")
+        elif state is not None and state.loss_name != loss_name(loss):
+            changed.append(f"loss, whose memory state was built for {state.loss_name!r} "
+                           f"({state.loss_name!r} -> {loss_name(loss)!r})")
+        if changed:
+            raise ValueError(f"warm_start continues the fitted network, but these parameters "
+                             f"change its structure: {'; '.join(changed)}. Set warm_start="
+                             "False to fit a new network (other parameters, such as lr, "
+                             "loss settings, the selector, freeze or max_epochs, apply to "
+                             "a warm start)")
+        if state is not None and state.n_samples != n:
+            raise ValueError(f"warm_start continues the fitted memory, which remembers "
+                             f"{state.n_samples} samples by their index; got X with {n} "
+                             "samples. Warm-start on the same training set, or set "
+                             "warm_start=False to start afresh")
+
+    def _factory(self, spec: InputSpec, shared: bool) -> EncoderFactory:
+        return EncoderFactory(self.module, spec.views, tuple(self.hidden_layer_sizes),
+                              self.n_components, shared, self._nested("module__"),
+                              self.projection_head, self.freeze)
+
+    def build_net(self, spec: InputSpec, n_samples: int, shared: bool,
+                  device: str = "cpu", seed: int | None = None) -> SelectorNet:
+        """An initialised, untrained net for input ``spec`` (what :func:`skcontrast.load`
+        fills with saved weights)."""
+        self._check_params()
+        seed = self._seed() if seed is None else seed
+        net = self._make_net(self._factory(spec, shared), self._loss(), None,
+                             resolve_device(device), seed, n_samples, spec.items_paired)
+        return net.initialize()
+
+    def _place(self, data: ViewData, device: str) -> ViewData:
+        """Where the training arrays live: on the training device when asked and they fit."""
+        choice = self.data_on_device
+        if choice not in (True, False, "auto"):
+            raise ValueError(f"data_on_device must be True, False or 'auto'; got "
+                             f"{describe(choice)}")
+        if not isinstance(data, TensorViews):
+            if choice is True:
+                raise ValueError("data_on_device=True needs array or tensor data; the items "
+                                 "of a Dataset are loaded batch by batch by the DataLoader")
+            return data
+        target = torch.device(device)
+        if data.resident_device == target or target.type != "cuda":
+            return data if data.resident_device in (None, target) else data.to("cpu")
+        if choice is False:
+            return data.to("cpu")
+        free, _ = torch.cuda.mem_get_info(target)
+        size = data.nbytes()
+        if choice == "auto":
+            return data.to(target) if size <= free // 2 else data.to("cpu")
+        if size > free:
+            raise ValueError(f"data_on_device=True: the training data takes "
+                             f"{size / 2**30:.2f} GiB but {free / 2**30:.2f} GiB is free on "
+                             f"{target}; use data_on_device='auto' or False")
+        return data.to(target)
+
+    def _make_net(self, factory: EncoderFactory, loss: Loss, labels: Any, device: str,
+                  seed: int,
+                  n: int, items_paired: bool, valid: ViewData | None = None,
+                  extra: list | None = None, kept: np.ndarray | None = None,
+                  n_rows: int | None = None, held_out_rows: np.ndarray | None = None
+                  ) -> SelectorNet:
+        selector = self._fitting_selector(seed, n, kept, n_rows)
+        batch = nominal_batch_size(selector, n)
+        if self.micro_batch_size is not None and batch is not None and \
+                self.micro_batch_size > batch:
+            raise ValueError(f"micro_batch_size={self.micro_batch_size} is larger than the "
+                             f"batch size {batch}: gradient caching embeds a batch in smaller "
+                             "micro-batches; use micro_batch_size <= batch_size (or None)")
+        if self.memory is not None and batch is not None:
+            # pairs and two crops add two embeddings per item
+            paired = not self._labelled or items_paired or self.augmentation is not None
+            self.memory.check_batch_rows(batch * (2 if paired else 1))
+        callbacks = self._callbacks(selector, n, labels, extra or [])
+        optimizer_params = {f"optimizer__{k}": v for k, v in
+                            {**(self.optimizer_params or {}), **self._nested("optimizer__")
+                             }.items()}
+        criterion = {f"criterion__{k}": v for k, v in {
+            "loss": loss, "structure": self._structure(items_paired),
+            "memory": self.memory, "n_samples": n}.items()}
+        kind, placement = SelectorNet, {"device": device}
+        if self.accelerator is not None:
+            from ._distributed import DistributedSelectorNet
+
+            # the accelerator's print shows the table on process 0 only, and only verbose
+            sink = self.accelerator.print if self.verbose else print
+            kind, placement = DistributedSelectorNet, {"accelerator": self.accelerator,
+                                                       "callbacks__print_log__sink": sink}
+        return kind(
+            module=factory, criterion=ContrastiveCriterion, optimizer=self._optimizer(),
+            lr=self.lr, max_epochs=self.max_epochs, batch_size=DEFAULT_BATCH_SIZE,
+            train_split=None if valid is None else predefined_split(valid),
+            valid_batch_size=batch, callbacks=callbacks, warm_start=self.warm_start,
+            verbose=self.verbose, selector=selector, labels=labels, **placement,
+            augmentation=None if self.augmentation is None else Augmentation(self.augmentation),
+            seed=seed, precision=self.precision if self.accelerator is None else "float32",
+            num_workers=int(self.num_workers), labelled=self._labelled,
+            micro_batch_size=self.micro_batch_size, held_out_rows=held_out_rows,
+            image_normalization=self.image_normalization, **criterion,
+            **optimizer_params)
+
+    def _structure(self, items_paired: bool) -> str:
+        """How a training batch's rows reach the loss (see ``ContrastiveCriterion``)."""
+        if not self._labelled:
+            return "pairs"
+        return "crops" if items_paired or self.augmentation is not None else "single"
+
+    def _callbacks(self, selector: BatchSelector, n: int, labels: Any, extra: list) -> list:
+        """The skorch callbacks of a fit: the loss terms, progress, schedule, held-out
+        score, then the user's."""
+        callbacks: list[Any] = [
+            ("train_positive", PassthroughScoring(name="train_positive", on_train=True)),
+            ("train_entropy", PassthroughScoring(name="train_entropy", on_train=True)),
+        ]
+        # the selector, not skorch's batch_size, knows how many batches an epoch has
+        per_epoch = selector.get_n_splits(n, labels)
+        if self.verbose:
+            callbacks.append(("progress", ProgressBar(batches_per_epoch=per_epoch,
+                                                      postfix_keys=["train_loss"])))
+        if self.lr_schedule is not None:
+            callbacks.append(("lr_schedule", ScheduleCallback(clone(self.lr_schedule),
+                                                              per_epoch, self.max_epochs)))
+        return callbacks + extra + list(self.callbacks or [])

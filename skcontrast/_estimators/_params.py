@@ -1,0 +1,292 @@
+"""The estimators' parameters: storing, setting and checking them.
+
+:class:`ParameterChecks` is the part of the estimators that follows scikit-learn's
+rules for parameters: ``__init__`` stores them, ``fit`` checks them here (with errors that
+name the parameter, the value and what was expected), ``get_params``/``set_params`` also
+handle skorch-style nested ``module__*``/``optimizer__*`` parameters and the loss
+object's ``loss__*`` (also for a loss given by name), and the loss parameters the
+estimators no longer have are refused with their new names.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import clone
+
+from .._validation import check_choice, check_int, check_positive, describe, resolve_seed
+from ..losses import LOSSES, Loss, make_loss
+from ..memory import BaseMemory
+from ..selectors import BatchSelector
+from ._data import InputSpec
+from ._monitor import check_validation_fraction
+from ._schedule import WarmupCosine
+from ._step import PRECISIONS
+
+OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+
+MOVED_TO_LOSS = {
+    "temperature": "loss__temperature",
+    "learn_temperature": "loss__learn_temperature",
+    "lambda_pos": "loss__lambda_pos",
+    "lambda_ent": "loss__lambda_ent",
+    "loss_params": "loss__<option> (e.g. loss__chunk_size), or loss=SupCon(...)",
+}
+
+def moved_to_loss_message(names: list[str]) -> str:
+    said = "; ".join(f"{n} -> {MOVED_TO_LOSS[n]}" for n in names)
+    verb = "is now a parameter" if len(names) == 1 else "are now parameters"
+    return (f"{', '.join(names)} {verb} of the loss object ({said}): e.g. "
+            "ContrastiveEmbedder(loss=SymmetricInfoNCE(temperature=0.05)), or "
+            "set_params(loss__temperature=0.05); grids use the loss__ names")
+
+
+def describe_object(value: Any) -> Any:
+    """What a structural parameter is, comparable across pickling and saving: plain
+    values as they are, classes and functions by name, modules by their architecture."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): describe_object(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return tuple(describe_object(v) for v in value)
+    if isinstance(value, functools.partial):
+        return ("partial", describe_object(value.func), describe_object(value.args),
+                describe_object(value.keywords))
+    if isinstance(value, type) or inspect.isroutine(value):
+        return f"{value.__module__}.{value.__qualname__}"
+    if isinstance(value, torch.nn.Module):
+        return f"{type(value).__module__}.{type(value).__qualname__}: {value!r}"
+    return repr(value)
+
+
+def resolve_device(device: Any) -> str:
+    """``'auto'`` -> ``'cuda'`` when a GPU is usable, else ``'cpu'``; ``'cuda[:N]'`` and
+    ``'mps'`` (Apple GPUs) only where torch can use them, with a clear error otherwise."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if isinstance(device, str) and device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device!r} was requested but no CUDA GPU is usable here; "
+                             "use device='auto' to fall back to the CPU, or device='cpu' "
+                             "(a model fitted on a GPU keeps training on the CPU so)")
+        return device
+    if device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ValueError("device='mps' was requested but no Apple GPU (MPS) is usable "
+                             "here; use device='auto' to fall back to the CPU, or "
+                             "device='cpu'")
+        return device
+    if device == "cpu":
+        return device
+    raise ValueError(f"device must be 'auto', 'cpu', 'cuda[:N]' or 'mps'; got {describe(device)}")
+
+
+def _check_normalization(normalization: Any) -> None:
+    if normalization is None:
+        return
+    try:
+        mean, std = (np.atleast_1d(np.asarray(v, dtype=float)) for v in normalization)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"image_normalization must be None or (mean, std); got "
+                         f"{describe(normalization)}") from exc
+    if mean.ndim != 1 or mean.shape != std.shape or not (std > 0).all() or \
+            not np.isfinite(mean).all():
+        raise ValueError(f"image_normalization must be (mean, std) with one value or one per "
+                         f"channel each, std > 0; got {describe(normalization)}")
+
+
+def _check_callbacks(callbacks: Any) -> None:
+    """skorch callbacks: instances or classes, optionally as ``(name, callback)``."""
+    from skorch.callbacks import Callback
+
+    if callbacks is None:
+        return
+    if not isinstance(callbacks, list | tuple):
+        raise ValueError(f"callbacks must be a list of skorch callbacks; got "
+                         f"{describe(callbacks)}")
+    for i, item in enumerate(callbacks):
+        callback = item[1] if isinstance(item, tuple) and len(item) == 2 and \
+            isinstance(item[0], str) else item
+        is_class = isinstance(callback, type) and issubclass(callback, Callback)
+        if not (isinstance(callback, Callback) or is_class):
+            raise ValueError(f"callbacks[{i}] must be a skorch callback (an instance of "
+                             f"skorch.callbacks.Callback, or (name, callback)); got "
+                             f"{describe(item)}")
+
+
+class ParameterChecks:
+    """Parameters of the estimators (mixed into :class:`~._base.BaseEmbedder`)."""
+
+    _labelled = False
+    _nested_prefixes = ("module__", "optimizer__")
+
+    def _set_nested(self, kwargs: dict) -> None:
+        """Store ``**kwargs`` as they are (checked in ``fit``, as scikit-learn asks)."""
+        for key, value in kwargs.items():
+            setattr(self, key, value)
+
+    def _extra_params(self) -> list[str]:
+        """Names of the parameters given through ``**kwargs`` (``module__*`` etc.)."""
+        declared = self._get_param_names()
+        return [k for k in vars(self) if k not in declared and not k.startswith("_")
+                and not k.endswith("_")]
+
+    def _nested(self, prefix: str) -> dict:
+        """The ``prefix*`` parameters set on the estimator, without the prefix."""
+        return {k[len(prefix):]: getattr(self, k) for k in self._extra_params()
+                if k.startswith(prefix)}
+
+    def get_params(self, deep: bool = True) -> dict:
+        """The parameters; with ``deep``, those of a loss given by name too (its object's,
+        ``loss__temperature``, ...), which :meth:`set_params` can set."""
+        params = super().get_params(deep=deep)
+        params.update({k: getattr(self, k) for k in self._extra_params()})
+        if deep and isinstance(self.loss, str) and self.loss in LOSSES:
+            params.update({f"loss__{k}": v for k, v in
+                           LOSSES[self.loss]().get_params(deep=False).items()})
+        return params
+
+    def set_params(self, **params: Any) -> ParameterChecks:
+        """Set parameters; ``selector__*``, ``memory__*`` and ``lr_schedule__*`` need an
+        object there first (their defaults are ``None``); ``loss__*`` on a loss given by
+        name sets the parameters of its object (``loss__temperature=0.05``);
+        ``module__*`` and ``optimizer__*`` are stored as they are."""
+        moved = [k for k in params if k in MOVED_TO_LOSS]
+        if moved:
+            raise ValueError(moved_to_loss_message(moved))
+        if any(k.startswith("loss__") for k in params):
+            loss = params.get("loss", self.loss)
+            if not isinstance(loss, Loss):  # a name: its object, whose parameters are set
+                params["loss"] = make_loss(loss)
+        extra = set(self._extra_params())
+        self._set_nested({k: params.pop(k) for k in list(params)
+                          if k.startswith(self._nested_prefixes) or k in extra})
+        for key in params:
+            owner, _, rest = key.partition("__")
+            if rest and owner in ("selector", "memory", "lr_schedule") and \
+                    params.get(owner, getattr(self, owner, None)) is None:
+                hint = {"selector": "e.g. selector=ShuffledBatchSelector(64) (the default "
+                                    "selector is only made inside fit), or set batch_size",
+                        "memory": "e.g. memory=SogCLRMemory()",
+                        "lr_schedule": "e.g. lr_schedule=WarmupCosine()"}[owner]
+                raise ValueError(f"{key} sets a parameter of {owner}, but {owner}=None: set "
+                                 f"{owner} first ({hint})")
+        return super().set_params(**params)
+
+    def _check_params(self) -> None:
+        check_int(self.n_components, "n_components", minimum=1)
+        check_int(self.max_epochs, "max_epochs", minimum=1)
+        check_positive(self.lr, "lr")
+        if not isinstance(self.hidden_layer_sizes, tuple | list) or not all(
+                isinstance(h, numbers.Integral) and h >= 1 for h in self.hidden_layer_sizes):
+            raise ValueError(f"hidden_layer_sizes must be a tuple of positive ints; got "
+                             f"{describe(self.hidden_layer_sizes)}")
+        if self.batch_size is not None:
+            check_int(self.batch_size, "batch_size")
+        if self.selector is not None and not isinstance(self.selector, BatchSelector):
+            raise ValueError(f"selector must be a BatchSelector from skcontrast.selectors; "
+                             f"got {describe(self.selector)}")
+        if self.lr_schedule is not None:
+            if not isinstance(self.lr_schedule, WarmupCosine):
+                raise ValueError(f"lr_schedule must be None or a WarmupCosine; got "
+                                 f"{describe(self.lr_schedule)}")
+            self.lr_schedule.check()
+        if self.memory is not None and not isinstance(self.memory, BaseMemory):
+            raise ValueError(f"memory must be None or a memory from skcontrast.memory "
+                             f"(SogCLRMemory, CrossBatchMemory); got {describe(self.memory)}")
+        if self.augmentation is not None and not callable(self.augmentation):
+            raise ValueError(f"augmentation must be a callable f(x) or f(x, generator); got "
+                             f"{describe(self.augmentation)}")
+        check_choice(self.precision, "precision", tuple(PRECISIONS))
+        self._check_accelerator()
+        check_int(self.num_workers, "num_workers", minimum=0)
+        _check_callbacks(self.callbacks)
+        check_validation_fraction(self.validation_fraction)
+        unknown = [k for k in self._extra_params() if not k.startswith(self._nested_prefixes)
+                   or k in self._nested_prefixes]
+        moved = [k for k in unknown if k in MOVED_TO_LOSS]
+        if moved:
+            raise ValueError(moved_to_loss_message(moved))
+        if unknown:
+            raise ValueError(f"unknown parameter(s) {unknown} of {type(self).__name__}; nested "
+                             "parameters start with 'module__' or 'optimizer__'")
+        _check_normalization(self.image_normalization)
+        check_choice(self.transform_from, "transform_from", ("head", "backbone"))
+        clash = set(self._nested("optimizer__")) & set(self.optimizer_params or {})
+        if clash:
+            raise ValueError(f"{sorted(clash)} set both as optimizer__* and in "
+                             "optimizer_params; give each once")
+        if self.micro_batch_size is not None:
+            check_int(self.micro_batch_size, "micro_batch_size", minimum=1)
+        if self.module is None and self._nested("module__"):
+            raise ValueError(f"module__* parameters ({', '.join(self._nested('module__'))}) go "
+                             "to a module class or factory, but module=None builds the "
+                             "default MLP: set its widths with hidden_layer_sizes, or pass "
+                             "module=YourEncoderClass")
+        if self.freeze == "backbone" and self.projection_head is None:
+            raise ValueError("freeze='backbone' fixes the whole module, and without a "
+                             "projection_head nothing would train: add a projection_head "
+                             "(e.g. 'mlp' or an int, a probe on the frozen features), or "
+                             "freeze only some parts (freeze=['layer1', ...])")
+
+    def _loss(self) -> Loss:
+        """The loss object this fit trains with: ``loss`` made an object (a name is its
+        class with defaults) and cloned, so the user's object is never changed."""
+        loss = clone(make_loss(self.loss, labelled=self._labelled), safe=False)
+        loss.check()
+        if self._labelled and not loss.labelled:
+            raise ValueError(f"{type(self).__name__} trains with a label loss (SupCon, "
+                             f"ContrastiveMargin, or one of your own with labelled=True); "
+                             f"got {type(loss).__name__}, which contrasts two views")
+        return loss
+
+    def _check_accelerator(self) -> None:
+        """An ``accelerate.Accelerator`` whose mixed precision agrees with ``precision``."""
+        accelerator = self.accelerator
+        if accelerator is None:
+            return
+        from ._distributed import PRECISION_OF_ACCELERATE
+
+        if not hasattr(accelerator, "prepare") or not hasattr(accelerator, "backward"):
+            raise ValueError(f"accelerator must be an accelerate.Accelerator or None; got "
+                             f"{describe(accelerator)}")
+        mixed = str(getattr(accelerator, "mixed_precision", "no"))
+        implied = PRECISION_OF_ACCELERATE.get(mixed, mixed)
+        if self.precision != "float32" and self.precision != implied:
+            raise ValueError(f"precision={self.precision!r} disagrees with the accelerator's "
+                             f"mixed_precision={mixed!r}: with an accelerator, set the "
+                             "precision on it (Accelerator(mixed_precision='bf16'))")
+
+    def _optimizer(self) -> Any:
+        if isinstance(self.optimizer, str):
+            check_choice(self.optimizer, "optimizer", tuple(OPTIMIZERS))
+            return OPTIMIZERS[self.optimizer]
+        if isinstance(self.optimizer, type) and issubclass(self.optimizer, torch.optim.Optimizer):
+            return self.optimizer
+        raise ValueError(f"optimizer must be one of {tuple(OPTIMIZERS)} or a torch.optim."
+                         f"Optimizer class; got {describe(self.optimizer)}")
+
+    def _seed(self) -> int:
+        return resolve_seed(self.random_state)
+
+    def _check_input_settings(self, spec: InputSpec) -> None:
+        """Settings that depend on the input: ``image_normalization``'s channels."""
+        if self.image_normalization is None:
+            return
+        mean = np.atleast_1d(np.asarray(self.image_normalization[0], dtype=float))
+        for view in spec.views:
+            if view.integer or view.parts:
+                continue
+            channels = view.shape[0] if view.shape else 1
+            if len(mean) not in (1, channels):
+                raise ValueError(f"image_normalization has {len(mean)} values per channel, "
+                                 f"but {view.describe()} has {channels} channels on axis 1 "
+                                 "(give one value, or one per channel)")
