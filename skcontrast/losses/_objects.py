@@ -31,6 +31,7 @@ and write an ``__init__`` that stores its parameters. See the user guide, "Losse
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import math
 from collections.abc import Callable
@@ -82,12 +83,19 @@ class Loss(BaseEstimator):
 
     # -- the loss --------------------------------------------------------------------
 
+    @classmethod
+    @functools.cache
+    def _option_names(cls) -> tuple[str, ...]:
+        # read once per class: get_params inspects the signature on every call, and a
+        # training step asks for the options every batch
+        return tuple(n for n in cls._get_param_names() if not n.startswith("learn_"))
+
     def options(self, **overrides: Any) -> dict:
         """The keyword arguments of ``function``: the parameters (without the
         ``learn_*`` flags), with ``overrides`` (e.g. a learned temperature tensor)."""
-        params = {k: v for k, v in self.get_params(deep=False).items()
-                  if not k.startswith("learn_")}
-        return {**params, **overrides}
+        params = {name: getattr(self, name) for name in self._option_names()}
+        params.update(overrides)
+        return params
 
     def __call__(self, a: Any, b: Any, **overrides: Any) -> Any:
         """The loss of one batch (or of stacked batches, ``(..., B, d)``): ``(u, v)`` for a
