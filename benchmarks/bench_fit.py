@@ -17,8 +17,10 @@ sampler and the per-batch bookkeeping. Two workloads:
   (2048, 2048), B=1024, where per-batch overhead is a larger share on a fast GPU.
 
 On a GPU both sides hold the data on the device (``data_on_device=True`` for the
-estimator) and the epoch time ends with a device synchronisation. It then reports the
-selection time per epoch of SpectralBatchSelector inside fit.
+estimator) and the epoch time ends with a device synchronisation. It then times a fit
+with SpectralBatchSelector against a shuffled fit, with a fresh embedding pass per epoch
+and with the embeddings the training steps computed (``selection_pass='cached'``, the
+default), and the selection's share of an epoch.
 
 Gradient caching (``--caching``, on by default): the time per epoch of the CNN with
 ``micro_batch_size=64`` against the plain step on the same batches (B=512; the expected
@@ -42,6 +44,7 @@ import time
 
 import numpy as np
 import torch
+from skorch.callbacks import Callback
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -114,12 +117,74 @@ def plain_loop(X: torch.Tensor, module: nn.Module | None, batch_size: int, epoch
 
 def estimator(module: nn.Module | None, batch_size: int, epochs: int, seed: int,
               precision: str, device: str, selector=None,
-              hidden: tuple[int, ...] = HIDDEN) -> ContrastiveEmbedder:
+              hidden: tuple[int, ...] = HIDDEN, **extra) -> ContrastiveEmbedder:
     return ContrastiveEmbedder(module=module, n_components=K, hidden_layer_sizes=hidden, lr=LR,
                                loss=SymmetricInfoNCE(TEMPERATURE), max_epochs=epochs,
                                selector=selector or ShuffledBatchSelector(batch_size),
                                precision=precision, data_on_device=device != "cpu",
-                               random_state=seed, device=device)
+                               random_state=seed, device=device, **extra)
+
+
+class Staleness(Callback):
+    """After each epoch: the batches the selector picks from the cached embeddings and
+    from a fresh pass, each scored on the fresh embeddings, relative to a shuffled
+    partition: how much hardness the cache's staleness costs, against the spread of the
+    selector's own seeds."""
+
+    def __init__(self, batch_size: int, seeds=(0, 1, 2)):
+        self.batch_size, self.seeds = batch_size, seeds
+        self.rows_: list[tuple[float, float]] = []
+
+    def on_epoch_end(self, net, **kwargs):
+        fresh = net.selection_embeddings()
+        cached = net.cached_embeddings()
+        loss = net.criterion_.live_loss()
+        baseline = hardness(fresh, ShuffledBatchSelector(self.batch_size, random_state=0)
+                            .split(fresh), loss)
+        for seed in self.seeds:
+            picks = [SpectralBatchSelector(self.batch_size, random_state=seed).epoch_batches(
+                embeddings, loss=loss) for embeddings in (fresh, cached)]
+            self.rows_.append(tuple(hardness(fresh, b, loss) / baseline for b in picks))
+
+
+def hardness(embeddings: np.ndarray, batches, loss) -> float:
+    scores = loss.batch_losses(torch.from_numpy(embeddings[:, 0]),
+                               torch.from_numpy(embeddings[:, 1]), list(batches))
+    return float(scores.mean())
+
+
+def staleness_rows(name: str, data: torch.Tensor, module: nn.Module | None, batch_size: int,
+                   epochs: int, device: str) -> list[list[str]]:
+    watch = Staleness(batch_size)
+    estimator(module, batch_size, epochs, 0, "float32", device,
+              ShuffledBatchSelector(batch_size), callbacks=[watch],
+              selection_pass="fresh").fit(data)
+    fresh, cached = (np.array(c) for c in zip(*watch.rows_, strict=True))
+    return [[name, f"{fresh.mean():.3f} ± {fresh.std():.3f}",
+             f"{cached.mean():.3f} ± {cached.std():.3f}",
+             f"{(cached - fresh).mean():+.3f}"]]
+
+
+def selection_rows(name: str, data: torch.Tensor, module: nn.Module | None, batch_size: int,
+                   epochs: int, device: str) -> list[list[str]]:
+    """Fit with SpectralBatchSelector against a shuffled fit: time per epoch (selection
+    included), the selection's share of it, with a fresh embedding pass per epoch and
+    with the embeddings the training steps computed (``selection_pass='cached'``).
+    Medians over the epochs after the first (whose selection always takes a fresh pass).
+    """
+    cases = [("shuffled", ShuffledBatchSelector(batch_size), "cached"),
+             ("spectral, fresh pass", SpectralBatchSelector(batch_size), "fresh"),
+             ("spectral, cached", SpectralBatchSelector(batch_size), "cached")]
+    rows, base = [], None
+    for label, selector, mode in cases:
+        est = estimator(module, batch_size, epochs + 1, 0, "float32", device, selector,
+                        selection_pass=mode).fit(data)
+        dur = statistics.median(est.history_[1:, "dur"])
+        select = statistics.median(est.history_[1:, "select_time"])
+        base = dur if base is None else base
+        rows.append([name, label, f"{dur:.3f} s", f"{select:.3f} s",
+                     f"{select / dur:.0%}", f"{dur / base:.2f}x"])
+    return rows
 
 
 def same_training(X: torch.Tensor, module: nn.Module | None, batch_size: int, seed: int,
@@ -254,12 +319,13 @@ def main(argv: list[str] | None = None) -> str:
         case_rows, _ = compare("MLP 2048x2", W, None, 1024, args.epochs, "float32", device,
                                hidden=(2048, 2048))
         rows += case_rows
+    selection, staleness = [], []
     if not args.skip_spectral:
-        spectral = estimator(None, 256, 2, 0, "float32", device,
-                             SpectralBatchSelector(256)).fit(X)
-        rows.append(["MLP", "float32", "fit with SpectralBatchSelector",
-                     f"{spectral.history_[-1, 'dur']:.3f} s",
-                     f"{spectral.history_[-1, 'select_time']:.3f} s", ""])
+        selection = selection_rows("MLP", X, None, 256, args.epochs, device)
+        selection += selection_rows("CNN", images, small_cnn(), 512, args.epochs, device)
+        staleness = staleness_rows("MLP", X[:5000], None, 256, args.epochs, device)
+        staleness += staleness_rows("CNN", images[:5000], small_cnn(), 256, args.epochs,
+                                    device)
     if args.caching:
         rows += caching_rows(min(args.images_n, 20_000), args.epochs, device)
     where = torch.cuda.get_device_name() if device.startswith("cuda") else \
@@ -272,6 +338,16 @@ def main(argv: list[str] | None = None) -> str:
                          "vs plain"])
     text += ("\nsame module, optimizer, loss and batches: weights after one float32 epoch "
              "differ by at most " + ", ".join(f"{k} {v:.1e}" for k, v in checks.items()))
+    if selection:
+        text += ("\n\nAn adaptive selector inside fit (float32): time per epoch, selection "
+                 "included, against a shuffled fit\n")
+        text += table(selection, ["model", "batches", "per epoch", "selection",
+                                  "share", "vs shuffled"])
+        text += ("\n\nStaleness: spectral batches picked from the cached embeddings and from "
+                 "a fresh pass, both scored on the fresh ones, relative to a shuffled "
+                 f"partition (hardness; mean ± std over {args.epochs} epochs x 3 selector "
+                 "seeds, n=5,000)\n")
+        text += table(staleness, ["model", "fresh pass", "cached", "cached - fresh"])
     if args.caching:
         budget = args.budget_gib * 2**30
         kind = "allocated GPU" if device != "cpu" else "peak resident"

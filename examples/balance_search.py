@@ -39,7 +39,7 @@ out.mkdir(parents=True, exist_ok=True)
 X, _ = load_digit_views()
 X = X.reshape(len(X), -1)
 if args.quick:
-    X, budget, epochs, seeds = X[:300], 4, 2, (0,)
+    X, budget, epochs, seeds = X[:200], 2, 1, (0,)
 else:
     X, budget, epochs, seeds = X[:1200], 16, 10, (0, 1, 2)
 # with SGD at lr 1, Lambda is the step size of each term
@@ -53,7 +53,8 @@ starts = {"centre start": None,
 searches = balance_searches(estimator, bounds={"loss__lambda_pos": (1e-3, 1.0),
                                                "loss__lambda_ent": (1e-3, 1.0)},
                             budget=budget, seeds=seeds, starts=starts,
-                            scoring=get_scorer("recall@1"), cv=3, n_jobs=2)
+                            scoring=get_scorer("recall@1"), cv=3,
+                            n_jobs=1 if args.quick else 2)  # no worker start-up in a smoke run
 curves = search_curves(searches, X)
 levels = best_levels(curves)  # per seed: 95% of the best any search reached
 half = max(1, budget // 2)

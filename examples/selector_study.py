@@ -70,8 +70,8 @@ from skcontrast.selectors import (
 )
 
 MODES = {  # epochs, batch sizes, seeds, SimCLR epochs, ratios, search budget, folds
-    "quick": {"epochs": 2, "sizes": (16, 64), "seeds": (0,), "simclr": 2,
-              "ratios": (1, 10), "budget": 4, "folds": 2},
+    "quick": {"epochs": 1, "sizes": (16,), "seeds": (0,), "simclr": 1,
+              "ratios": (1, 10), "budget": 2, "folds": 2, "n": 400},
     "default": {"epochs": 12, "sizes": (8, 16, 32, 64), "seeds": (0, 1, 2), "simclr": 10,
                 "ratios": (1, 10, 100), "budget": 9, "folds": 2},
     "full": {"epochs": 40, "sizes": (8, 16, 32, 64), "seeds": (0, 1, 2), "simclr": 60,
@@ -124,6 +124,7 @@ def table(rows, header):
 def batch_size_study(cfg, device):
     """Experiment 1: held-out pair recall@1 against B, at equal epochs and equal time."""
     X, y = load_digit_views()
+    X, y = X[:cfg.get("n")], y[:cfg.get("n")]
     train, test = train_test_split(X, test_size=0.3, random_state=0, stratify=y)
     runs = {}  # (selector, B, budget) -> list of (recall, seconds, epochs)
     for b in cfg["sizes"]:
@@ -170,6 +171,7 @@ def imbalanced(y_train, ratio, rng):
 def supcon_study(cfg, device):
     """Experiment 2: SupCon with and without batch-binding under step imbalance."""
     images, y = load_digit_images()
+    images, y = images[:cfg.get("n")], y[:cfg.get("n")]
     flat = images.reshape(len(images), -1)
     train, test, y_train, y_test = train_test_split(flat, y, test_size=0.3, random_state=0,
                                                     stratify=y)
@@ -205,6 +207,7 @@ def supcon_study(cfg, device):
 def simclr_study(cfg, device):
     """Experiment 3: SimCLR with a CNN, shuffled against the adaptive selectors."""
     images, y = load_digit_images()
+    images, y = images[:cfg.get("n")], y[:cfg.get("n")]
     train, test, y_train, y_test = train_test_split(images, y, test_size=0.3, random_state=0,
                                                     stratify=y)
     selectors = {"shuffled": lambda: ShuffledBatchSelector(128),
@@ -242,7 +245,7 @@ def simclr_study(cfg, device):
 def balance_study(cfg, device):
     """Experiment 4: BalanceSearchCV against grid and random search, R-mAP."""
     X, y = load_digit_views()
-    X, y = X.reshape(len(X), -1)[:1200], y[:1200]
+    X, y = X.reshape(len(X), -1)[:cfg.get("n", 1200)], y[:cfg.get("n", 1200)]
     estimator = ContrastiveEmbedder(n_components=16, hidden_layer_sizes=(64,),
                                     optimizer="sgd", lr=1.0, loss=SymmetricInfoNCE(0.2),
                                     max_epochs=max(2, cfg["epochs"] // 2),

@@ -47,7 +47,9 @@ X, y = (digits.data / 16).astype(np.float32), digits.target
 X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.4, random_state=0,
                                                     stratify=y)
 b, lr = 32, 0.02
-epochs, seeds, budget = (2, (0,), 3) if args.quick else (20, (0, 1, 2), 10)
+epochs, seeds, budget = (1, (0,), 2) if args.quick else (20, (0, 1, 2), 10)
+if args.quick:  # a smoke run: seconds
+    X_train, y_train = X_train[:300], y_train[:300]
 steps = epochs * -(-len(X_train) // b)
 memory = CrossBatchMemory(size=10 * b, start_step=steps // 10)
 # S1's implied balance without memory: the expected positive and negative pairs per anchor
@@ -83,7 +85,8 @@ for setup in ("S1", "S2", "S3"):
                     embedder("separate", with_memory, seed, **default),
                     param_names=("loss__lambda_pos", "loss__lambda_ent"), budget=budget, cv=2,
                     bounds={f"loss__{k}": (v / 10, v * 10) for k, v in default.items()},
-                    scoring=get_scorer("map@r"), n_jobs=2).fit(X_train, y_train)
+                    scoring=get_scorer("map@r"),
+                    n_jobs=1 if args.quick else 2).fit(X_train, y_train)
                 est = search.best_estimator_
             values.append(scores(est))
         rows[setup, with_memory] = np.array(values)

@@ -330,3 +330,77 @@ def test_parameter_groups_use_the_modules_own_names_and_must_match(pairs):
     assert first["lr"] == 0.5 and len(first["params"]) == 2  # the first layer's two
     with pytest.raises(ValueError, match=r"pattern 'layer1\.\*' matches no parameter"):
         ContrastiveEmbedder(**SMALL, optimizer__param_groups=[("layer1.*", {"lr": 1})]).fit(X)
+
+
+# The selection pass (speed issue, 27): embeddings the training steps computed -----------
+
+def count_fresh_passes(monkeypatch):
+    from skcontrast._estimators._supply import BatchSupply
+
+    passes = []
+    original = BatchSupply.selection_embeddings
+
+    def counting(self, indices=None):
+        out = original(self, indices)
+        passes.append(len(self.training_data) if indices is None else len(indices))
+        return out
+
+    monkeypatch.setattr(BatchSupply, "selection_embeddings", counting)
+    return passes
+
+
+@pytest.mark.parametrize("kind, data, extra", [
+    (ContrastiveEmbedder, "pairs", {}),
+    (ContrastiveEmbedder, "single", {"augmentation": "noise"}),
+    (SupConEmbedder, "single", {}),
+    (SupConEmbedder, "single", {"augmentation": "noise"}),
+])
+def test_cached_selection_takes_no_pass_after_the_first_epoch(pairs, monkeypatch, kind, data,
+                                                             extra):
+    from conftest import RecordingSelector
+
+    from skcontrast.datasets import GaussianNoise
+    from skcontrast.selectors import SpectralBatchSelector
+
+    X, y = pairs
+    if extra.get("augmentation") == "noise":
+        extra = {"augmentation": GaussianNoise(0.1)}
+    X = X if data == "pairs" else X[:, 0]
+    shape = (64, 2, 4) if data == "pairs" and kind is ContrastiveEmbedder else (64, 4)
+    runs = {}
+    for mode in ("fresh", "cached"):
+        passes = count_fresh_passes(monkeypatch)
+        est = kind(**{**SMALL, "max_epochs": 3, **extra, "selection_pass": mode,
+                      "selector": RecordingSelector(SpectralBatchSelector(16))})
+        est.fit(X, y)
+        assert est.net_.selector.shapes_ == [shape] * 3
+        runs[mode] = list(passes)
+        monkeypatch.undo()
+    assert runs == {"fresh": [64, 64, 64], "cached": [64]}
+
+
+def test_cached_selection_embeds_only_the_samples_no_step_trained(pairs, monkeypatch):
+    """OSGD keeps 1 of every 4 candidate batches: the samples no step has embedded are
+    completed by a pass over them alone."""
+    X, _ = pairs
+    passes = count_fresh_passes(monkeypatch)
+    ContrastiveEmbedder(**{**SMALL, "max_epochs": 2,
+                           "selector": OSGDSelector(8, k=4, q=1)}).fit(X)
+    assert passes[0] == 64 and 0 < passes[1] < 64
+
+
+def test_cached_embeddings_are_those_the_training_step_computed(pairs):
+    """With lr=0 the weights never change, so the cached embeddings equal a fresh
+    pass's (a deterministic MLP in training mode equals itself in eval mode)."""
+    from conftest import RecordingSelector
+
+    from skcontrast.selectors import SpectralBatchSelector
+
+    X, _ = pairs
+    seen = {}
+    for mode in ("fresh", "cached"):
+        selector = RecordingSelector(SpectralBatchSelector(16, random_state=0))
+        est = ContrastiveEmbedder(**{**SMALL, "lr": 1e-12, "max_epochs": 3,
+                                     "selection_pass": mode, "selector": selector}).fit(X)
+        seen[mode] = est.net_.selector.seen_
+    assert seen["fresh"] == seen["cached"]

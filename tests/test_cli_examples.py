@@ -10,6 +10,9 @@ import pytest
 from skcontrast._cli import main
 from skcontrast._demo import COLUMNS, run_demo
 
+# subprocesses: examples, the command line, the docs (see pyproject: -m "not slow")
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 

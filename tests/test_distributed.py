@@ -49,6 +49,7 @@ def two_process_results(tmp_path_factory):
 @pytest.mark.parametrize("case", ["shuffled", "osgd, learned temperature",
                                   "supcon, spectral", "sogclr, learned temperature",
                                   "xbm, supcon", "micro-batches, sogclr"])
+@pytest.mark.slow
 def test_two_processes_make_the_single_process_update(two_process_results, case):
     """Each process trains on its half of every global batch; the embeddings are gathered
     with their gradients, so after two epochs the weights equal those of one process on
@@ -79,6 +80,7 @@ def assert_same_memory(got, expected):
             assert got[name] == value
 
 
+@pytest.mark.slow
 @needs_accelerate
 def test_a_resumed_checkpoint_continues_the_same_training(two_process_results):
     """One epoch, AcceleratorCheckpoint, a fresh estimator resumed for one more epoch:
@@ -161,6 +163,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 @needs_accelerate
 def test_mixed_precision_goes_through_the_accelerator():
     """Accelerator(mixed_precision='bf16') trains as precision='bfloat16' does without
@@ -202,6 +205,7 @@ def _assert_same_results(a, b):
             assert list(a[key]) == list(b[key]), key
 
 
+@pytest.mark.slow
 @needs_dask
 def test_grid_and_balance_searches_under_the_dask_backend(dask_client):
     from joblib import parallel_backend
@@ -223,6 +227,7 @@ def test_grid_and_balance_searches_under_the_dask_backend(dask_client):
     _assert_same_results(local.cv_results_, remote.cv_results_)
 
 
+@pytest.mark.slow
 @needs_dask
 def test_sharded_spectral_selection_is_the_same_for_any_jobs_and_backend(dask_client):
     from joblib import parallel_backend

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the user guide's code, run in a subprocess
+
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"^( *)\.\. code-block:: python\n\n((?:\1   .*\n|\n)+)", re.MULTILINE)
 SKIP = re.compile(r"\.\. not-run: .*\n\n$")  # an RST comment right before a block

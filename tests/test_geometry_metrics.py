@@ -394,6 +394,7 @@ def test_class_retrieval_equals_pytorch_metric_learning_accuracy_calculator():
                                                   abs=1e-6)
 
 
+@pytest.mark.slow
 def test_metrics_at_scale_stay_in_blocks():
     """n = 20,000, d = 128 in a subprocess: class retrieval (one code path serves mAP@R,
     R-mAP, R-precision and precision@1), pair recall and uniformity stay well under the

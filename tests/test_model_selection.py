@@ -96,6 +96,7 @@ def test_two_parameter_search_and_warm_start_from_the_estimator():
     assert set(result.best_params_) == {"lambda_pos", "lambda_ent"}
 
 
+@pytest.mark.slow
 def test_a_real_search_over_contrastive_embedder():
     X, _ = make_paired_gaussians(150, 6, random_state=0)
     flat = X.reshape(len(X), -1)

@@ -112,6 +112,7 @@ class FailAt(Callback):
             raise RuntimeError("injected failure")
 
 
+@pytest.mark.slow
 def test_a_failed_fit_hands_the_accelerator_back_and_resume_is_checked(pairs, tmp_path):
     pytest.importorskip("accelerate")
     from accelerate import Accelerator

@@ -293,6 +293,7 @@ def test_spectral_operator_is_stable_at_temperature_001():
     assert_partition(batches, 160, 8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("solver", ["krylov", "dense", "ritz"])
 def test_spectral_batches_do_not_depend_on_stacking_or_jobs(solver, monkeypatch):
     """All chunks of an epoch at once, in smaller stacks, in 2 joblib jobs, or one chunk

@@ -38,6 +38,7 @@ def test_a_fixed_partition_with_b2_stays_away():
     assert result.final_gap > 1.0
 
 
+@pytest.mark.slow
 def test_theorem2_strict_subset_of_pairs_ends_away_and_all_pairs_reach_etf():
     pairs = [list(p) for p in itertools.combinations(range(5), 2)]
     subset = optimize_embeddings(5, 10, PredefinedBatchSelector(pairs[1:]), steps=800,

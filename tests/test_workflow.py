@@ -330,6 +330,7 @@ def test_a_transformers_text_encoder_takes_its_view_as_keyword_arguments():
 
 # 7. Saving without pickle --------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_saved_model_loads_in_a_process_where_pickle_fails(pairs, tmp_path):
     X, _ = pairs
     est = ContrastiveEmbedder(Encoder, **{**SMALL, "module__hidden": 8,

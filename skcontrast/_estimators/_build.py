@@ -233,6 +233,7 @@ class NetBuilder:
             seed=seed, precision=self.precision if self.accelerator is None else "float32",
             num_workers=int(self.num_workers), labelled=self._labelled,
             micro_batch_size=self.micro_batch_size, held_out_rows=held_out_rows,
+            selection_pass=self.selection_pass,
             image_normalization=self.image_normalization, **criterion,
             **optimizer_params)
 

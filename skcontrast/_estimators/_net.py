@@ -114,6 +114,9 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
     held_out_rows : ndarray or None
         The rows of the estimator's ``X`` held out of training (``validation_fraction``),
         kept so that every warm start holds out the same rows.
+    selection_pass : {'cached', 'fresh'}
+        What adaptive selectors see: the embeddings the training steps computed, or a
+        fresh no-grad pass over the training set at the start of every epoch.
     """
 
     def __init__(self, *args: Any, selector: Any = None, labels: Any = None,
@@ -121,8 +124,9 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
                  num_workers: int = 0, labelled: bool = False,
                  micro_batch_size: int | None = None, valid_batch_size: int | None = None,
                  image_normalization: Any = None, held_out_rows: Any = None,
-                 **kwargs: Any) -> None:
+                 selection_pass: str = "cached", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.selection_pass = selection_pass
         self.held_out_rows = held_out_rows
         self.image_normalization = image_normalization
         self.micro_batch_size = micro_batch_size
@@ -150,6 +154,7 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
 
     def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
         super().on_train_begin(net, X=X, y=y, **kwargs)
+        self._embedding_cache = self._embedded = None  # filled by this fit's steps
         self._warned_lone = False
         self._warned_coverage = False
         self._checked_augmentation = False
@@ -328,7 +333,7 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
 
     def on_train_end(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
         super().on_train_end(net, X=X, y=y, **kwargs)
-        self.training_data = None
+        self.training_data = self._embedding_cache = self._embedded = None
 
 
     def run_single_epoch(self, iterator: Any, training: bool, prefix: str, step_fn: Any,
@@ -398,7 +403,8 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
     def __getstate__(self) -> dict:
         state = super().__getstate__()
         for transient in ("_batch_terms", "training_data", "_warned_lone",
-                          "_warned_coverage", "_checked_augmentation", "_stopped_by"):
+                          "_warned_coverage", "_checked_augmentation", "_stopped_by",
+                          "_embedding_cache", "_embedded"):
             state.pop(transient, None)  # rebuilt by every fit
         state["train_split"] = None  # the held-out data stays out of the pickle
         return state

@@ -295,4 +295,6 @@ class TrainingStep:
         terms = self.criterion_(y_pred.float(), y_true, index=index,
                                 remember=training and index is not None)
         self._batch_terms = terms
+        if training and index is not None:
+            self.remember_embeddings(y_pred, index)
         return terms.loss

@@ -100,6 +100,14 @@ class SupConEmbedder(BaseEmbedder):
         ever holds the activations of one micro-batch: batches of thousands (up to the
         full batch) train a real network. Tiled losses (the loss's ``chunk_size``,
         ``'auto'`` by default) keep the batch's B x B similarities small too.
+    selection_pass : {'cached', 'fresh'}, default='cached'
+        What adaptive selectors see at the start of each epoch. ``'cached'``: every
+        training sample's embedding as the training step that last trained it computed
+        it (kept on the device, O(n k) memory), so selection costs no extra pass over the
+        data; the embeddings are up to an epoch old (stale) and computed in training mode
+        (dropout, batch statistics, augmentation). The first epoch of a fit, and samples
+        no step has embedded yet, take a fresh pass. ``'fresh'``: a no-grad pass over the
+        whole training set in inference mode before every selection.
     accelerator : accelerate.Accelerator or None, default=None
         Data-parallel training on several processes, GPUs or nodes (launch the script
         with ``accelerate launch`` or ``torchrun``). The global batch stays the
@@ -181,7 +189,7 @@ class SupConEmbedder(BaseEmbedder):
                  optimizer: Any = "adam", optimizer_params: dict | None = None,
                  augmentation: Any = None, precision: str = "float32", num_workers: int = 0,
                  data_on_device: Any = False, micro_batch_size: int | None = None,
-                 image_normalization: Any = None,
+                 image_normalization: Any = None, selection_pass: str = "cached",
                  accelerator: Any = None, device: str = "auto",
                  random_state: Any = None, verbose: int = 0, callbacks: list | None = None,
                  warm_start: bool = False, projection_head: Any = None,
@@ -206,6 +214,7 @@ class SupConEmbedder(BaseEmbedder):
         self.data_on_device = data_on_device
         self.micro_batch_size = micro_batch_size
         self.image_normalization = image_normalization
+        self.selection_pass = selection_pass
         self.accelerator = accelerator
         self.device = device
         self.random_state = random_state

@@ -175,7 +175,9 @@ class BatchSupply:
         """Ask the selector (adaptive ones get the current embeddings first, and the loss
         being trained, as it is at this epoch, to score them with)."""
         if getattr(self.selector, "_adaptive", False):
-            X = self.selection_embeddings()
+            X = self.cached_embeddings() if self.selection_pass == "cached" else None
+            if X is None:
+                X = self.selection_embeddings()
             if not np.isfinite(X).all():
                 bad = int((~np.isfinite(X)).reshape(len(X), -1).any(1).sum())
                 raise TrainingDivergedError(
@@ -220,6 +222,38 @@ class BatchSupply:
 
     def inference_module(self) -> torch.nn.Module:
         return self.module_
+
+    def remember_embeddings(self, embeddings: torch.Tensor, index: torch.Tensor) -> None:
+        """Keep a training batch's embeddings (detached, on the device) by dataset index,
+        for the next epoch's selection (``selection_pass='cached'``). They are kept in the
+        form a fresh pass gives: both views of pairs, the first view (or crop) of single
+        views."""
+        if self.selection_pass != "cached" or not getattr(self.selector, "_adaptive", False):
+            return
+        if self.labelled or self.augmentation is not None:
+            embeddings = embeddings[:, 0] if embeddings.ndim == 3 else embeddings
+        rows = embeddings.detach().float()
+        cache = getattr(self, "_embedding_cache", None)
+        if cache is None or cache.shape[1:] != rows.shape[1:] or cache.device != rows.device:
+            n = len(self.training_data)
+            cache = self._embedding_cache = rows.new_zeros((n, *rows.shape[1:]))
+            self._embedded = torch.zeros(n, dtype=torch.bool, device=rows.device)
+        index = index.to(rows.device, torch.long)
+        cache[index] = rows
+        self._embedded[index] = True
+
+    def cached_embeddings(self) -> np.ndarray | None:
+        """The embeddings the training steps computed (each sample's from the last step
+        that trained it), the rows no step has embedded yet completed by a fresh pass;
+        ``None`` before any training step of this fit."""
+        cache = getattr(self, "_embedding_cache", None)
+        if cache is None:
+            return None
+        out = cache.cpu().numpy()
+        missing = np.flatnonzero(~self._embedded.cpu().numpy())
+        if len(missing):
+            out[missing] = self.selection_embeddings(missing)
+        return out
 
     def selection_embeddings(self, indices: np.ndarray | None = None) -> np.ndarray:
         """What adaptive selectors look at: current embeddings of the training set (or of
