@@ -19,8 +19,9 @@ sampler and the per-batch bookkeeping. Two workloads:
 On a GPU both sides hold the data on the device (``data_on_device=True`` for the
 estimator) and the epoch time ends with a device synchronisation. It then times a fit
 with SpectralBatchSelector against a shuffled fit, with a fresh embedding pass per epoch
-and with the embeddings the training steps computed (``selection_pass='cached'``, the
-default), and the selection's share of an epoch.
+(the default) and with the embeddings the training steps computed
+(``selection_pass='cached'``), the selection's share of an epoch, and the hardness the
+cache's staleness costs.
 
 Gradient caching (``--caching``, on by default): the time per epoch of the CNN with
 ``micro_batch_size=64`` against the plain step on the same batches (B=512; the expected
@@ -157,8 +158,8 @@ def staleness_rows(name: str, data: torch.Tensor, module: nn.Module | None, batc
                    epochs: int, device: str) -> list[list[str]]:
     watch = Staleness(batch_size)
     estimator(module, batch_size, epochs, 0, "float32", device,
-              ShuffledBatchSelector(batch_size), callbacks=[watch],
-              selection_pass="fresh").fit(data)
+              SpectralBatchSelector(batch_size), callbacks=[watch],
+              selection_pass="cached").fit(data)
     fresh, cached = (np.array(c) for c in zip(*watch.rows_, strict=True))
     return [[name, f"{fresh.mean():.3f} ± {fresh.std():.3f}",
              f"{cached.mean():.3f} ± {cached.std():.3f}",

@@ -384,7 +384,7 @@ def test_cached_selection_embeds_only_the_samples_no_step_trained(pairs, monkeyp
     completed by a pass over them alone."""
     X, _ = pairs
     passes = count_fresh_passes(monkeypatch)
-    ContrastiveEmbedder(**{**SMALL, "max_epochs": 2,
+    ContrastiveEmbedder(**{**SMALL, "max_epochs": 2, "selection_pass": "cached",
                            "selector": OSGDSelector(8, k=4, q=1)}).fit(X)
     assert passes[0] == 64 and 0 < passes[1] < 64
 

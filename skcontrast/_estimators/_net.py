@@ -114,9 +114,9 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
     held_out_rows : ndarray or None
         The rows of the estimator's ``X`` held out of training (``validation_fraction``),
         kept so that every warm start holds out the same rows.
-    selection_pass : {'cached', 'fresh'}
-        What adaptive selectors see: the embeddings the training steps computed, or a
-        fresh no-grad pass over the training set at the start of every epoch.
+    selection_pass : {'fresh', 'cached'}
+        What adaptive selectors see: a fresh no-grad pass over the training set at the
+        start of every epoch, or the embeddings the training steps computed.
     """
 
     def __init__(self, *args: Any, selector: Any = None, labels: Any = None,
@@ -124,7 +124,7 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
                  num_workers: int = 0, labelled: bool = False,
                  micro_batch_size: int | None = None, valid_batch_size: int | None = None,
                  image_normalization: Any = None, held_out_rows: Any = None,
-                 selection_pass: str = "cached", **kwargs: Any) -> None:
+                 selection_pass: str = "fresh", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.selection_pass = selection_pass
         self.held_out_rows = held_out_rows

@@ -220,7 +220,7 @@ class ParameterChecks:
                              "parameters start with 'module__' or 'optimizer__'")
         _check_normalization(self.image_normalization)
         check_choice(self.transform_from, "transform_from", ("head", "backbone"))
-        check_choice(self.selection_pass, "selection_pass", ("cached", "fresh"))
+        check_choice(self.selection_pass, "selection_pass", ("fresh", "cached"))
         clash = set(self._nested("optimizer__")) & set(self.optimizer_params or {})
         if clash:
             raise ValueError(f"{sorted(clash)} set both as optimizer__* and in "
