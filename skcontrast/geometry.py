@@ -32,9 +32,9 @@ REFERENCES = ("auto", "etf", "cross_polytope")
 BLOCK_ELEMENTS = 2**23
 
 
-def block_rows(n_columns: int) -> int:
-    """Rows per block so that a block against ``n_columns`` holds ``BLOCK_ELEMENTS``."""
-    return max(1, min(4096, BLOCK_ELEMENTS // max(n_columns, 1)))
+def block_rows(n_columns: int, elements: int = BLOCK_ELEMENTS) -> int:
+    """Rows per block so that a block against ``n_columns`` holds ``elements``."""
+    return max(1, min(4096, elements // max(n_columns, 1)))
 
 
 def _matrix(x: Any, name: str, *, min_rows: int = 1) -> np.ndarray:
