@@ -279,15 +279,19 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--n", type=int, default=20_000, help="MLP pairs")
     parser.add_argument("--images-n", type=int, default=50_000, help="CNN image pairs")
     parser.add_argument("--epochs", type=int, default=3, help="timed epochs (after one)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--skip-spectral", action="store_true")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="torch threads on the CPU")
+    parser.add_argument("--device", default="auto",
+                        help="'auto' (a GPU if usable), 'cpu' or 'cuda'")
+    parser.add_argument("--skip-spectral", action="store_true",
+                        help="skip the adaptive-selection and staleness tables")
     parser.add_argument("--wide", action=argparse.BooleanOptionalAction, default=None,
                         help="also a wide MLP (2048, 2048), n=100,000, B=1024 (default: on "
                              "a GPU only)")
     parser.add_argument("--caching", action=argparse.BooleanOptionalAction, default=True,
                         help="gradient caching: step time and the largest batch in budget")
-    parser.add_argument("--budget-gib", type=float, default=4.0)
+    parser.add_argument("--budget-gib", type=float, default=4.0,
+                        help="memory budget of the largest-batch table, GiB")
     parser.add_argument("--probe", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:  # one step in a fresh process (see largest_batches)

@@ -196,16 +196,28 @@ def siglip_row(b: int, d: int, chunk: int, open_clip_loss: Any) -> list[str]:
 
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[256, 1024, 4096])
-    parser.add_argument("--large", type=int, nargs="*",
-                        default=[4096, 8192, 16384, 32768, 65536])
-    parser.add_argument("--large-losses", nargs="+", default=["nt_xent", "supcon"])
-    parser.add_argument("--chunk", type=int, default=1024)
-    parser.add_argument("--siglip", type=int, nargs="*", default=[1024, 4096, 8192, 16384],
-                        help="batch sizes of the SigLIP table (none: skip it)")
-    parser.add_argument("--dim", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[256, 1024, 4096],
+                        help="batch sizes of the table against pytorch-metric-learning")
+    parser.add_argument("--large", type=int, nargs="*", default=None,
+                        help="batch sizes of the dense-vs-tiled table (default: 4096 to "
+                             "65536, unless --sizes is given; none: skip it)")
+    parser.add_argument("--large-losses", nargs="+", default=["nt_xent", "supcon"],
+                        help="losses of the dense-vs-tiled table")
+    parser.add_argument("--chunk", type=int, default=1024,
+                        help="rows per tile of the tiled losses")
+    parser.add_argument("--siglip", type=int, nargs="*", default=None,
+                        help="batch sizes of the SigLIP table (default: 1024 to 16384, "
+                             "unless --sizes is given; none: skip it)")
+    parser.add_argument("--dim", type=int, default=128,
+                        help="embedding width d")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="torch threads on the CPU")
     args = parser.parse_args(argv)
+    sized = "--sizes" in (sys.argv[1:] if argv is None else argv)  # a run of chosen sizes
+    if args.large is None:
+        args.large = [] if sized else [4096, 8192, 16384, 32768, 65536]
+    if args.siglip is None:
+        args.siglip = [] if sized else [1024, 4096, 8192, 16384]
     set_threads(args.threads)
     pml = import_pml("losses")
     rows = [bench_ntxent(b, args.dim, pml) for b in args.sizes]

@@ -80,10 +80,14 @@ def row(n: int, d: int, classes: int, pml) -> list[list[str]]:
 
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 20_000, 100_000])
-    parser.add_argument("--dim", type=int, default=128)
-    parser.add_argument("--classes", type=int, default=2000)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 20_000, 100_000],
+                        help="numbers of embeddings n")
+    parser.add_argument("--dim", type=int, default=128,
+                        help="embedding width d")
+    parser.add_argument("--classes", type=int, default=2000,
+                        help="number of classes of the labels")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="torch threads on the CPU")
     args = parser.parse_args(argv)
     set_threads(args.threads)
     pml = import_pml()

@@ -48,8 +48,10 @@ def _threads(counts: list[int]) -> str:
 
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=500_000)
-    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--n", type=int, default=500_000,
+                        help="pairs to select batches for")
+    parser.add_argument("--jobs", type=int, default=2,
+                        help="worker processes (Dask) for the scale-out rows")
     parser.add_argument("--dask", action="store_true", help="also on a Dask LocalCluster")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")

@@ -205,13 +205,17 @@ def other_rows(quick: bool) -> list[list[str]]:
 
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 50_000])
-    parser.add_argument("--structures", nargs="+", default=["clustered", "isotropic"])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 50_000],
+                        help="numbers of pairs n of the spectral table")
+    parser.add_argument("--structures", nargs="+", default=["clustered", "isotropic"],
+                        help="embedding structures: 'clustered', 'isotropic', 'duplicates'")
     parser.add_argument("--options-n", type=int, default=12_800,
                         help="n of the affinity/Laplacian comparison")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2,
+                        help="torch threads on the CPU")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed repetitions (median)")
     args = parser.parse_args(argv)
     set_threads(args.threads)
     warnings.simplefilter("ignore")

@@ -104,18 +104,26 @@ def _gram_figure(results: dict, geometry: Any, args: argparse.Namespace) -> str 
     kind = geometry.reference_for(args.n, args.d)
     reference = geometry.simplex_etf(args.n, args.d) if kind == "etf" else \
         geometry.cross_polytope(args.n, args.d)
-    # constrained layout keeps the two-line titles of the square panels inside the figure
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(2.3 * (len(panels) + 1), 2.9),
-                             layout="constrained")
+    # a grid of square panels (constrained layout keeps the two-line titles inside the
+    # figure) and one colour bar: the cosine u_i . v_j in [-1, 1]
+    columns = 4
+    rows = -(-(len(panels) + 1) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(2.4 * columns + 0.8, 2.7 * rows),
+                             layout="constrained", squeeze=False)
+    axes = axes.ravel()
     plot_gram(reference, ax=axes[0], title=kind.replace("_", "-"), colorbar=False)
-    for ax, (name, result) in zip(axes[1:], panels, strict=True):
+    for ax, (name, result) in zip(axes[1:], panels, strict=False):
         plot_gram(result.U, result.V, ax=ax, colorbar=False,
                   title=f"{name}\ngap {result.final_gap:.2f}")
-    for ax in axes:
+    for ax in axes[len(panels) + 1:]:
+        ax.set_axis_off()
+    for ax in axes[:len(panels) + 1]:
         ax.set_xticks([])
         ax.set_yticks([])
         ax.set_xlabel("")
         ax.set_ylabel("")
+    fig.colorbar(axes[0].images[0], ax=axes.tolist(), shrink=0.6,
+                 label="cosine $u_i^T v_j$")
     path = out / f"synthetic_gram_N{args.n}_d{args.d}.png"
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -123,27 +131,30 @@ def _gram_figure(results: dict, geometry: Any, args: argparse.Namespace) -> str 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from . import __version__  # the package imports torch only when an estimator is used
 
     parser = argparse.ArgumentParser(
         prog="skcontrast",
         description="Contrastive learning with pluggable mini-batch selection.")
     parser.add_argument("--version", action="version", version=f"skcontrast {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="{demo,bench,synthetic}")
+    defaults = argparse.ArgumentDefaultsHelpFormatter
     demo = sub.add_parser(
         "demo", help="compare batch selectors on split-view digits (about a minute and a half on "
              "two CPU cores)",
         description="Train ContrastiveEmbedder with several batch selectors and "
                     "SupConEmbedder with and without batch-binding on sklearn's digits "
-                    "split into left/right halves; print a table and write figures.")
+                    "split into left/right halves; print a table and write figures.",
+        formatter_class=defaults)
     demo.add_argument("--quick", action="store_true", help="small budget (CI)")
     demo.add_argument("--out", default="skcontrast-demo", help="folder for figures")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--seed", type=int, default=0, help="random_state of every fit")
     demo.set_defaults(func=_run_demo)
     bench = sub.add_parser(
         "bench", help="run the benchmarks against named peers",
         description="Run benchmarks/bench_<which>.py; options after -- go to the script, "
-                    "e.g. skcontrast bench losses -- --sizes 256 1024")
+                    "e.g. skcontrast bench losses -- --sizes 256 1024 (see each script's "
+                    "options with: skcontrast bench losses -- --help)")
     # no ``choices`` here: with nargs='*', Python < 3.12 checks the default list itself
     # against them and refuses it; names are checked in _run_bench
     bench.add_argument("which", nargs="*", metavar="NAME",
@@ -151,17 +162,21 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default: losses)")
     bench.set_defaults(func=_run_bench)
     synthetic = sub.add_parser(
-        "synthetic", help="batch selection on directly optimised embeddings (seed 000/002)",
+        "synthetic", help="batch selection on directly optimised embeddings (Sreenivasan "
+                          "et al. 2023, Cho et al. 2023)",
         description="Optimise N unit-norm pairs directly with every batch-selection "
-                    "method from the same starting points, and fixed, shuffled and OSGD "
-                    "batches with SogCLR's global estimator; print the final distance to "
-                    "the optimal geometry and draw the Gram heat maps.")
+                    "method from the same starting points (the synthetic experiments of "
+                    "Sreenivasan et al. 2023 and Cho et al. 2023, 'Mini-batch optimization "
+                    "of contrastive loss'), and fixed, shuffled and OSGD batches with "
+                    "SogCLR's global estimator; print the final distance to the optimal "
+                    "geometry and draw the Gram heat maps.", formatter_class=defaults)
     synthetic.add_argument("--n", type=int, default=8, help="number of pairs N")
     synthetic.add_argument("--d", type=int, default=16, help="embedding dimension")
-    synthetic.add_argument("--batch-size", type=int, default=2)
-    synthetic.add_argument("--steps", type=int, default=500)
-    synthetic.add_argument("--seeds", type=int, default=5)
-    synthetic.add_argument("--lr", type=float, default=0.5)
+    synthetic.add_argument("--batch-size", type=int, default=2, help="batch size B")
+    synthetic.add_argument("--steps", type=int, default=500, help="gradient steps")
+    synthetic.add_argument("--seeds", type=int, default=5,
+                           help="starting points per method (mean ± std)")
+    synthetic.add_argument("--lr", type=float, default=0.5, help="step size")
     synthetic.add_argument("--gamma", type=float, default=0.9,
                            help="SogCLR's moving-average weight in the '+ SogCLR' rows")
     synthetic.add_argument("--out", default="skcontrast-synthetic",
@@ -176,7 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv:
         cut = argv.index("--")
         argv, forwarded = argv[:cut], argv[cut + 1:]
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # plain `skcontrast`: what it can do
+        parser.print_help()
+        return 0
     args.extra = forwarded
     return args.func(args)
 

@@ -600,6 +600,26 @@ def get_scorer(name: str | Callable, estimator: Any = None
     return scorer
 
 
+def is_scorer_name(name: Any) -> bool:
+    """Whether ``name`` is one of skcontrast's scorer names (``'map@r'``, ``'recall@5'``)."""
+    return isinstance(name, str) and (name in SCORERS or
+                                      re.fullmatch(r"recall@(\d+)", name) is not None)
+
+
+def resolve_scoring(scoring: Any) -> Any:
+    """``scoring`` with skcontrast's scorer names replaced by their scorers: a name, a
+    list or tuple of names (as scikit-learn's multi-metric form, a dict by name), or a
+    dict of them; other values (scikit-learn's names, callables) are kept."""
+    if is_scorer_name(scoring):
+        return get_scorer(scoring)
+    if isinstance(scoring, list | tuple | set) and any(map(is_scorer_name, scoring)):
+        return {name: get_scorer(name) if is_scorer_name(name) else name for name in scoring}
+    if isinstance(scoring, dict):
+        return {key: get_scorer(value) if is_scorer_name(value) else value
+                for key, value in scoring.items()}
+    return scoring
+
+
 def _named_scorer(name: str | Callable) -> Callable[[Any, Any, Any], float]:
     if callable(name):
         return name

@@ -14,6 +14,8 @@ pytestmark = pytest.mark.slow  # the user guide's code, run in a subprocess
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"^( *)\.\. code-block:: python\n\n((?:\1   .*\n|\n)+)", re.MULTILINE)
 SKIP = re.compile(r"\.\. not-run: .*\n\n$")  # an RST comment right before a block
+# ``.. continues: <page>-<n>`` right before a block: it runs after that block's code
+CONTINUES = re.compile(r"\.\. continues: (\S+)\n\n$")
 
 
 def code_blocks() -> dict[str, str]:
@@ -25,6 +27,9 @@ def code_blocks() -> dict[str, str]:
                 continue
             indent = len(match.group(1)) + 3
             code = "\n".join(line[indent:] for line in match.group(2).splitlines())
+            after = CONTINUES.search(text[:match.start()])
+            if after:
+                code = blocks[after.group(1)] + "\n" + code
             blocks[f"{page.stem}-{number}"] = code
     return blocks
 

@@ -411,3 +411,23 @@ def test_a_batch_of_one_sample_is_skipped_with_a_warning():
     assert len([w for w in seen if "single sample" in str(w.message)]) == 1  # once per fit
     assert est.history_[:, "n_batches"] == [2, 2, 2]
     assert np.isfinite(est.history_[:, "train_loss"]).all()
+
+
+@pytest.mark.parametrize("views, width", [("first", 3), ("concat", 6), ("mean", 3)])
+def test_transform_views_gives_a_pipeline_one_view_both_or_their_mean(views, width):
+    X, _ = make_paired_gaussians(64, 4, random_state=0)
+    flat = X.reshape(len(X), -1)
+    pipe = Pipeline([("scale", StandardScaler()),
+                     ("embed", ContrastiveEmbedder(n_components=3, hidden_layer_sizes=(8,),
+                                                   max_epochs=1, transform_views=views,
+                                                   random_state=0))]).fit(flat)
+    out = pipe.transform(flat)
+    est = pipe[-1]
+    assert out.shape == (64, width) and len(est.get_feature_names_out()) == width
+    U, V = est.transform_pairs(pipe[0].transform(flat))
+    expected = {"first": U, "concat": np.hstack([U, V]),
+                "mean": (U + V) / np.linalg.norm(U + V, axis=1, keepdims=True)}[views]
+    np.testing.assert_allclose(out, expected, atol=1e-6)
+    with pytest.raises(ValueError, match="transform_views='concat' combines the two views"):
+        ContrastiveEmbedder(transform_views="concat", augmentation=GaussianNoise(0.1),
+                            max_epochs=1).fit(X[:, 0])

@@ -179,3 +179,29 @@ def test_searches_compared_at_equal_budget():
     assert best.runs_to_reach(levels) == pytest.approx(np.mean(first))
     assert 1 <= np.mean(first) <= 9
     assert grid.runs_to_reach(np.inf) == np.inf
+
+
+def test_balance_search_takes_skcontrast_scorer_names():
+    X, y = make_paired_gaussians(90, 5, n_clusters=3, random_state=0)
+    est = ContrastiveEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=1,
+                              random_state=0)
+    names = ("loss__lambda_pos", "loss__lambda_ent")
+    one = BalanceSearchCV(est, param_names=names, budget=2, cv=2, scoring="map@r").fit(X, y)
+    assert np.isfinite(one.best_score_)
+    several = BalanceSearchCV(est, param_names=names, budget=2, cv=2,
+                              scoring=["recall@1", "map@r"], refit="map@r").fit(X, y)
+    assert "mean_test_recall@1" in several.cv_results_
+    with pytest.raises(ValueError, match="'ncc_accuracy' scorer needs labels y"):
+        BalanceSearchCV(est, param_names=names, budget=2, cv=2,
+                        scoring="ncc_accuracy").fit(X)
+
+
+def test_grid_search_takes_the_scorers_by_get_scorer():
+    from sklearn.model_selection import GridSearchCV
+
+    X, y = make_paired_gaussians(90, 5, n_clusters=3, random_state=0)
+    est = ContrastiveEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=1,
+                              random_state=0)
+    grid = GridSearchCV(est, {"loss__temperature": [0.1, 0.3]}, cv=2,
+                        scoring=get_scorer("map@r")).fit(X, y)
+    assert np.isfinite(grid.best_score_)

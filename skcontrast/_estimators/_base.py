@@ -266,6 +266,43 @@ class BaseEmbedder(ParameterChecks, NetBuilder, ClassNamePrefixFeaturesOutMixin,
                       attributes=encode_attributes(self, SAVED_ATTRIBUTES))
         return write_model(path, type(self).__name__, params, named, fitted, tensors)
 
+    def export(self, path: Any, format: str = "onnx", *, view: Any = 0,
+               example: Any = None) -> Any:
+        """Export what :meth:`transform` computes for one view to ONNX or TorchScript.
+
+        The exported model takes a batch of the view's items as ``transform`` does (it
+        scales bytes to [0, 1] and applies ``image_normalization`` itself) and returns
+        the same embeddings: the encoder's, through the projection head or not as
+        ``transform_from`` says, unit-normalised when the loss normalises.
+
+        Parameters
+        ----------
+        path : str or path
+            The file to write (``.onnx`` or ``.pt``).
+        format : {'onnx', 'torchscript'}, default='onnx'
+            ONNX (``torch.onnx.export``, a dynamic batch size; run it with onnxruntime)
+            or a traced TorchScript module (``torch.jit.load``).
+        view : int or str, default=0
+            Which view's encoder (for two modalities, the index or the name).
+        example : array or tensor, optional
+            A batch of inputs to trace with, of the dtype you will feed (e.g. uint8
+            images); by default zeros of the view's shape (float, or int64 token ids).
+
+        Returns
+        -------
+        pathlib.Path
+
+        Raises
+        ------
+        ValueError
+            For a view made of several tensors (keyword arguments), or a module the
+            tracer or the ONNX exporter cannot handle (their message is kept).
+        """
+        from ._export import export
+
+        check_is_fitted(self, "net_")
+        return export(self, path, format, self.input_spec_.view_index(view), example)
+
     @classmethod
     def _from_saved(cls, config: dict, tensors: dict, objects: dict,
                     device: str) -> BaseEmbedder:

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from sklearn.utils.validation import check_is_fitted
 
-from .._validation import check_labels, describe
+from .._validation import check_choice, check_labels, describe
 from ..metrics import recall_at_k
 from ._base import BaseEmbedder, global_rng_turn, sample_of
 from ._data import read_fit_input, read_input, read_view
@@ -190,6 +190,13 @@ class ContrastiveEmbedder(BaseEmbedder):
         :meth:`~skcontrast.ContrastiveEmbedder.transform_backbone` give either; ``score``
         always uses the head.
         ``n_components_`` and the feature names follow the width of that output.
+    transform_views : {'first', 'concat', 'mean'}, default='first'
+        What :meth:`transform` (and so a ``Pipeline``) returns for paired input: the
+        embedding of view 0 alone (the two views of an item share an embedding space, so
+        one is its representation), or both views' embeddings side by side (twice the
+        width), or their mean (unit-normalised in the head's space). A classifier after
+        the embedder sees only view 0's half of the input with ``'first'``: compare it
+        with one on all the input using ``'concat'``.
     freeze : None, 'backbone' or list of str, default=None
         Parts of a (pretrained) module to keep fixed: their parameters do not train and
         they stay in eval mode, so their batch-norm statistics do not drift.
@@ -247,7 +254,8 @@ class ContrastiveEmbedder(BaseEmbedder):
                  accelerator: Any = None, device: str = "auto",
                  random_state: Any = None, verbose: int = 0, callbacks: list | None = None,
                  warm_start: bool = False, projection_head: Any = None,
-                 transform_from: str = "head", freeze: Any = None, **kwargs: Any) -> None:
+                 transform_from: str = "head", transform_views: str = "first",
+                 freeze: Any = None, **kwargs: Any) -> None:
         self.module = module
         self.n_components = n_components
         self.hidden_layer_sizes = hidden_layer_sizes
@@ -279,6 +287,7 @@ class ContrastiveEmbedder(BaseEmbedder):
         self.warm_start = warm_start
         self.projection_head = projection_head
         self.transform_from = transform_from
+        self.transform_views = transform_views
         self.freeze = freeze
         self._set_nested(kwargs)
 
@@ -315,6 +324,11 @@ class ContrastiveEmbedder(BaseEmbedder):
         alike = (first.shape, first.integer, first.parts) == \
             (last.shape, last.integer, last.parts)
         shared = alike if self.shared_encoder == "auto" else bool(self.shared_encoder)
+        check_choice(self.transform_views, "transform_views", ("first", "concat", "mean"))
+        if self.transform_views != "first" and not spec.paired:
+            raise ValueError(f"transform_views={self.transform_views!r} combines the two "
+                             "views of paired input, but X holds single views (with an "
+                             "augmentation); use transform_views='first'")
         if shared and not alike:
             raise ValueError(f"shared_encoder=True needs views of equal shape and kind; got "
                              f"{first.describe()} and {last.describe()}")
@@ -325,18 +339,35 @@ class ContrastiveEmbedder(BaseEmbedder):
             labels = labels[kept]
         net = self._fit_net(data, spec, labels, None, shared, held_out, kept)
         self._commit(net, spec, view_split_=spec.split, sample=sample_of(data), **features)
+        if self.transform_views == "concat":
+            self.n_components_ *= 2  # both views side by side
         self._finish(net)
         return self
 
     def transform(self, X: Any) -> np.ndarray:
-        """Embeddings of view 0, float32, of shape ``(n, n_components_)``: by the
-        projection head (unit norm) or the backbone, as ``transform_from`` says.
+        """Embeddings, float32, of shape ``(n, n_components_)``: of view 0 (or both views,
+        side by side or averaged, as ``transform_views`` says), by the projection head
+        (unit norm) or the backbone, as ``transform_from`` says.
 
         ``X`` has the form seen in ``fit``. Use :meth:`transform_view` to embed the
         items of one view alone, :meth:`transform_pairs` for both views.
         """
         check_is_fitted(self, "net_")
-        return self._embed(read_input(self, X, self.input_spec_).select(0), view=0)
+        data = read_input(self, X, self.input_spec_)
+        if self.transform_views == "first" or not self.input_spec_.paired:
+            return self._embed(data.select(0), view=0)
+        return self._both_views(data)
+
+    def _both_views(self, data: Any) -> np.ndarray:
+        U, V = (self._embed(data.select(i), view=i) for i in (0, 1))
+        if self.transform_views == "concat":
+            return np.hstack([U, V])
+        mean = (U + V) / 2
+        if self.transform_from == "head" and getattr(self.net_.criterion_.loss, "normalize",
+                                                     True):
+            norms = np.linalg.norm(mean, axis=1, keepdims=True)
+            mean = mean / np.where(norms > 0, norms, 1)
+        return mean.astype(np.float32, copy=False)
 
     def _pairs(self, X: Any, output: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         check_is_fitted(self, "net_")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.model_selection._search import BaseSearchCV
@@ -32,8 +32,9 @@ class BalanceSearchCV(BaseSearchCV):
     rows of ``A`` as eigenvectors, three exact line searches reach its optimum.
 
     It is a scikit-learn search (a ``BaseSearchCV`` implementing ``_run_search``):
-    ``cv``, ``scoring`` (including :func:`skcontrast.metrics.get_scorer` scorers and
-    multi-metric dicts with ``refit``), ``n_jobs``, ``cv_results_``, ``best_params_``,
+    ``cv``, ``scoring`` (scikit-learn's names and scorers, and skcontrast's scorer names
+    such as ``'map@r'`` or ``'recall@1'`` directly; multi-metric lists and dicts with
+    ``refit``), ``n_jobs``, ``cv_results_``, ``best_params_``,
     ``best_score_``, ``best_estimator_`` and ``transform``/``predict`` delegation work as
     in ``GridSearchCV``.
 
@@ -90,6 +91,11 @@ class BalanceSearchCV(BaseSearchCV):
     >>> len(search.cv_results_["params"])
     4
     """
+
+    # skcontrast's scorer names are strings scikit-learn does not list
+    _parameter_constraints: ClassVar[dict] = {**BaseSearchCV._parameter_constraints,
+                                              "scoring": [str, callable, list, tuple, dict,
+                                                          None]}
 
     def __init__(self, estimator: Any, *, param_names: Any = ("loss__lambda_pos",
                                                                "loss__lambda_ent",
@@ -206,6 +212,18 @@ class BalanceSearchCV(BaseSearchCV):
                              f"got refit={self.refit!r}")
         return super().fit(X, y, **params)
 
+    def _get_scorers(self) -> Any:
+        """scikit-learn's scorers, with skcontrast's scorer names (``'map@r'``,
+        ``'recall@1'``, ...) accepted wherever a scoring string is."""
+        from ..metrics import resolve_scoring
+
+        given = self.scoring
+        self.scoring = resolve_scoring(given)
+        try:
+            return super()._get_scorers()
+        finally:
+            self.scoring = given
+
     def _run_search(self, evaluate_candidates: Any) -> None:
         names = self._names()
         total = check_int(self.budget, "budget", minimum=1)
@@ -314,8 +332,9 @@ def check_search_input(estimator: Any, X: Any, y: Any, scoring: Any) -> None:
     from skorch.helper import SliceDict
 
     from .._validation import is_view_dict
-    from ..metrics import EmbeddingScorer
+    from ..metrics import EmbeddingScorer, resolve_scoring
 
+    scoring = resolve_scoring(scoring)
     if is_view_dict(X) and not isinstance(X, SliceDict):
         raise ValueError(f"X is a plain dict of views ({list(X)}), which cross-validation "
                          "cannot split by sample; wrap it: skorch.helper.SliceDict(**X)")

@@ -18,6 +18,9 @@ non-adaptive selectors only use ``len(X)``.
 ``BindingSelector``          one binding example per class in every batch (seed 003)
 ``PredefinedBatchSelector``  the same given batches every epoch
 ===========================  ======================================================
+
+:class:`SelectorSampler` makes any of them a ``torch.utils.data`` batch sampler, for
+training loops of one's own (plain PyTorch, Lightning, Hugging Face ``Trainer``).
 """
 
 from ._adaptive import BcSSelector, OSGDSelector, ScBSelector
@@ -32,6 +35,7 @@ from ._basic import (
     ShuffledBatchSelector,
 )
 from ._binding import BindingSelector, Corollary21, batch_interaction_graph, check_corollary_2_1
+from ._sampler import SelectorSampler
 from ._spectral import SpectralBatchSelector, spectral_batches
 
 __all__ = [
@@ -46,6 +50,7 @@ __all__ = [
     "PredefinedBatchSelector",
     "RandomBatchSelector",
     "ScBSelector",
+    "SelectorSampler",
     "ShuffledBatchSelector",
     "SpectralBatchSelector",
     "balanced_assignment",

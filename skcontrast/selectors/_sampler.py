@@ -1,0 +1,194 @@
+"""Any selector as a PyTorch batch sampler, for training loops of one's own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Sampler
+
+from .._validation import as_numpy, check_int, describe
+from ._base import BatchSelector
+
+
+def _world() -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+class SelectorSampler(Sampler[list[int]]):
+    """The batches of a batch selector as a ``torch.utils.data`` batch sampler.
+
+    Give it to a ``DataLoader`` as ``batch_sampler=``: each pass over the loader (one
+    ``iter``) is one epoch of the selector's batches, so any training loop, plain
+    PyTorch, PyTorch Lightning or Hugging Face ``Trainer``, trains on them.
+
+    An adaptive selector (OSGD, spectral, greedy, ...) chooses by embeddings. The
+    sampler holds one embedding per sample and refreshes it either
+
+    - by **callback**: ``embed(indices) -> array`` of the samples' current embeddings
+      (``(len(indices), 2, d)`` pairs or ``(len(indices), d)`` single views), called
+      when an epoch starts, every ``refresh_every`` epochs, for all samples, and for
+      samples that have none yet;
+    - or by **push**: ``sampler.update(indices, embeddings)`` from the training loop,
+      e.g. with the embeddings each step computes anyway (what the next epoch then
+      selects on, up to an epoch old). Samples never pushed are embedded by ``embed``
+      (if given) or raise.
+
+    **Epochs** follow the selector: ``set_epoch(e)`` (as ``DistributedSampler``) makes
+    the next pass epoch ``e``, so a resumed run draws the batches it would have drawn.
+    Without ``set_epoch`` successive passes are successive epochs.
+
+    **Data-parallel training** (``torch.distributed`` initialised, or ``num_replicas``
+    and ``rank`` given): every process computes the same global batches (the selector
+    must be seeded, ``random_state``, and the embeddings the same on every process) and
+    iterates over its own contiguous slice of each, so the global batch is the
+    selector's batch (gather the embeddings across processes for a loss over the whole
+    batch, as the estimators do).
+
+    It pickles (into ``DataLoader`` workers, or with a checkpoint): the embeddings and the
+    selector's epoch travel; ``embed`` must itself be picklable to be kept.
+
+    Parameters
+    ----------
+    selector : BatchSelector
+        Any selector of :mod:`skcontrast.selectors` (used as it is: its epochs advance).
+    n_samples : int
+        Number of samples of the dataset (indices ``0 .. n_samples - 1``).
+    embed : callable or None, default=None
+        ``embed(indices) -> array``: the current embeddings of those samples.
+    labels : array-like of shape (n_samples,), optional
+        For selectors that use labels (``BindingSelector``, label losses).
+    loss : Loss or None, default=None
+        What an adaptive selector whose own ``loss`` is ``None`` scores with: your
+        training loss object (:mod:`skcontrast.losses`), with its current temperature.
+    refresh_every : int, default=1
+        Epochs between two calls of ``embed`` for all samples (pushed embeddings are
+        used as they come).
+    num_replicas, rank : int or None, default=None
+        Data-parallel processes and this one's rank; ``None``: from ``torch.distributed``
+        if it is initialised, else one process.
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> from torch.utils.data import DataLoader, TensorDataset
+    >>> from skcontrast.selectors import SelectorSampler, ShuffledBatchSelector
+    >>> data = TensorDataset(torch.randn(10, 3))
+    >>> sampler = SelectorSampler(ShuffledBatchSelector(4, random_state=0), 10)
+    >>> [len(b) for (b,) in DataLoader(data, batch_sampler=sampler)]
+    [4, 4, 2]
+    """
+
+    def __init__(self, selector: BatchSelector, n_samples: int, *,
+                 embed: Callable[[np.ndarray], Any] | None = None, labels: Any = None,
+                 loss: Any = None, refresh_every: int = 1, num_replicas: int | None = None,
+                 rank: int | None = None) -> None:
+        if not isinstance(selector, BatchSelector):
+            raise ValueError(f"selector must be a BatchSelector from skcontrast.selectors; "
+                             f"got {describe(selector)}")
+        self.selector = selector
+        self.n_samples = check_int(n_samples, "n_samples", minimum=2)
+        if embed is not None and not callable(embed):
+            raise ValueError(f"embed must be a callable embed(indices) -> array, or None; "
+                             f"got {describe(embed)}")
+        self.embed = embed
+        self.labels = None if labels is None else as_numpy(labels, "labels")
+        if self.labels is not None and len(self.labels) != self.n_samples:
+            raise ValueError(f"labels has {len(self.labels)} entries but n_samples is "
+                             f"{self.n_samples}")
+        self.loss = loss
+        self.refresh_every = check_int(refresh_every, "refresh_every", minimum=1)
+        if (num_replicas is None) != (rank is None):
+            raise ValueError("num_replicas and rank go together: give both or neither")
+        if num_replicas is not None:
+            check_int(num_replicas, "num_replicas", minimum=1)
+            check_int(rank, "rank", minimum=0, maximum=num_replicas - 1)
+        self.num_replicas, self.rank = num_replicas, rank
+        self.embeddings: np.ndarray | None = None
+        self._known = np.zeros(self.n_samples, dtype=bool)
+        self._refreshed_at: int | None = None
+        self.refreshes = 0
+
+    # -- epochs -----------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next pass over the loader epoch ``epoch`` (0-based)."""
+        self.selector.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next pass yields."""
+        return self.selector.current_epoch
+
+    def __len__(self) -> int:
+        return self.selector.get_n_splits(self.n_samples, self.labels)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        world, rank = self._replicas()
+        for batch in self.epoch_batches():
+            yield np.array_split(batch, world)[rank].tolist()
+
+    def epoch_batches(self) -> list[np.ndarray]:
+        """The global batches of the next epoch (every process gets the same)."""
+        if not getattr(self.selector, "_adaptive", False):
+            placeholder = np.zeros((self.n_samples, 1), dtype=np.float32)
+            return self.selector.epoch_batches(placeholder, self.labels)
+        X = self._current_embeddings(self.epoch)
+        return self.selector.epoch_batches(X, self.labels, loss=self.loss)
+
+    # -- embeddings -------------------------------------------------------------------
+
+    def update(self, indices: Any, embeddings: Any) -> None:
+        """Record the embeddings of the samples ``indices`` (e.g. those a training step
+        computed), for the next epoch's selection."""
+        index = as_numpy(indices, "indices").astype(np.int64).ravel()
+        values = as_numpy(embeddings.detach() if isinstance(embeddings, torch.Tensor)
+                          else embeddings, "embeddings").astype(np.float32, copy=False)
+        if len(values) != len(index):
+            raise ValueError(f"update got {len(index)} indices but {len(values)} embeddings")
+        if len(index) and (index.min() < 0 or index.max() >= self.n_samples):
+            raise ValueError(f"indices must lie in [0, {self.n_samples}); got "
+                             f"{index.min()}..{index.max()}")
+        if self.embeddings is None or self.embeddings.shape[1:] != values.shape[1:]:
+            self.embeddings = np.zeros((self.n_samples, *values.shape[1:]), np.float32)
+            self._known[:] = False
+        self.embeddings[index] = values
+        self._known[index] = True
+
+    def refresh(self) -> None:
+        """Embed every sample now with ``embed``."""
+        if self.embed is None:
+            raise ValueError("refresh needs embed=, a callable embed(indices) -> array")
+        self.update(np.arange(self.n_samples), self.embed(np.arange(self.n_samples)))
+        self.refreshes += 1
+
+    def _current_embeddings(self, epoch: int) -> np.ndarray:
+        due = self._refreshed_at is None or epoch - self._refreshed_at >= self.refresh_every
+        if self.embed is not None and due:
+            self.refresh()
+            self._refreshed_at = epoch
+        missing = np.flatnonzero(~self._known)
+        if len(missing):
+            if self.embed is None:
+                raise ValueError(
+                    f"{type(self.selector).__name__} selects by embeddings, and "
+                    f"{len(missing)} of the {self.n_samples} samples have none: give "
+                    "SelectorSampler an embed(indices) callback, or push embeddings with "
+                    "sampler.update(indices, embeddings) before the epoch starts")
+            self.update(missing, self.embed(missing))
+        return self.embeddings
+
+    def _replicas(self) -> tuple[int, int]:
+        if self.num_replicas is not None:
+            return self.num_replicas, self.rank
+        return _world()
+
+    def __repr__(self) -> str:
+        return (f"SelectorSampler({self.selector!r}, n_samples={self.n_samples}, "
+                f"epoch={self.epoch})")

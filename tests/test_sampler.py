@@ -1,0 +1,256 @@
+"""Selectors as a PyTorch batch sampler (skcontrast/selectors/_sampler.py): a plain loop,
+PyTorch Lightning, Hugging Face's Trainer, and data-parallel ranks (issue 28)."""
+
+import importlib.util
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from skcontrast.datasets import make_paired_gaussians
+from skcontrast.losses import SymmetricInfoNCE
+from skcontrast.selectors import (
+    OSGDSelector,
+    SelectorSampler,
+    ShuffledBatchSelector,
+    SpectralBatchSelector,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Pairs(Dataset):
+    """Items ``(index, x0, x1)``: the index lets a loop push embeddings back."""
+
+    def __init__(self, X):
+        self.X = torch.as_tensor(X, dtype=torch.float32)
+
+    def __len__(self):
+        return len(self.X)
+
+    def __getitem__(self, i):
+        return i, self.X[i, 0], self.X[i, 1]
+
+
+class Encoder(nn.Module):
+    def __init__(self, d=6, k=4):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d, 16), nn.ReLU(), nn.Linear(16, k))
+
+    def forward(self, x0, x1):
+        return torch.stack([self.net(x0), self.net(x1)], dim=1)
+
+
+@pytest.fixture(scope="module")
+def X():
+    return make_paired_gaussians(64, 6, n_clusters=4, random_state=0)[0]
+
+
+def embedder(model, X):
+    data = torch.as_tensor(X, dtype=torch.float32)
+
+    def embed(indices):
+        with torch.no_grad():
+            return model(data[indices, 0], data[indices, 1]).numpy()
+
+    return embed
+
+
+# --------------------------------------------------------------------------------------
+# A plain loop
+# --------------------------------------------------------------------------------------
+
+def test_a_plain_loop_trains_on_the_selectors_batches_refreshed_every_epoch(X):
+    torch.manual_seed(0)
+    model, loss = Encoder(), SymmetricInfoNCE(0.2)
+    sampler = SelectorSampler(SpectralBatchSelector(16, random_state=0), len(X),
+                              embed=embedder(model, X), loss=loss)
+    loader = DataLoader(Pairs(X), batch_sampler=sampler)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    seen = []
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        for index, x0, x1 in loader:
+            z = model(x0, x1)
+            loss(z[:, 0], z[:, 1]).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            seen.append(sorted(index.tolist()))
+    assert sampler.refreshes == 3
+    assert len(seen) == 12 and all(len(b) == 16 for b in seen)
+    for epoch in range(3):  # every epoch a partition of the samples
+        assert sorted(i for b in seen[4 * epoch:4 * epoch + 4] for i in b) == list(range(64))
+
+
+def test_pushed_embeddings_are_what_the_next_epoch_selects_on(X):
+    """The loop pushes what its steps computed; OSGD keeps a quarter of the batches, so
+    the samples no step embedded are embedded by the callback."""
+    torch.manual_seed(0)
+    model = Encoder()
+    calls = []
+
+    def embed(indices):
+        calls.append(len(indices))
+        return embedder(model, X)(indices)
+
+    sampler = SelectorSampler(OSGDSelector(8, k=4, q=1, random_state=0), len(X), embed=embed,
+                              refresh_every=100)
+    for _ in range(3):
+        for index, x0, x1 in DataLoader(Pairs(X), batch_sampler=sampler):
+            with torch.no_grad():
+                sampler.update(index, model(x0, x1))
+    assert calls[0] == 64 and len(calls) == 1  # pushed rows cover the rest afterwards
+    assert sampler.embeddings.shape == (64, 2, 4) and sampler.epoch == 3
+
+
+def test_set_epoch_replays_the_epochs_and_the_sampler_pickles(X):
+    def batches(sampler, epoch):
+        sampler.set_epoch(epoch)
+        return [list(b) for b in sampler]
+
+    one = SelectorSampler(ShuffledBatchSelector(16, random_state=3), len(X))
+    first, second = batches(one, 0), batches(one, 1)
+    again = pickle.loads(pickle.dumps(one))
+    assert batches(again, 1) == second and batches(again, 0) == first != second
+    assert len(one) == 4
+
+
+def test_ranks_get_their_slices_of_the_same_global_batches(X):
+    slices = []
+    for rank in range(3):
+        sampler = SelectorSampler(ShuffledBatchSelector(16, random_state=0), len(X),
+                                  num_replicas=3, rank=rank)
+        slices.append(list(sampler))
+    whole = list(SelectorSampler(ShuffledBatchSelector(16, random_state=0), len(X)))
+    for k, batch in enumerate(whole):
+        assert sum((s[k] for s in slices), []) == batch
+
+
+def test_bad_input_is_refused_by_name(X):
+    with pytest.raises(ValueError, match="selector must be a BatchSelector"):
+        SelectorSampler("spectral", 10)
+    with pytest.raises(ValueError, match="have none: give SelectorSampler an embed"):
+        list(SelectorSampler(SpectralBatchSelector(4), 8))
+    with pytest.raises(ValueError, match="num_replicas and rank go together"):
+        SelectorSampler(ShuffledBatchSelector(4), 8, num_replicas=2)
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 8\)"):
+        SelectorSampler(ShuffledBatchSelector(4), 8).update([9], np.zeros((1, 3)))
+
+
+# --------------------------------------------------------------------------------------
+# PyTorch Lightning and Hugging Face's Trainer
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("lightning") is None,
+                    reason="needs PyTorch Lightning (pip install lightning)")
+def test_a_lightning_module_trains_on_the_selectors_batches(X, tmp_path):
+    import lightning as L
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.encoder, self.loss = Encoder(), SymmetricInfoNCE(0.2)
+            self.sampler = SelectorSampler(SpectralBatchSelector(16, random_state=0),
+                                           len(X), embed=embedder(self.encoder, X))
+
+        def training_step(self, batch, _):
+            _, x0, x1 = batch
+            z = self.encoder(x0, x1)
+            return self.loss(z[:, 0], z[:, 1])
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=1e-2)
+
+        def train_dataloader(self):
+            return DataLoader(Pairs(X), batch_sampler=self.sampler)
+
+    module = Module()
+    trainer = L.Trainer(max_epochs=3, accelerator="cpu", logger=False, enable_progress_bar=False,
+                        enable_checkpointing=False, enable_model_summary=False,
+                        use_distributed_sampler=False, default_root_dir=tmp_path)
+    trainer.fit(module)
+    assert trainer.global_step == 12 and module.sampler.refreshes == 3
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                    reason="needs transformers (pip install transformers)")
+def test_a_hugging_face_trainer_trains_on_the_selectors_batches(X, tmp_path):
+    from transformers import Trainer, TrainingArguments
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder, self.loss = Encoder(), SymmetricInfoNCE(0.2)
+
+        def forward(self, index, x0, x1):
+            z = self.encoder(x0, x1)
+            return {"loss": self.loss(z[:, 0], z[:, 1])}
+
+    def collate(items):
+        index, x0, x1 = zip(*items, strict=True)
+        return {"index": torch.tensor(index), "x0": torch.stack(x0), "x1": torch.stack(x1)}
+
+    model = Model()
+    sampler = SelectorSampler(SpectralBatchSelector(16, random_state=0), len(X),
+                              embed=embedder(model.encoder, X))
+
+    class SelectorTrainer(Trainer):
+        def get_train_dataloader(self):
+            return DataLoader(Pairs(X), batch_sampler=sampler, collate_fn=collate)
+
+    args = TrainingArguments(output_dir=str(tmp_path), num_train_epochs=3, report_to=[],
+                             use_cpu=True, save_strategy="no", logging_strategy="no",
+                             disable_tqdm=True, learning_rate=1e-2)
+    state = SelectorTrainer(model=model, args=args, train_dataset=Pairs(X)).train()
+    assert state.global_step == 12 and sampler.refreshes == 3
+
+
+# --------------------------------------------------------------------------------------
+# Two processes (gloo)
+# --------------------------------------------------------------------------------------
+
+RANKS = """
+import json, sys, numpy as np, torch, torch.distributed as dist
+from skcontrast.datasets import make_paired_gaussians
+from skcontrast.selectors import SelectorSampler, SpectralBatchSelector
+dist.init_process_group("gloo")
+X, _ = make_paired_gaussians(64, 6, random_state=0)
+embed = lambda idx: X[idx]  # the same embeddings on every process
+sampler = SelectorSampler(SpectralBatchSelector(16, random_state=0), 64, embed=embed)
+epochs = []
+for epoch in range(2):
+    sampler.set_epoch(epoch)
+    local = list(sampler)
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, local)
+    epochs.append([sum((g[k] for g in gathered), []) for k in range(len(local))])
+if dist.get_rank() == 0:
+    whole = SelectorSampler(SpectralBatchSelector(16, random_state=0), 64, embed=embed)
+    expected = []
+    for epoch in range(2):
+        whole.set_epoch(epoch)
+        expected.append([b.tolist() for b in whole.epoch_batches()])  # the global batches
+    print(json.dumps(epochs == expected and all(len(l) == 8 for l in local)))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_train_on_slices_of_the_same_global_batches(tmp_path):
+    script = tmp_path / "ranks.py"
+    script.write_text(RANKS)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc_per_node=2", str(script)], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "true"
