@@ -57,12 +57,9 @@ def _run_demo(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     result = run_demo(args.out, quick=args.quick, seed=args.seed)
     print()
-    print(result.table())
-    print(f"\nCCA baseline (sklearn.cross_decomposition, 16 components): test recall@1 "
-          f"{result.baseline:.3f}")
-    if result.simclr_rows:
-        print("\nSimCLR on the digit images (test split): kNN and linear-probe accuracy")
-        print(result.simclr_table())
+    print(result.summary())
+    print("Seconds on this machine (fit includes select):")
+    print(result.timing())
     for path in result.figures:
         print(f"figure: {path}")
     print(f"done in {time.perf_counter() - start:.0f} s; table in {args.out}/table.txt")
@@ -140,8 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="{demo,bench,synthetic}")
     defaults = argparse.ArgumentDefaultsHelpFormatter
     demo = sub.add_parser(
-        "demo", help="compare batch selectors on split-view digits (about a minute and a half on "
-             "two CPU cores)",
+        "demo", help="compare batch selectors on split-view digits (about a minute on two "
+             "CPU cores)",
         description="Train ContrastiveEmbedder with several batch selectors and "
                     "SupConEmbedder with and without batch-binding on sklearn's digits "
                     "split into left/right halves; print a table and write figures.",

@@ -24,8 +24,10 @@ from .selectors import (
 
 BATCH = 64
 COLUMNS = ("method", "R@1 u->v", "R@1 v->u", "alignment", "uniformity", "eff. rank",
-           "NCC acc.", "Delta_GM", "steps", "fit s", "select s")
-SIMCLR_COLUMNS = ("representation", "dim", "kNN acc.", "linear probe", "fit s")
+           "NCC acc.", "Delta_GM", "steps")
+SIMCLR_COLUMNS = ("representation", "dim", "kNN acc.", "linear probe")
+#: the times, which depend on the machine, apart from the results, which do not
+TIME_COLUMNS = ("method", "fit s", "select s")
 SIMCLR_DIM = 32
 
 
@@ -64,6 +66,24 @@ class DemoResult:
     def simclr_table(self) -> str:
         """SimCLR on the digit images against raw pixels and PCA (empty if skipped)."""
         return _format_table(self.simclr_rows, SIMCLR_COLUMNS) if self.simclr_rows else ""
+
+    def summary(self) -> str:
+        """Everything the demo measures but its times: what it prints and writes to
+        ``table.txt``, the same on every run of a machine with the same libraries
+        (README.md and the quick start show it)."""
+        text = (f"{self.table()}\n\nCCA baseline (sklearn.cross_decomposition, 16 "
+                f"components): test recall@1 {self.baseline:.3f}\n")
+        if self.simclr_rows:
+            text += ("\nSimCLR on the digit images (test split): kNN and linear-probe "
+                     f"accuracy\n{self.simclr_table()}\n")
+        return text
+
+    def timing(self) -> str:
+        """Seconds of every fit and of its batch selection, on this machine."""
+        rows = [*self.rows, *({"method": r["representation"], "fit s": r["fit s"],
+                               "select s": None} for r in self.simclr_rows
+                              if r["fit s"] is not None)]
+        return _format_table(rows, TIME_COLUMNS)
 
 
 def _split(seed: int) -> tuple[np.ndarray, ...]:
@@ -172,10 +192,7 @@ def run_demo(out: str | Path = "skcontrast-demo", *, quick: bool = False, seed: 
     except ImportError as exc:
         report(f"      skipped: {exc}")
     result.figures = _figures(result, X_train, X_test, y_test, out)
-    text = result.table() + f"\nCCA baseline recall@1 (16 components): {result.baseline:.3f}\n"
-    if result.simclr_rows:
-        text += "\nSimCLR on the digit images (test split)\n" + result.simclr_table() + "\n"
-    (out / "table.txt").write_text(text)
+    (out / "table.txt").write_text(result.summary())
     return result
 
 

@@ -35,7 +35,17 @@ def test_demo_quick_has_every_column_and_beats_the_cca_baseline(tmp_path):
     assert learned["kNN acc."] > 0.8 and learned["linear probe"] > 0.8  # chance is 0.1
     assert "SimCLR on the digit images" in (tmp_path / "table.txt").read_text()
     assert all(Path(p).stat().st_size > 10_000 for p in result.figures)
-    assert (tmp_path / "table.txt").read_text().startswith(table.splitlines()[0])
+    written = (tmp_path / "table.txt").read_text()
+    assert written == result.summary() and written.startswith(table.splitlines()[0])
+
+    def layout(text):  # the column headers and the CCA line without its number
+        return [" ".join((line.rsplit(" ", 1)[0] if line.startswith("CCA") else line).split())
+                for line in text.splitlines()
+                if "method" in line or "representation" in line or line.startswith("CCA")]
+
+    # the README's table (docs/_static/demo_table.txt) has the columns the demo prints
+    assert layout(written) == layout((ROOT / "docs" / "_static" / "demo_table.txt").read_text())
+    assert "fit s" in result.timing() and "fit s" not in written  # times apart
 
 
 def test_synthetic_command(tmp_path, capsys, monkeypatch):
