@@ -15,7 +15,10 @@ non-adaptive selectors only use ``len(X)``.
 ``BcSSelector``              greedy batch-chooses-sample (seed 000 Alg. 1)
 ``ScBSelector``              greedy sample-chooses-batch (seed 000 Alg. 2)
 ``SpectralBatchSelector``    equal-size spectral clustering (seed 002 Alg. 3)
+``CommunityBatchSelector``  communities of a rank-window graph cut to size (B3)
+``RandomWalkBatchSelector``  random walks with restart on a proximity graph (ProSampler)
 ``BindingSelector``          one binding example per class in every batch (seed 003)
+``TemperedSelector``         hardness dial, curriculum, false-negative guards, teacher
 ``PredefinedBatchSelector``  the same given batches every epoch
 ===========================  ======================================================
 
@@ -35,13 +38,17 @@ from ._basic import (
     ShuffledBatchSelector,
 )
 from ._binding import BindingSelector, Corollary21, batch_interaction_graph, check_corollary_2_1
+from ._community import CommunityBatchSelector
 from ._sampler import SelectorSampler
 from ._spectral import SpectralBatchSelector, spectral_batches
+from ._tempered import TemperedSelector
+from ._walk import RandomWalkBatchSelector
 
 __all__ = [
     "BatchSelector",
     "BcSSelector",
     "BindingSelector",
+    "CommunityBatchSelector",
     "Corollary21",
     "ExhaustiveBatchSelector",
     "FixedBatchSelector",
@@ -49,10 +56,12 @@ __all__ = [
     "OSGDSelector",
     "PredefinedBatchSelector",
     "RandomBatchSelector",
+    "RandomWalkBatchSelector",
     "ScBSelector",
     "SelectorSampler",
     "ShuffledBatchSelector",
     "SpectralBatchSelector",
+    "TemperedSelector",
     "balanced_assignment",
     "batch_interaction_graph",
     "check_corollary_2_1",

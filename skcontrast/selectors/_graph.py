@@ -1,0 +1,173 @@
+"""Neighbour graphs over embeddings, shared by the graph selectors and the guards.
+
+- :func:`rank_window`: each sample's neighbours ranked ``start + 1 .. stop`` by cosine
+  similarity (B3's rank window; ``start=0`` gives the plain top-``stop``), exact in
+  row blocks, or for large ``n`` searched among the samples of nearby cells
+  (an inverted-file search: spherical k-means cells, the ``probes`` cells nearest to a
+  sample's own cell);
+- :func:`candidate_graph`: ProSampler's proximity graph, each sample joined to the
+  ``k`` most similar of ``m`` candidates drawn at random.
+
+Everything runs in row blocks of bounded size, so ``n = 1,000,000`` never holds an
+``n x n`` matrix.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._validation import check_choice, check_int
+
+#: Similarities held at once (floats); bounds the memory of every search.
+BLOCK_ELEMENTS = 1 << 24
+#: Above this many samples ``search='auto'`` searches by cells instead of exactly.
+EXACT_LIMIT = 50_000
+SEARCHES = ("auto", "exact", "cells")
+
+
+def unit_rows(X: np.ndarray) -> torch.Tensor:
+    """The first view of checked embeddings, L2-normalised, as float32 (zero rows stay 0)."""
+    u = X[:, 0] if X.ndim == 3 else X
+    z = torch.as_tensor(np.ascontiguousarray(u), dtype=torch.float32)
+    return torch.nn.functional.normalize(z, dim=1)
+
+
+def _rows_per_block(width: int) -> int:
+    return max(1, BLOCK_ELEMENTS // max(1, width))
+
+
+def rank_window(Z: torch.Tensor, start: int, stop: int, *, search: str = "auto",
+                probes: int = 8, random_state: Any = None) -> np.ndarray:
+    """Indices of each row's neighbours of rank ``start + 1`` to ``stop`` (best first).
+
+    Ranks are by cosine similarity of the unit rows ``Z`` (``unit_rows``), the sample
+    itself excluded. ``search='exact'`` compares every pair, a block of rows at a time;
+    ``'cells'`` compares each sample with those in the ``probes`` cells nearest its own
+    (approximate; about ``probes * sqrt(n)`` candidates per sample); ``'auto'`` is exact
+    up to 50,000 samples.
+
+    Returns
+    -------
+    ndarray of shape (n, stop - start), int64
+    """
+    n = len(Z)
+    start = check_int(start, "start", minimum=0)
+    stop = check_int(stop, "stop", minimum=start + 1)
+    if stop > n - 1:
+        raise ValueError(f"a rank window up to rank {stop} needs at least {stop + 1} "
+                         f"samples; got n={n}")
+    check_choice(search, "search", SEARCHES)
+    if search == "exact" or (search == "auto" and n <= EXACT_LIMIT):
+        return _exact_window(Z, start, stop)
+    return _cell_window(Z, start, stop, probes=check_int(probes, "probes", minimum=1),
+                        rng=np.random.default_rng(random_state))
+
+
+def _exact_window(Z: torch.Tensor, start: int, stop: int) -> np.ndarray:
+    n = len(Z)
+    out = np.empty((n, stop - start), dtype=np.int64)
+    step = _rows_per_block(n)
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        sims = Z[s:e] @ Z.T
+        sims[torch.arange(e - s), torch.arange(s, e)] = -math.inf
+        top = torch.topk(sims, stop, dim=1).indices
+        out[s:e] = top[:, start:].numpy()
+    return out
+
+
+def spherical_cells(Z: torch.Tensor, n_cells: int, rng: np.random.Generator, *,
+                    iterations: int = 10) -> tuple[torch.Tensor, np.ndarray]:
+    """Spherical k-means on a sample of the rows; returns unit centres and every row's cell."""
+    n = len(Z)
+    sample = Z[torch.from_numpy(rng.choice(n, size=min(n, 40 * n_cells), replace=False))]
+    centres = sample[torch.from_numpy(rng.choice(len(sample), size=n_cells, replace=False))]
+    for _ in range(iterations):
+        assign = (sample @ centres.T).argmax(1)
+        sums = torch.zeros_like(centres).index_add_(0, assign, sample)
+        empty = torch.linalg.vector_norm(sums, dim=1) == 0
+        if empty.any():  # re-seed empty cells at random sample rows
+            pick = rng.choice(len(sample), size=int(empty.sum()), replace=False)
+            sums[empty] = sample[torch.from_numpy(pick)]
+        centres = torch.nn.functional.normalize(sums, dim=1)
+    cells = np.empty(n, dtype=np.int64)
+    step = _rows_per_block(n_cells)
+    for s in range(0, n, step):
+        cells[s:s + step] = (Z[s:s + step] @ centres.T).argmax(1).numpy()
+    return centres, cells
+
+
+def _cell_window(Z: torch.Tensor, start: int, stop: int, *, probes: int,
+                 rng: np.random.Generator) -> np.ndarray:
+    n = len(Z)
+    n_cells = max(1, round(math.sqrt(n)))
+    centres, cells = spherical_cells(Z, n_cells, rng)
+    order = np.argsort(cells, kind="stable")
+    bounds = np.searchsorted(cells[order], np.arange(n_cells + 1))
+    members = [order[bounds[c]:bounds[c + 1]] for c in range(n_cells)]
+    nearest = torch.argsort(centres @ centres.T, dim=1, descending=True).numpy()
+    out = np.empty((n, stop - start), dtype=np.int64)
+    for c in range(n_cells):
+        rows = members[c]
+        if not len(rows):
+            continue
+        chosen, size, j = [], 0, 0
+        while j < n_cells and (j < probes or size <= stop):  # enough candidates for stop
+            chosen.append(members[nearest[c, j]])
+            size += len(members[nearest[c, j]])
+            j += 1
+        cand = np.concatenate(chosen)
+        cand_t = torch.from_numpy(cand)
+        z_cand = Z[cand_t]
+        step = _rows_per_block(len(cand))
+        for s in range(0, len(rows), step):
+            part = rows[s:s + step]
+            sims = Z[torch.from_numpy(part)] @ z_cand.T
+            sims[torch.from_numpy(part)[:, None] == cand_t[None, :]] = -math.inf
+            top = torch.topk(sims, stop, dim=1).indices[:, start:]
+            out[part] = cand[top.numpy()]
+    return out
+
+
+def draw_candidates(n: int, rows: np.ndarray, n_candidates: int,
+                    rng: np.random.Generator) -> np.ndarray:
+    """``n_candidates`` other samples per row of ``rows``, drawn uniformly with replacement
+    (the row itself never); all other samples, in order, when that is no more."""
+    if n_candidates >= n - 1:
+        every = np.broadcast_to(np.arange(n), (len(rows), n))
+        return every[every != rows[:, None]].reshape(len(rows), n - 1)
+    cand = rng.integers(0, n - 1, size=(len(rows), n_candidates))
+    return cand + (cand >= rows[:, None])
+
+
+def candidate_graph(Z: torch.Tensor, n_candidates: int, n_neighbours: int,
+                    rng: np.random.Generator) -> np.ndarray:
+    """ProSampler's proximity graph (Yang et al. 2023, Sec. 3.2).
+
+    Each sample draws ``n_candidates`` others at random and keeps as neighbours the
+    ``n_neighbours`` most similar of them (cosine similarity). Candidates drawn at random
+    instead of searched over all samples are what keeps near-duplicates (likely false
+    negatives) from dominating the graph, and the cost is ``O(n m d)``.
+
+    Returns
+    -------
+    ndarray of shape (n, n_neighbours), int64
+        Neighbours of each sample, most similar first.
+    """
+    n = len(Z)
+    m = min(n_candidates, n - 1)
+    k = min(n_neighbours, m)
+    out = np.empty((n, k), dtype=np.int64)
+    step = _rows_per_block(m * max(1, Z.shape[1]))  # the gathered (rows, m, d) block
+    for s in range(0, n, step):
+        rows = np.arange(s, min(n, s + step))
+        cand = draw_candidates(n, rows, n_candidates, rng)
+        z_cand = Z[torch.from_numpy(cand)]  # (b, m, d)
+        sims = torch.einsum("bd,bmd->bm", Z[s:s + len(rows)], z_cand)
+        top = torch.topk(sims, k, dim=1).indices.numpy()
+        out[rows] = np.take_along_axis(cand, top, axis=1)
+    return out

@@ -1,0 +1,172 @@
+"""ProSampler / BatchSampler (Yang et al., KDD 2023): batches collected by random walks
+with restart on a proximity graph."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._validation import check_int, describe
+from ._base import BatchSelector, check_batch_size, n_partition_batches
+from ._graph import candidate_graph, unit_rows
+
+#: A walk that claims no new sample in this many steps jumps to a random unclaimed one.
+PATIENCE = 16
+
+
+def _check_probability(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+        raise ValueError(f"{name} must be a number in [0, 1); got {describe(value)}")
+    return float(value)
+
+
+def batch_sizes(n: int, batch_size: int, drop_last: bool) -> np.ndarray:
+    """Sizes of an epoch's batches: full batches, then the remainder unless dropped."""
+    sizes = [batch_size] * (n // batch_size)
+    if n % batch_size and not drop_last:
+        sizes.append(n % batch_size)
+    return np.asarray(sizes, dtype=np.int64)
+
+
+def walk_batches(graph: np.ndarray, sizes: np.ndarray, restart: float,
+                 rng: np.random.Generator) -> list[np.ndarray]:
+    """Collect one batch per walker by random walks with restart, all walks side by side.
+
+    Walker ``w`` starts at a distinct random sample and collects ``sizes[w]`` samples.
+    At every step each unfinished walker returns to its start with probability
+    ``restart`` or moves to a uniformly chosen neighbour in ``graph``; the sample it lands
+    on joins its batch if no walker has claimed it yet (when several land on the same
+    unclaimed sample in one step, the lowest-numbered walker gets it). A walker that has
+    claimed nothing for ``PATIENCE`` steps (its neighbourhood is used up) restarts from a
+    random unclaimed sample. The batches are therefore disjoint and of the given sizes.
+
+    Random numbers are drawn in a fixed order (per step: one uniform and one neighbour
+    slot per unfinished walker, in walker order; per jump: the new starts), so a plain
+    loop over the walkers reproduces it.
+    """
+    n, k = graph.shape
+    walkers = len(sizes)
+    owner = np.full(n, -1, dtype=np.int64)
+    members = np.full((walkers, int(sizes.max(initial=0))), -1, dtype=np.int64)
+    starts = rng.permutation(n)[:walkers]
+    owner[starts] = np.arange(walkers)
+    members[:, 0] = starts
+    filled = np.ones(walkers, dtype=np.int64)
+    current, stall = starts.copy(), np.zeros(walkers, dtype=np.int64)
+    while True:
+        active = np.flatnonzero(filled < sizes)
+        if not len(active):
+            break
+        back = rng.random(len(active)) < restart
+        slot = rng.integers(k, size=len(active))
+        nxt = np.where(back, starts[active], graph[current[active], slot])
+        current[active] = nxt
+        free = owner[nxt] == -1
+        landed, first = np.unique(nxt[free], return_index=True)
+        winners = active[free][first]
+        owner[landed] = winners
+        members[winners, filled[winners]] = landed
+        filled[winners] += 1
+        stall[active] += 1
+        stall[winners] = 0
+        stuck = active[(stall[active] >= PATIENCE) & (filled[active] < sizes[active])]
+        if len(stuck):
+            unclaimed = np.flatnonzero(owner == -1)
+            stuck = stuck[:len(unclaimed)]
+            jump = rng.choice(unclaimed, size=len(stuck), replace=False)
+            owner[jump] = stuck
+            members[stuck, filled[stuck]] = jump
+            filled[stuck] += 1
+            starts[stuck] = current[stuck] = jump
+            stall[stuck] = 0
+    return [members[w, :sizes[w]].copy() for w in range(walkers)]
+
+
+class RandomWalkBatchSelector(BatchSelector):
+    """Batches collected by random walks with restart on a proximity graph.
+
+    ProSampler / BatchSampler (Yang et al., *BatchSampler: Sampling Mini-Batches for
+    Contrastive Learning in Vision, Language, and Graphs*, KDD 2023, Sec. 3; ICLR 2023
+    submission "ProSampler"). Each epoch:
+
+    1. **Proximity graph** (their Sec. 3.2): every sample draws ``n_candidates`` others at
+       random and is joined to the ``n_neighbours`` most similar of them (cosine
+       similarity of the current, or a teacher's, embeddings). Drawing candidates at
+       random instead of searching all samples keeps near-duplicates, the likely false
+       negatives, from crowding a neighbourhood; the graph costs ``O(n m d)``.
+    2. **Random walk with restart** (their Sec. 3.3): a walk from a random start moves to
+       a random neighbour, or back to the start with probability ``restart``, and its
+       batch is the first ``batch_size`` distinct samples it visits. A high ``restart``
+       keeps the walk close to its start (harder batches); ``restart=0`` lets it wander
+       (closer to random batches).
+
+    The paper draws each batch independently; here the batches of an epoch are an
+    equal-size **partition**: all walks run side by side and a sample joins the first
+    walk that reaches it, and a walk whose neighbourhood is used up (16 steps without a
+    new sample) jumps to a random unclaimed sample. Every sample is in exactly one batch
+    per epoch (the last holds the remainder ``n mod batch_size``, or is left out with
+    ``drop_last=True``).
+
+    Parameters
+    ----------
+    batch_size : int, default=32
+    n_candidates : int, default=1000
+        Candidates drawn per sample (the paper's ``M``); all other samples when ``n``
+        is smaller.
+    n_neighbours : int, default=100
+        Neighbours kept per sample (the paper's ``K``).
+    restart : float in [0, 1), default=0.2
+        Probability of returning to the start at each step (the paper's ``alpha``).
+    drop_last : bool, default=False
+    random_state : int, numpy Generator or None, default=None
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skcontrast.selectors import RandomWalkBatchSelector
+    >>> X = np.random.default_rng(0).normal(size=(100, 2, 8))
+    >>> sel = RandomWalkBatchSelector(batch_size=25, n_candidates=50, n_neighbours=10,
+    ...                               random_state=0)
+    >>> batches = list(sel.split(X))
+    >>> [len(b) for b in batches], len(np.unique(np.concatenate(batches)))
+    ([25, 25, 25, 25], 100)
+    """
+
+    _adaptive = True
+
+    def __init__(self, batch_size: int = 32, *, n_candidates: int = 1000,
+                 n_neighbours: int = 100, restart: float = 0.2, drop_last: bool = False,
+                 random_state: Any = None) -> None:
+        self.batch_size = batch_size
+        self.n_candidates = n_candidates
+        self.n_neighbours = n_neighbours
+        self.restart = restart
+        self.drop_last = drop_last
+        self.random_state = random_state
+
+    def graph(self, X: Any, random_state: Any = None) -> np.ndarray:
+        """The proximity graph of embeddings ``X`` as an ``(n, k)`` neighbour array."""
+        from ._base import check_embeddings
+
+        X = check_embeddings(X)
+        m, k = self._check_graph(len(X))
+        return candidate_graph(unit_rows(X), m, k, np.random.default_rng(random_state))
+
+    def _check_graph(self, n: int) -> tuple[int, int]:
+        if n < 2:
+            raise ValueError(f"{type(self).__name__} needs at least 2 samples; got n={n}")
+        m = check_int(self.n_candidates, "n_candidates", minimum=1)
+        k = check_int(self.n_neighbours, "n_neighbours", minimum=1, maximum=m)
+        return m, k
+
+    def _select(self, X, y, groups, rng, loss=None):
+        n = len(X)
+        b = check_batch_size(self.batch_size, n)
+        m, k = self._check_graph(n)
+        restart = _check_probability(self.restart, "restart")
+        graph = candidate_graph(unit_rows(X), m, k, rng)
+        return walk_batches(graph, batch_sizes(n, b, self.drop_last), restart, rng)
+
+    def _n_batches(self, n, y):
+        return n_partition_batches(n, check_batch_size(self.batch_size, n), self.drop_last)
