@@ -23,7 +23,12 @@ groups of 8, isotropic. The first
 table times one epoch (median of interleaved runs, on the CPU; and with the CuPy
 backend when a GPU is usable); the second compares the affinity and Laplacian choices
 in the three regimes. Then the other adaptive selectors: OSGD (k=1500, q=150), ScB
-(n=10,000, B=100) and BcS (n=5,000, B=50).
+(n=10,000, B=100) and BcS (n=5,000, B=50). Last, the graph selectors at scale
+(``--graph-sizes``, default n = 1,000,000, d = 128, clustered embeddings with 10,000
+centres): ``CommunityBatchSelector`` (B3: rank window 10-40 searched by cells, Leiden
+communities) and ``RandomWalkBatchSelector`` (ProSampler: 1000 candidates, 100
+neighbours), with the peak memory one epoch adds and the neighbour guard
+(``TemperedSelector(exclude_neighbours=5)`` on shuffled batches).
 """
 
 from __future__ import annotations
@@ -46,10 +51,13 @@ from skcontrast.datasets import make_paired_embeddings
 from skcontrast.losses import SymmetricInfoNCE, batch_losses
 from skcontrast.selectors import (
     BcSSelector,
+    CommunityBatchSelector,
     OSGDSelector,
+    RandomWalkBatchSelector,
     ScBSelector,
     ShuffledBatchSelector,
     SpectralBatchSelector,
+    TemperedSelector,
 )
 
 TEMPERATURE, BATCH, CHUNK, DIM = 0.1, 32, 1280, 128
@@ -203,6 +211,38 @@ def other_rows(quick: bool) -> list[list[str]]:
     return rows
 
 
+def graph_rows(sizes: list[int]) -> list[list[str]]:
+    """One epoch of each graph selector: time, peak memory added, hardness."""
+    rows = []
+    for n in sizes:
+        X, _ = make_paired_embeddings(n, DIM, n_groups=max(1, n // 100), random_state=0)
+        shuffled = list(ShuffledBatchSelector(BATCH, random_state=0).split(X))
+        reference = mean_loss(X, shuffled)
+        cases = {
+            "community (B3)": CommunityBatchSelector(BATCH, random_state=0),
+            "random walk (ProSampler)": RandomWalkBatchSelector(BATCH, random_state=0),
+            "shuffled + neighbour guard m=5": TemperedSelector(
+                ShuffledBatchSelector(BATCH, random_state=0), exclude_neighbours=5,
+                random_state=0),
+        }
+        for name, selector in cases.items():
+            box = {}
+
+            def epoch(selector=selector, box=box, X=X):
+                start = time.perf_counter()
+                box["batches"] = selector.epoch_batches(X)
+                box["seconds"] = time.perf_counter() - start
+
+            peak = peak_memory_mib(epoch)
+            batches = box["batches"]
+            covered = len(np.unique(np.concatenate(batches)))
+            rows.append([f"n={n:,}", name, f"{box['seconds']:8.1f} s", fmt_mib(peak),
+                         f"{mean_loss(X, batches) / reference:.2f}",
+                         f"{covered:,} / {n:,}"])
+        del X
+    return rows
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 50_000],
@@ -211,6 +251,10 @@ def main(argv: list[str] | None = None) -> str:
                         help="embedding structures: 'clustered', 'isotropic', 'duplicates'")
     parser.add_argument("--options-n", type=int, default=12_800,
                         help="n of the affinity/Laplacian comparison")
+    parser.add_argument("--graph-sizes", type=int, nargs="+", default=[1_000_000],
+                        help="numbers of pairs n of the graph selectors' table")
+    parser.add_argument("--only-graph", action="store_true",
+                        help="run only the graph selectors' table")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--threads", type=int, default=2,
                         help="torch threads on the CPU")
@@ -221,6 +265,16 @@ def main(argv: list[str] | None = None) -> str:
     warnings.simplefilter("ignore")
     sizes = [2_560] if args.quick else args.sizes
     repeats = 1 if args.quick else args.repeats
+    graph_sizes = [20_000] if args.quick else args.graph_sizes
+    graph_text = (f"Graph selectors, one epoch, d={DIM}, B={BATCH}, clustered embeddings "
+                  f"(n/100 centres), CPU, {torch.get_num_threads()} threads; peak mem = "
+                  "resident memory the epoch adds (the embeddings themselves excluded); "
+                  "hardness = mean batch loss / shuffled's\n")
+    graph_text += table(graph_rows(graph_sizes), ["n", "selector", "time/epoch",
+                                                  "peak mem", "hardness", "samples"])
+    if args.only_graph:
+        print(graph_text)
+        return graph_text
     text = (f"Spectral batch selection, d={DIM}, temperature={TEMPERATURE}, B={BATCH}, "
             f"chunks of {CHUNK}, CPU, {torch.get_num_threads()} threads; median of "
             f"{repeats} interleaved run(s); hardness = mean batch loss / shuffled's\n")
@@ -242,6 +296,7 @@ def main(argv: list[str] | None = None) -> str:
     text += "\n\nOther adaptive selectors (one epoch, isotropic embeddings)\n"
     text += table(other_rows(args.quick), ["selector", "n", "time/epoch", "batches",
                                            "mean loss", "shuffled loss"])
+    text += "\n\n" + graph_text
     print(text)
     return text
 

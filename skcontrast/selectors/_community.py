@@ -45,16 +45,18 @@ def window_graph(neighbours: np.ndarray) -> sp.csr_matrix:
 
 
 def communities(graph: sp.csr_matrix, *, resolution: float, seed: int) -> np.ndarray:
-    """Leiden communities of ``graph`` maximising modularity at ``resolution`` (igraph),
-    reproducible from ``seed``; returns each vertex's community number."""
+    """Leiden communities of ``graph`` maximising modularity at ``resolution`` (igraph,
+    two Leiden iterations, its default: iterating to convergence can take hours on a
+    graph without clear communities), reproducible from ``seed``; returns each vertex's
+    community number."""
     igraph = _igraph()
     upper = sp.triu(graph, k=1).tocoo()
-    g = igraph.Graph(n=graph.shape[0], edges=np.column_stack([upper.row, upper.col]).tolist())
+    g = igraph.Graph(n=graph.shape[0], edges=np.column_stack([upper.row, upper.col]))
     with _IGRAPH_RNG:
         igraph.set_random_number_generator(random.Random(seed))
         try:
             found = g.community_leiden(objective_function="modularity",
-                                       resolution=resolution, n_iterations=-1)
+                                       resolution=resolution, n_iterations=2)
         finally:
             igraph.set_random_number_generator(random)
     return np.asarray(found.membership, dtype=np.int64)

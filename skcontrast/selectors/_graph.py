@@ -133,25 +133,34 @@ def _cell_window(Z: torch.Tensor, start: int, stop: int, *, probes: int,
     return out
 
 
-def draw_candidates(n: int, rows: np.ndarray, n_candidates: int,
-                    rng: np.random.Generator) -> np.ndarray:
-    """``n_candidates`` other samples per row of ``rows``, drawn uniformly with replacement
-    (the row itself never); all other samples, in order, when that is no more."""
-    if n_candidates >= n - 1:
-        every = np.broadcast_to(np.arange(n), (len(rows), n))
-        return every[every != rows[:, None]].reshape(len(rows), n - 1)
-    cand = rng.integers(0, n - 1, size=(len(rows), n_candidates))
-    return cand + (cand >= rows[:, None])
+#: Most rows of candidate_graph that share one draw of candidates (one matrix product).
+CANDIDATE_BLOCK = 1024
+
+
+def rows_per_draw(n: int) -> int:
+    """Rows sharing a draw: at most ``CANDIDATE_BLOCK``, and at least 64 draws per graph,
+    so that the edges of a small graph do not all point into a few candidates."""
+    return max(1, min(CANDIDATE_BLOCK, n // 64))
+
+
+def draw_candidates(n: int, n_candidates: int, rng: np.random.Generator) -> np.ndarray:
+    """``n_candidates`` distinct samples drawn uniformly (all ``n`` when that is no more)."""
+    if n_candidates >= n:
+        return np.arange(n)
+    return np.sort(rng.choice(n, size=n_candidates, replace=False))
 
 
 def candidate_graph(Z: torch.Tensor, n_candidates: int, n_neighbours: int,
                     rng: np.random.Generator) -> np.ndarray:
     """ProSampler's proximity graph (Yang et al. 2023, Sec. 3.2).
 
-    Each sample draws ``n_candidates`` others at random and keeps as neighbours the
-    ``n_neighbours`` most similar of them (cosine similarity). Candidates drawn at random
-    instead of searched over all samples are what keeps near-duplicates (likely false
-    negatives) from dominating the graph, and the cost is ``O(n m d)``.
+    Each sample is joined to the ``n_neighbours`` most similar (cosine similarity) of
+    ``n_candidates`` samples drawn at random (itself excluded). Candidates drawn at
+    random instead of searched over all samples are what keeps near-duplicates (likely
+    false negatives) from dominating the graph, and the cost is ``O(n m d)``. The rows of
+    a block of 1024 consecutive samples share one draw, so the block is one matrix
+    product (1024 rows, fewer below n = 65,536, so that a graph has at least 64 draws);
+    each row's candidates are still uniform over the samples.
 
     Returns
     -------
@@ -162,12 +171,12 @@ def candidate_graph(Z: torch.Tensor, n_candidates: int, n_neighbours: int,
     m = min(n_candidates, n - 1)
     k = min(n_neighbours, m)
     out = np.empty((n, k), dtype=np.int64)
-    step = _rows_per_block(m * max(1, Z.shape[1]))  # the gathered (rows, m, d) block
+    step = rows_per_draw(n)
     for s in range(0, n, step):
         rows = np.arange(s, min(n, s + step))
-        cand = draw_candidates(n, rows, n_candidates, rng)
-        z_cand = Z[torch.from_numpy(cand)]  # (b, m, d)
-        sims = torch.einsum("bd,bmd->bm", Z[s:s + len(rows)], z_cand)
+        cand = draw_candidates(n, m + 1, rng)  # one spare: a row may be a candidate
+        sims = Z[s:s + len(rows)] @ Z[torch.from_numpy(cand)].T
+        sims[torch.from_numpy(rows[:, None] == cand[None, :])] = -math.inf
         top = torch.topk(sims, k, dim=1).indices.numpy()
-        out[rows] = np.take_along_axis(cand, top, axis=1)
+        out[rows] = cand[top]
     return out
