@@ -492,3 +492,27 @@ def test_a_tempered_estimator_saves_and_loads(tmp_path):
     assert params["random_share"] == 0.25 and params["base_selector__q"] == 6
     assert np.array_equal(params["teacher"], teacher)
     assert np.allclose(back.transform(X), est.transform(X))
+
+
+def test_a_teacher_follows_the_rows_a_fit_trains_on(monkeypatch):
+    from skcontrast import ContrastiveEmbedder
+
+    X, _ = make_paired_embeddings(120, 6, n_groups=4, random_state=0)
+    teacher = np.arange(120, dtype=np.float64)[:, None].repeat(3, 1)  # row i says "i"
+    seen = []
+    original = TemperedSelector._selection_space
+
+    def recorded(self, X):
+        out = original(self, X)
+        seen.append(out)
+        return out
+
+    monkeypatch.setattr(TemperedSelector, "_selection_space", recorded)
+    est = ContrastiveEmbedder(hidden_layer_sizes=(8,), n_components=3, max_epochs=1,
+                              validation_fraction=0.25, random_state=0,
+                              selector=TemperedSelector(ShuffledBatchSelector(B),
+                                                        teacher=teacher))
+    est.fit(X)
+    kept = np.setdiff1d(np.arange(120), est.net_.held_out_rows)
+    assert len(kept) == 90
+    assert np.array_equal(seen[0][:, 0], kept)

@@ -94,7 +94,8 @@ class NetBuilder:
         them.) ``rows`` are the rows of
         ``X`` the fit trains on (some are held out): the batches of a
         :class:`~skcontrast.selectors.PredefinedBatchSelector` name rows of ``X``, and
-        are translated to them.
+        are translated to them, and so is a
+        :class:`~skcontrast.selectors.TemperedSelector`'s teacher.
         """
         selector = clone(self.selector) if self.selector is not None else \
             ShuffledBatchSelector(min(DEFAULT_BATCH_SIZE, n))
@@ -115,6 +116,11 @@ class NetBuilder:
                     params[key.rpartition("__")[0]] if "__" in key else selector,
                     PredefinedBatchSelector):
                 updates[key] = predefined_on_rows(value, rows, n_rows)
+            elif name == "teacher" and value is not None and rows is not None:
+                teacher = value.detach().cpu().numpy() if hasattr(value, "detach") \
+                    else np.asarray(value)
+                if len(teacher) == n_rows:  # rows of X -> the rows the fit trains on
+                    updates[key] = teacher[rows]
         return selector.set_params(**updates)
 
     def _check_warm_start(self, net: SelectorNet, factory: EncoderFactory, loss: Loss,
