@@ -5,22 +5,22 @@ Every selector follows scikit-learn's splitter protocol (``split``, ``get_n_spli
 looks at: paired embeddings ``(n, 2, d)`` or single-view embeddings ``(n, d)``;
 non-adaptive selectors only use ``len(X)``.
 
-===========================  ======================================================
-``FixedBatchSelector``       one random partition reused every epoch (seed 000)
+===========================  ============================================================
+``FixedBatchSelector``       one random partition reused every epoch (Sreenivasan et al.)
 ``ShuffledBatchSelector``    a new random partition every epoch (the default)
-``RandomBatchSelector``      independent random batches, with replacement (seed 002)
+``RandomBatchSelector``      independent random batches, with replacement (Cho et al.)
 ``FullBatchSelector``        one batch of all samples
-``ExhaustiveBatchSelector``  all C(n, B) batches (seed 000 Theorem 1)
-``OSGDSelector``             the q largest-loss of every k candidates (seed 002)
-``BcSSelector``              greedy batch-chooses-sample (seed 000 Alg. 1)
-``ScBSelector``              greedy sample-chooses-batch (seed 000 Alg. 2)
-``SpectralBatchSelector``    equal-size spectral clustering (seed 002 Alg. 3)
-``CommunityBatchSelector``  communities of a rank-window graph cut to size (B3)
+``ExhaustiveBatchSelector``  all C(n, B) batches (Sreenivasan et al., Theorem 1)
+``OSGDSelector``             the q largest-loss of every k candidates (Cho et al.)
+``BcSSelector``              greedy batch-chooses-sample (Sreenivasan et al., Alg. 1)
+``ScBSelector``              greedy sample-chooses-batch (Sreenivasan et al., Alg. 2)
+``SpectralBatchSelector``    equal-size spectral clustering (Cho et al., Alg. 3)
+``CommunityBatchSelector``   communities of a rank-window graph, cut to size (B3)
 ``RandomWalkBatchSelector``  random walks with restart on a proximity graph (ProSampler)
-``BindingSelector``          one binding example per class in every batch (seed 003)
+``BindingSelector``          one binding example per class in every batch (Kini et al.)
 ``TemperedSelector``         hardness dial, curriculum, false-negative guards, teacher
 ``PredefinedBatchSelector``  the same given batches every epoch
-===========================  ======================================================
+===========================  ============================================================
 
 :class:`SelectorSampler` makes any of them a ``torch.utils.data`` batch sampler, for
 training loops of one's own (plain PyTorch, Lightning, Hugging Face ``Trainer``).
