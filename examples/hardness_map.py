@@ -29,7 +29,7 @@ settings), ``hardness_table.txt`` (mean +- std over seeds) and ``hardness_runs.j
 
     python examples/hardness_map.py [--quick] [--epochs E] [--out DIR]
 
-The default run takes about an hour on a 2-core CPU; --quick is a smoke run (seconds,
+The default run takes about half an hour on a 2-core CPU; --quick is a smoke run (seconds,
 used by the test suite).
 """
 
