@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import runpy
 import sys
 import time
@@ -51,9 +52,48 @@ def _run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def pick_threads(requested: str | int | None = "auto") -> tuple[int, str]:
+    """The number of CPU threads a command should use, and why.
+
+    An integer is the user's choice. ``'auto'`` honours ``OMP_NUM_THREADS`` when it is
+    set, and otherwise takes the cores this process may run on less the load already on
+    them (the 1-minute load average), at least one: torch's default of one thread per
+    core makes every thread wait on a busy machine (the demo ran 10 times slower with
+    all cores' threads on a loaded machine than with one).
+    """
+    if requested not in (None, "auto"):
+        try:
+            threads = int(requested)
+        except (TypeError, ValueError):
+            threads = 0
+        if threads < 1:
+            raise SystemExit(f"skcontrast: --threads must be a positive integer or 'auto'; "
+                             f"got {requested!r}")
+        return threads, "--threads"
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]):
+        return int(os.environ["OMP_NUM_THREADS"]), "OMP_NUM_THREADS"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    free = max(1, min(cores, round(cores - load)))
+    return free, f"auto: {cores} cores, load {load:.1f}"
+
+
+def _use_threads(args: argparse.Namespace) -> None:
+    """Apply ``--threads`` to torch and to the BLAS libraries NumPy and SciPy use."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    threads, why = pick_threads(args.threads)
+    torch.set_num_threads(threads)
+    args.thread_limits = threadpool_limits(threads)  # held for the command's lifetime
+    print(f"using {threads} CPU thread(s) ({why}; override with --threads N)", flush=True)
+
+
 def _run_demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo
 
+    _use_threads(args)
     start = time.perf_counter()
     result = run_demo(args.out, quick=args.quick, seed=args.seed)
     print()
@@ -70,6 +110,7 @@ def _run_synthetic(args: argparse.Namespace) -> int:
     from . import geometry
     from .simulation import compare_selectors, format_table, memory_methods, paper_methods
 
+    _use_threads(args)
     methods = {**paper_methods(args.n, args.batch_size),
                **memory_methods(args.n, args.batch_size, gamma=args.gamma)}
     rows, first = compare_selectors(args.n, args.d, args.batch_size, args.steps, args.seeds,
@@ -134,6 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="skcontrast",
         description="Contrastive learning with pluggable mini-batch selection.")
     parser.add_argument("--version", action="version", version=f"skcontrast {__version__}")
+    threads = argparse.ArgumentParser(add_help=False)
+    threads.add_argument("--threads", default="auto",
+                         help="CPU threads for torch and BLAS: a number, or 'auto' (the "
+                              "cores left free by other load; OMP_NUM_THREADS if set)")
     sub = parser.add_subparsers(dest="command", metavar="{demo,bench,synthetic}")
     defaults = argparse.ArgumentDefaultsHelpFormatter
     demo = sub.add_parser(
@@ -142,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train ContrastiveEmbedder with several batch selectors and "
                     "SupConEmbedder with and without batch-binding on sklearn's digits "
                     "split into left/right halves; print a table and write figures.",
-        formatter_class=defaults)
+        formatter_class=defaults, parents=[threads])
     demo.add_argument("--quick", action="store_true", help="small budget (CI)")
     demo.add_argument("--out", default="skcontrast-demo", help="folder for figures")
     demo.add_argument("--seed", type=int, default=0, help="random_state of every fit")
@@ -166,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "Sreenivasan et al. 2023 and Cho et al. 2023, 'Mini-batch optimization "
                     "of contrastive loss'), and fixed, shuffled and OSGD batches with "
                     "SogCLR's global estimator; print the final distance to the optimal "
-                    "geometry and draw the Gram heat maps.", formatter_class=defaults)
+                    "geometry and draw the Gram heat maps.", formatter_class=defaults,
+        parents=[threads])
     synthetic.add_argument("--n", type=int, default=8, help="number of pairs N")
     synthetic.add_argument("--d", type=int, default=16, help="embedding dimension")
     synthetic.add_argument("--batch-size", type=int, default=2, help="batch size B")
