@@ -182,8 +182,7 @@ def main():
     chosen = settings()
     if args.quick:
         chosen = {k: v for k, v in chosen.items()
-                  if k in ("shuffled", "spectral r=0", "community r=0.5 +guard",
-                           "walk r=0", "OSGD r=0.8", "HCL beta=1")}
+                  if k in ("shuffled", "community r=0.5 +guard", "walk r=0", "HCL beta=1")}
     store = out / "hardness_runs.json"
     runs = json.loads(store.read_text()) if store.exists() and not args.quick else {}
     for d, dataset in data.items():

@@ -71,7 +71,7 @@ from skcontrast.selectors import (
 
 MODES = {  # epochs, batch sizes, seeds, SimCLR epochs, ratios, search budget, folds
     "quick": {"epochs": 1, "sizes": (16,), "seeds": (0,), "simclr": 1,
-              "ratios": (1, 10), "budget": 2, "folds": 2, "n": 400},
+              "ratios": (1, 10), "budget": 2, "folds": 2, "n": 256},
     "default": {"epochs": 12, "sizes": (8, 16, 32, 64), "seeds": (0, 1, 2), "simclr": 10,
                 "ratios": (1, 10, 100), "budget": 9, "folds": 2},
     "full": {"epochs": 40, "sizes": (8, 16, 32, 64), "seeds": (0, 1, 2), "simclr": 60,
