@@ -56,10 +56,11 @@ def pick_threads(requested: str | int | None = "auto") -> tuple[int, str]:
     """The number of CPU threads a command should use, and why.
 
     An integer is the user's choice. ``'auto'`` honours ``OMP_NUM_THREADS`` when it is
-    set, and otherwise takes the cores this process may run on less the load already on
-    them (the 1-minute load average), at least one: torch's default of one thread per
-    core makes every thread wait on a busy machine (the demo ran 10 times slower with
-    all cores' threads on a loaded machine than with one).
+    set. Otherwise it takes every core this process may run on while the 1-minute load
+    average is at most half of them, and the cores the load leaves free (at least one)
+    beyond that: torch's default of one thread per core makes every thread wait on a
+    busy machine (the demo ran 10 times slower with all cores' threads on a loaded
+    machine than with one).
     """
     if requested not in (None, "auto"):
         try:
@@ -75,8 +76,11 @@ def pick_threads(requested: str | int | None = "auto") -> tuple[int, str]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         (os.cpu_count() or 1)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    free = max(1, min(cores, round(cores - load)))
-    return free, f"auto: {cores} cores, load {load:.1f}"
+    # light load (up to half the cores busy) costs little: keep every core, which also
+    # keeps results equal to an idle machine's (the thread count can change the last
+    # digit of a float sum); beyond it, only the cores the load leaves free
+    threads = cores if load <= cores / 2 else max(1, min(cores, round(cores - load)))
+    return threads, f"auto: {cores} cores, load {load:.1f}"
 
 
 def _use_threads(args: argparse.Namespace) -> None:

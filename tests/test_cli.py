@@ -26,8 +26,10 @@ def test_auto_honours_omp_num_threads(monkeypatch):
 
 
 @pytest.mark.parametrize(("cores", "load", "expected"),
-                         [(8, 0.2, 8), (8, 6.4, 2), (2, 1.0, 1), (2, 9.0, 1), (4, 0.0, 4)])
-def test_auto_takes_the_cores_other_load_leaves_free(monkeypatch, cores, load, expected):
+                         [(8, 0.2, 8), (8, 4.0, 8), (8, 5.0, 3), (8, 6.4, 2),
+                          (2, 1.0, 2), (2, 1.6, 1), (2, 9.0, 1), (4, 0.0, 4)])
+def test_auto_keeps_every_core_under_light_load_and_the_free_ones_beyond(
+        monkeypatch, cores, load, expected):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
     monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
