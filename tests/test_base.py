@@ -404,3 +404,42 @@ def test_cached_embeddings_are_those_the_training_step_computed(pairs):
                                      "selection_pass": mode, "selector": selector}).fit(X)
         seen[mode] = est.net_.selector.seen_
     assert seen["fresh"] == seen["cached"]
+
+
+class _CountBatches(Callback):
+    def __init__(self):
+        self.batches = 0
+
+    def on_batch_end(self, net, **kwargs):
+        self.batches += 1
+
+
+class _CountEpochs(Callback):
+    def __init__(self):
+        self.epochs = 0
+
+    def on_epoch_end(self, net, **kwargs):
+        self.epochs += 1
+
+
+def test_per_batch_hooks_reach_every_callback_that_overrides_them_across_refits():
+    """Callbacks that only act per epoch are skipped in the per-batch loop: one that
+    overrides ``on_batch_end`` (on its class or on the instance) still sees every batch,
+    and new callbacks set between fits are the ones called."""
+    X, _ = make_paired_gaussians(96, 4, random_state=0)
+    first, per_epoch = _CountBatches(), _CountEpochs()
+    est = ContrastiveEmbedder(hidden_layer_sizes=(8,), n_components=4, max_epochs=2,
+                              selector=ShuffledBatchSelector(32), random_state=0,
+                              callbacks=[("b", first), ("e", per_epoch)]).fit(X)
+    assert (first.batches, per_epoch.epochs) == (6, 2)
+    second, seen = _CountBatches(), []
+    patched = _CountEpochs()
+    patched.on_batch_end = lambda net, **kwargs: seen.append(1)
+    est.set_params(callbacks=[("b", second), ("p", patched)]).fit(X)
+    assert (first.batches, second.batches, len(seen)) == (6, 6, 6)
+    est.set_params(callbacks=[("b", _CountBatches())]).fit(X)
+    again = pickle.loads(pickle.dumps(est))  # the cache is not pickled with the net
+    assert "_listeners" not in vars(again.net_)
+    counter = again.callbacks[0][1]
+    before = counter.batches
+    assert again.fit(X).callbacks[0][1] is counter and counter.batches == before + 6

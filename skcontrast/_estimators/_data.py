@@ -201,10 +201,15 @@ class TensorViews(ViewData):
         return _rows(next(v for v in self.views if v is not None))
 
     def __getitems__(self, indices: Any) -> Batch:
-        rows, batch = _rows_and_batch(indices)
+        # arrays, not Python ints: this runs once per training step
+        if isinstance(indices, Selection):
+            rows = np.asarray(indices.rows, dtype=np.int64)
+            batch = np.asarray(indices.batch, dtype=np.int64)
+        else:
+            rows = batch = np.asarray(indices, dtype=np.int64)
         device = _device(self.views[0])
-        return self.gather(torch.as_tensor(rows, dtype=torch.long, device=device),
-                           torch.from_numpy(batch).to(device))
+        rows_t = torch.from_numpy(rows).to(device)
+        return self.gather(rows_t, rows_t if batch is rows else torch.from_numpy(batch).to(device))
 
     def gather(self, rows: torch.Tensor, batch: torch.Tensor | None = None) -> Batch:
         """The ``rows`` (a long tensor on the data's device) of the selected ``batch``

@@ -211,13 +211,29 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
         """skorch's ``notify``, remembering which callback stopped training, if one did
         (skorch's callbacks stop it by raising ``KeyboardInterrupt``)."""
         getattr(self, method_name)(self, **cb_kwargs)
-        for name, callback in self.callbacks_:
+        for name, callback in self._listening(method_name):
             try:
                 getattr(callback, method_name)(self, **cb_kwargs)
             except KeyboardInterrupt as exc:
                 if _raised_on_purpose(exc):
                     self._stopped_by = name
                 raise
+
+    def _listening(self, method_name: str) -> list[tuple[str, Any]]:
+        """The callbacks that override ``method_name`` (skorch's base methods do nothing):
+        the per-batch hooks then cost nothing for callbacks that only act per epoch. The
+        cache holds the list it was made from, so a new or changed list rebuilds it."""
+        callbacks = self.callbacks_
+        made_from, size, cache = self.__dict__.get("_listeners", (None, 0, {}))
+        if made_from is not callbacks or size != len(callbacks):
+            cache = {}
+            self._listeners = (callbacks, len(callbacks), cache)
+        if method_name not in cache:
+            base = getattr(skorch.callbacks.Callback, method_name, None)
+            cache[method_name] = [(name, cb) for name, cb in callbacks
+                                  if getattr(type(cb), method_name, None) is not base
+                                  or method_name in vars(cb)]
+        return cache[method_name]
 
     def check_finite_weights(self) -> None:
         """Refuse a trained network with a NaN or infinite weight (one device read)."""
@@ -404,7 +420,7 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
         state = super().__getstate__()
         for transient in ("_batch_terms", "training_data", "_warned_lone",
                           "_warned_coverage", "_checked_augmentation", "_stopped_by",
-                          "_embedding_cache", "_embedded"):
+                          "_embedding_cache", "_embedded", "_listeners"):
             state.pop(transient, None)  # rebuilt by every fit
         state["train_split"] = None  # the held-out data stays out of the pickle
         return state
