@@ -339,3 +339,51 @@ def test_tiled_nt_xent_at_b_12288_stays_under_a_memory_bound_the_dense_one_excee
     dense = run("dense")
     assert dense.returncode != 0
     assert "can't allocate memory" in dense.stderr and "2415919104 bytes" in dense.stderr
+
+
+def _dense_logsumexp(a, b, temperature, skip_self, partner):
+    logits = a @ b.transpose(-1, -2) / temperature
+    n, m = logits.shape[-2:]
+    rows = torch.arange(n)
+    left_out = torch.zeros(n, m, dtype=torch.bool)
+    if skip_self:
+        left_out[rows, rows] = True
+    if partner is not None:
+        left_out[rows, (rows + partner) % m] = True
+    return torch.logsumexp(logits.masked_fill(left_out, float("-inf")), -1)
+
+
+@pytest.mark.parametrize("weights", ["uniform", "uneven"])
+@pytest.mark.parametrize("shape", ["same", "other", "stacked"])
+@pytest.mark.parametrize("chunk", [1, 3, 7])
+def test_the_fused_tiled_logsumexp_gives_the_dense_gradients(weights, shape, chunk):
+    """The forward keeps what the backward needs (O((n + m) d)); the gradients of a,
+    b and a learned temperature equal the dense ones in float64, for a mean of the
+    rows (the fused path) and for per-row weights (grad_b recomputed from the tiles),
+    with a = b (NT-Xent's layout, self and partner left out) and in a stack."""
+    from skcontrast.losses._tiled import tiled_logsumexp
+
+    g = torch.Generator().manual_seed(chunk)
+    lead = (3,) if shape == "stacked" else ()
+    a = torch.randn(*lead, 8, 5, generator=g, dtype=torch.float64)
+    b = a.clone() if shape == "same" else torch.randn(*lead, 11, 5, generator=g,
+                                                      dtype=torch.float64)
+    skip_self, partner = (True, 4) if shape == "same" else (False, None)
+    w = torch.ones(*lead, 8, dtype=torch.float64) if weights == "uniform" else \
+        torch.rand(*lead, 8, generator=g, dtype=torch.float64)
+    results = []
+    for tiled in (True, False):
+        x = a.clone().requires_grad_()
+        y = x if shape == "same" else b.clone().requires_grad_()
+        t = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+        lse = tiled_logsumexp(x, y, t, chunk, skip_self=skip_self, partner=partner) \
+            if tiled else _dense_logsumexp(x, y, t, skip_self, partner)
+        (lse * w).sum().backward()
+        results.append((lse.detach(), x.grad, None if y is x else y.grad, t.grad))
+    for got, want in zip(*results, strict=True):
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    with torch.no_grad():  # no gradient wanted: values only
+        torch.testing.assert_close(
+            tiled_logsumexp(a, b, 0.3, chunk, skip_self=skip_self, partner=partner),
+            _dense_logsumexp(a, b, 0.3, skip_self, partner))

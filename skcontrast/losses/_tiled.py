@@ -70,49 +70,100 @@ def _tile_logits(a: torch.Tensor, b: torch.Tensor, temperature: Any, start: int,
 
 
 class _TiledLogSumExp(torch.autograd.Function):
+    """Row-blocked log-sum-exp whose forward also makes the backward's work.
+
+    Each tile holds whole rows, so a tile's softmax ``p`` is final in the forward.
+    Where gradients will be wanted, the forward keeps, in O((n + m) d), what the
+    backward needs for a unit upstream gradient: ``A_i = sum_j p_ij b_j / t``, ``B_j =
+    sum_i p_ij a_i / t`` and ``e_i = entropy(p_i) - lse_i`` (for the temperature). The
+    backward then scales them: ``grad_a = g_i A_i`` and ``grad_t = sum_i g_i e_i / t``
+    for any ``g``, and ``grad_b = g B`` when ``g`` is the same for every row (a mean
+    or sum of the log-sum-exps: the losses' case). Only an uneven ``g`` (per-anchor
+    weights) makes the backward recompute the tiles for ``grad_b``. The logits and
+    their exponentials are thus computed once per step instead of twice.
+    """
+
     @staticmethod
     def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, temperature: Any, chunk: int,
-                skip_self: bool, partner: int | None) -> torch.Tensor:
-        parts = []
+                skip_self: bool, partner: int | None, fuse: bool) -> torch.Tensor:
+        wants_a, wants_b, wants_t = (fuse and w for w in ctx.needs_input_grad[:3])
+        unit_a = torch.zeros_like(a) if wants_a else None
+        unit_b = torch.zeros_like(b) if wants_b else None
+        parts, excess = [], []
         for start in range(0, a.shape[-2], chunk):
             stop = min(start + chunk, a.shape[-2])
             logits = _tile_logits(a, b, temperature, start, stop, skip_self, partner)
             peak = logits.amax(-1, keepdim=True)
-            total = logits.sub_(peak).exp_().sum(-1)  # in place: one tile in memory
-            parts.append(peak.squeeze(-1) + total.log())
+            p = logits.sub_(peak).exp_()  # in place: one tile in memory
+            total = p.sum(-1)
+            lse = peak.squeeze(-1) + total.log()
+            parts.append(lse)
+            if not (wants_a or wants_b or wants_t):
+                continue
+            p.div_(total[..., None])  # the softmax of each row
+            if wants_t:
+                excess.append(torch.special.entr(p).sum(-1) - lse)
+            p.div_(temperature)
+            if wants_a:
+                unit_a[..., start:stop, :] = torch.matmul(p, b)
+            if wants_b:
+                unit_b += torch.matmul(p.transpose(-1, -2), a[..., start:stop, :])
         lse = torch.cat(parts, dim=-1)
         t = temperature if isinstance(temperature, torch.Tensor) else None
-        ctx.save_for_backward(a, b, lse, t)
+        units = [torch.cat(excess, dim=-1) if wants_t else None, unit_a, unit_b]
+        ctx.save_for_backward(a, b, lse, t, *units)
         ctx.temperature, ctx.chunk = temperature, chunk
-        ctx.skip_self, ctx.partner = skip_self, partner
+        ctx.skip_self, ctx.partner, ctx.fused = skip_self, partner, fuse
         return lse
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        a, b, lse, t = ctx.saved_tensors
+        a, b, lse, t, excess, unit_a, unit_b = ctx.saved_tensors
         temperature = ctx.temperature if t is None else t
         wants_a, wants_b, wants_t = ctx.needs_input_grad[:3]
-        grad_a = torch.zeros_like(a) if wants_a else None
-        grad_b = torch.zeros_like(b) if wants_b else None
-        grad_t = torch.zeros((), dtype=a.dtype, device=a.device) if wants_t else None
-        for start in range(0, a.shape[-2], ctx.chunk):
-            stop = min(start + ctx.chunk, a.shape[-2])
-            g = grad[..., start:stop]
-            p = _tile_logits(a, b, temperature, start, stop, ctx.skip_self, ctx.partner)
-            p.sub_(lse[..., start:stop, None]).exp_()  # softmax probabilities, in place
-            if wants_t:
-                # sum_j p_j logit_j = lse - entropy(p), so d lse / d t = (entropy - lse) / t
-                entropy = torch.special.entr(p).sum(-1)
-                grad_t += (g * (entropy - lse[..., start:stop])).sum() / temperature
-            weights = p.mul_((g / temperature)[..., None])
-            if wants_a:
-                grad_a[..., start:stop, :] = torch.matmul(weights, b)
-            if wants_b:
-                grad_b += torch.matmul(weights.transpose(-1, -2), a[..., start:stop, :])
-        if wants_t:
+        grad_a = grad_b = grad_t = None
+        if wants_t and excess is not None:
+            grad_t = (grad * excess).sum() / temperature
+            wants_t = False
+        if wants_a and unit_a is not None:
+            grad_a = grad[..., None] * unit_a
+            wants_a = False
+        if wants_b and unit_b is not None and bool((grad == grad[..., :1]).all()):
+            grad_b = grad[..., :1, None] * unit_b
+            wants_b = False
+        if wants_a or wants_b or wants_t:  # not made in the forward: recompute the tiles
+            more = _recomputed(ctx, a, b, lse, temperature, grad, wants_a, wants_b, wants_t)
+            grad_a = more[0] if wants_a else grad_a
+            grad_b = more[1] if wants_b else grad_b
+            grad_t = more[2] if wants_t else grad_t
+        if grad_t is not None:
             grad_t = grad_t.reshape(t.shape).to(t.dtype)
-        return grad_a, grad_b, grad_t, None, None, None
+        return grad_a, grad_b, grad_t, None, None, None, None
+
+
+def _recomputed(ctx: Any, a: torch.Tensor, b: torch.Tensor, lse: torch.Tensor,
+                temperature: Any, grad: torch.Tensor, wants_a: bool, wants_b: bool,
+                wants_t: bool) -> tuple[Any, Any, Any]:
+    """The gradients of :class:`_TiledLogSumExp` from tiles recomputed one at a time."""
+    grad_a = torch.zeros_like(a) if wants_a else None
+    grad_b = torch.zeros_like(b) if wants_b else None
+    grad_t = torch.zeros((), dtype=a.dtype, device=a.device) if wants_t else None
+    for start in range(0, a.shape[-2], ctx.chunk):
+        stop = min(start + ctx.chunk, a.shape[-2])
+        g = grad[..., start:stop]
+        p = _tile_logits(a, b, temperature, start, stop, ctx.skip_self, ctx.partner)
+        p.sub_(lse[..., start:stop, None]).exp_()  # softmax probabilities, in place
+        if wants_t:
+            # sum_j p_j logit_j = lse - entropy(p), so d lse / d t = (entropy - lse) / t
+            entropy = torch.special.entr(p).sum(-1)
+            grad_t += (g * (entropy - lse[..., start:stop])).sum() / temperature
+        weights = p.mul_((g / temperature)[..., None])
+        if wants_a:
+            grad_a[..., start:stop, :] = torch.matmul(weights, b)
+        if wants_b:
+            grad_b += torch.matmul(weights.transpose(-1, -2), a[..., start:stop, :])
+    return grad_a, grad_b, grad_t
 
 
 def tiled_logsumexp(a: torch.Tensor, b: torch.Tensor, temperature: Any, chunk_size: int, *,
@@ -134,7 +185,8 @@ def tiled_logsumexp(a: torch.Tensor, b: torch.Tensor, temperature: Any, chunk_si
     partner : int or None, default=None
         Also leave out ``j = (i + partner) mod m`` (DCL's positive).
     """
-    return _TiledLogSumExp.apply(a, b, temperature, chunk_size, skip_self, partner)
+    return _TiledLogSumExp.apply(a, b, temperature, chunk_size, skip_self, partner,
+                                 torch.is_grad_enabled())
 
 
 def tiled_kernel_row_sums(x: torch.Tensor, kernel: Any, temperature: Any,
