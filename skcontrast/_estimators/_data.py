@@ -150,11 +150,14 @@ class Selection(NamedTuple):
     batch: np.ndarray
 
 
-def _rows_and_batch(indices: Any) -> tuple[list[int], np.ndarray]:
+def _rows_and_batch(indices: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The rows to fetch and the selected batch, as int64 arrays (no Python int per
+    sample: this runs once per training step); the same array when they coincide."""
     if isinstance(indices, Selection):
-        return [int(i) for i in indices.rows], np.asarray(indices.batch, dtype=np.int64)
-    rows = [int(i) for i in indices]
-    return rows, np.asarray(rows, dtype=np.int64)
+        return (np.asarray(indices.rows, dtype=np.int64),
+                np.asarray(indices.batch, dtype=np.int64))
+    rows = np.asarray(indices, dtype=np.int64)
+    return rows, rows
 
 
 class ViewData(Dataset):
@@ -201,15 +204,11 @@ class TensorViews(ViewData):
         return _rows(next(v for v in self.views if v is not None))
 
     def __getitems__(self, indices: Any) -> Batch:
-        # arrays, not Python ints: this runs once per training step
-        if isinstance(indices, Selection):
-            rows = np.asarray(indices.rows, dtype=np.int64)
-            batch = np.asarray(indices.batch, dtype=np.int64)
-        else:
-            rows = batch = np.asarray(indices, dtype=np.int64)
+        rows, batch = _rows_and_batch(indices)
         device = _device(self.views[0])
-        rows_t = torch.from_numpy(rows).to(device)
-        return self.gather(rows_t, rows_t if batch is rows else torch.from_numpy(batch).to(device))
+        whole = batch is rows  # gather's default: the rows are the whole batch
+        return self.gather(torch.from_numpy(rows).to(device),
+                           None if whole else torch.from_numpy(batch).to(device))
 
     def gather(self, rows: torch.Tensor, batch: torch.Tensor | None = None) -> Batch:
         """The ``rows`` (a long tensor on the data's device) of the selected ``batch``
@@ -262,7 +261,8 @@ class ItemViews(ViewData):
         return len(self.dataset)
 
     def __getitems__(self, indices: Any) -> Batch:
-        indices, batch = _rows_and_batch(indices)
+        rows, batch = _rows_and_batch(indices)
+        indices = rows.tolist()  # a user's Dataset is indexed with plain ints
         fetch = getattr(self.dataset, "__getitems__", None)
         items = fetch(indices) if fetch is not None else [self.dataset[i] for i in indices]
         columns = [[] for _ in range(2 if self.spec.items_paired else 1)]

@@ -71,9 +71,9 @@ def supcon(z: Any, y: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
         candidates (shape ``(..., B)``) by another estimate, e.g. the moving average of
         :class:`skcontrast.memory.SogCLRMemory`.
     chunk_size : int, 'auto' or None, default=None
-        Build the denominators ``chunk_size`` anchors at a time and recompute them in
-        the backward pass: memory O(B (d + chunk_size)) instead of O(B^2), with the
-        dense loss's values and gradients (see :func:`info_nce`).
+        Build the denominators ``chunk_size`` anchors at a time: memory O(B (d +
+        chunk_size)) instead of O(B^2), with the dense loss's values and gradients, and
+        ``'auto'`` as in :func:`info_nce`.
 
     Returns
     -------

@@ -124,7 +124,7 @@ class _TiledLogSumExp(torch.autograd.Function):
         units = [torch.cat(excess, dim=-1) if wants_t else None, unit_a, unit_b]
         ctx.save_for_backward(a, b, lse, t, *units)
         ctx.temperature, ctx.chunk = temperature, chunk
-        ctx.skip_self, ctx.partner, ctx.fused = skip_self, partner, fuse
+        ctx.skip_self, ctx.partner = skip_self, partner
         return lse
 
     @staticmethod
