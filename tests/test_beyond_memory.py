@@ -297,11 +297,6 @@ def test_chunk_size_auto_and_bad_values():
 
     assert resolve_chunk_size("auto", 4096, 4096) is None
     assert resolve_chunk_size("auto", 2 * 16384, 2 * 16384) == 2048
-    # the log-sum-exp losses tile from 512 x 512 logits on (faster than dense there)
-    assert resolve_chunk_size("auto", 256, 256, fused=True) is None
-    assert resolve_chunk_size("auto", 512, 512, fused=True) == 512
-    assert resolve_chunk_size("auto", 8192, 8192, fused=True) == 8192
-    assert resolve_chunk_size("auto", 2 * 16384, 2 * 16384, fused=True) == 2048
     u = torch.randn(6, 3)
     torch.testing.assert_close(nt_xent(u, u, chunk_size="auto"), nt_xent(u, u))
     for bad in (0, -1, 2.5, "big"):
@@ -392,30 +387,3 @@ def test_the_fused_tiled_logsumexp_gives_the_dense_gradients(weights, shape, chu
         torch.testing.assert_close(
             tiled_logsumexp(a, b, 0.3, chunk, skip_self=skip_self, partner=partner),
             _dense_logsumexp(a, b, 0.3, skip_self, partner))
-
-
-def test_auto_tiles_the_log_sum_exp_losses_from_512_by_512_logits_with_dense_results():
-    """B = 256 pairs make NT-Xent's logits 512 x 512: 'auto' takes the fused tiled path
-    there (faster than dense on a CPU), with the dense values and gradients."""
-    from skcontrast.losses import _tiled
-
-    u = torch.randn(256, 8, dtype=torch.float64)
-    v = u + 0.1 * torch.randn(256, 8, dtype=torch.float64)
-    calls = []
-    original = _tiled._TiledLogSumExp.apply
-
-    def spy(*args):
-        calls.append(args[3])
-        return original(*args)
-
-    results = []
-    for chunk in ("auto", None):
-        a, b = u.clone().requires_grad_(), v.clone().requires_grad_()
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(_tiled._TiledLogSumExp, "apply", spy)
-            loss = nt_xent(a, b, temperature=0.2, chunk_size=chunk)
-        loss.backward()
-        results.append((loss.detach(), a.grad, b.grad))
-    assert calls == [512]  # one tile of all 512 rows, and only for 'auto'
-    for got, want in zip(*results, strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)

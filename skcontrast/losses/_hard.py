@@ -50,7 +50,7 @@ def _negative_logsumexp(u: torch.Tensor, v: torch.Tensor, temperature: Any, chun
         z = torch.cat([u, v], dim=-2)
         return self_logsumexp(z, temperature, chunk_size, partner=u.shape[-2])
     b = u.shape[-2]
-    chunk = resolve_chunk_size(chunk_size, b, b, fused=True)
+    chunk = resolve_chunk_size(chunk_size, b, b)
     if chunk is not None:
         return tiled_logsumexp(u, v, temperature, chunk, skip_self=True)
     own = torch.eye(b, dtype=torch.bool, device=u.device)

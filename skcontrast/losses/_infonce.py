@@ -52,7 +52,7 @@ def self_logsumexp(z: torch.Tensor, temperature: Any, chunk_size: Any,
     """Each row's log-sum-exp over the other rows of ``z`` (and not its ``partner``
     rows away, for DCL): dense through :func:`gram_logsumexp`, or tile by tile."""
     n = z.shape[-2]
-    chunk = resolve_chunk_size(chunk_size, n, n, fused=True)
+    chunk = resolve_chunk_size(chunk_size, n, n)
     if chunk is not None:
         return tiled_logsumexp(z, z, temperature, chunk, skip_self=True, partner=partner)
     exclude = None if partner is None else _partner_mask(n // 2, z.device)
@@ -96,8 +96,8 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
         Build the log-sum-exps ``chunk_size`` anchor rows at a time (Inf-CL's tiling;
         the forward keeps what the backward needs in O(B d)): memory O(B (d +
         chunk_size)) instead of O(B^2), with the dense loss's values and gradients (no
-        second derivatives). ``'auto'`` tiles from 512 x 512 logits on, where the tiles
-        are faster than the dense loss, in tiles of at most 256 MiB.
+        second derivatives). ``'auto'`` tiles only when one dense similarity matrix
+        would exceed 256 MiB.
 
     Returns
     -------
@@ -114,7 +114,7 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     """
     check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
     u, v = check_views(u, v, normalize=normalize)
-    chunk = resolve_chunk_size(chunk_size, u.shape[-2], v.shape[-2], fused=True)
+    chunk = resolve_chunk_size(chunk_size, u.shape[-2], v.shape[-2])
     positive, entropy = _one_sided_terms(u, v, temperature, chunk)
     entropy = estimate_entropy(entropy, u.shape[-2], denominator)
     terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
@@ -158,7 +158,7 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
     check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
     check_choice(directions, "directions", DIRECTION_MODES)
     u, v = check_views(u, v, normalize=normalize)
-    chunk = resolve_chunk_size(chunk_size, u.shape[-2], v.shape[-2], fused=True)
+    chunk = resolve_chunk_size(chunk_size, u.shape[-2], v.shape[-2])
     pos_uv, ent_uv = _one_sided_terms(u, v, temperature, chunk)
     pos_vu, ent_vu = _one_sided_terms(v, u, temperature, chunk)
     entropy = estimate_entropy(torch.stack([ent_uv, ent_vu], dim=-2), u.shape[-2],

@@ -268,9 +268,8 @@ class InfoNCE(_SoftmaxLoss):
     normalize : bool, default=True
         L2-normalise the embeddings first.
     chunk_size : int, 'auto' or None, default='auto'
-        Tiled log-sum-exps (O(B) memory); ``'auto'`` tiles from 512 x 512 logits on
-        (where the tiles are faster than the dense loss), in tiles of at most 256 MiB;
-        ``None`` keeps it dense.
+        Tiled log-sum-exps (O(B) memory); ``'auto'`` tiles only when one dense ``B x B``
+        float32 matrix would exceed 256 MiB; ``None`` keeps it dense.
 
     Examples
     --------

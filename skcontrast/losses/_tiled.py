@@ -34,32 +34,21 @@ from ._core import squared_distances
 #: more than this many bytes (a dense loss holds a few such matrices), and then uses
 #: tiles of about this size.
 AUTO_TILE_BYTES = 256 * 2**20
-#: For the log-sum-exp losses, whose tiles are computed once per step
-#: (:class:`_TiledLogSumExp`), ``'auto'`` tiles from this many logits on: measured on a
-#: CPU, the tiled NT-Xent took 0.92x the dense time at 512 x 512 logits (B = 256) and
-#: 0.72x at 1024 x 1024, while at 128 x 128 its per-call overhead made it 1.12x.
-AUTO_FUSED_ELEMENTS = 512 * 512
 
 
-def resolve_chunk_size(chunk_size: Any, rows: int, cols: int, *,
-                       fused: bool = False) -> int | None:
+def resolve_chunk_size(chunk_size: Any, rows: int, cols: int) -> int | None:
     """``None`` (dense), or the number of anchor rows per tile.
 
     ``'auto'``: dense while one ``rows x cols`` float32 matrix takes at most
     :data:`AUTO_TILE_BYTES` (256 MiB: B = 4,096 pairs for NT-Xent's 2B x 2B logits),
-    else tiles of as many rows as fit in that size. With ``fused`` (the log-sum-exp
-    losses, whose tiled form is faster than the dense one past a few hundred rows),
-    tiles already from :data:`AUTO_FUSED_ELEMENTS` logits on.
+    else tiles of as many rows as fit in that size.
     """
     if chunk_size is None:
         return None
     if chunk_size == "auto":
-        tile_rows = max(1, AUTO_TILE_BYTES // (4 * cols))
-        if fused and rows * cols >= AUTO_FUSED_ELEMENTS:
-            return min(rows, tile_rows)
         if rows * cols * 4 <= AUTO_TILE_BYTES:
             return None
-        return tile_rows
+        return max(1, AUTO_TILE_BYTES // (4 * cols))
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be None, 'auto' or a positive integer; got "
                          f"{chunk_size!r}")
