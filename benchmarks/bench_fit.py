@@ -98,24 +98,6 @@ def plain_epoch(module: nn.Module, optimizer: torch.optim.Optimizer, data: torch
         optimizer.step()
 
 
-def plain_loop(X: torch.Tensor, module: nn.Module | None, batch_size: int, epochs: int,
-               seed: int, precision: str, device: str,
-               hidden: tuple[int, ...] = HIDDEN) -> list[float]:
-    """Per-epoch seconds of a minimal training loop on the same module and batches."""
-    encoders, optimizer = plain_module(module, tuple(X.shape[2:]), seed, device, hidden)
-    selector = ShuffledBatchSelector(batch_size, random_state=seed + 1)
-    data = X.to(device)
-    placeholder = np.zeros((len(X), 1), dtype=np.float32)
-    times = []
-    for _ in range(epochs):
-        synchronize(device)
-        start = time.perf_counter()
-        plain_epoch(encoders, optimizer, data, selector.split(placeholder), precision)
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return times
-
-
 def estimator(module: nn.Module | None, batch_size: int, epochs: int, seed: int,
               precision: str, device: str, selector=None,
               hidden: tuple[int, ...] = HIDDEN, **extra) -> ContrastiveEmbedder:
@@ -202,22 +184,52 @@ def same_training(X: torch.Tensor, module: nn.Module | None, batch_size: int, se
     return max(float((trained[k] - v).abs().max()) for k, v in reference.state_dict().items())
 
 
+class PlainEpochs(Callback):
+    """A plain loop's epoch after each of the estimator's, timed the same way: each pair of
+    epochs runs back to back, so a machine whose load drifts over seconds slows both
+    sides of a pair alike (skorch's epoch timer stops before this callback runs)."""
+
+    def __init__(self, X: torch.Tensor, module: nn.Module | None, batch_size: int, seed: int,
+                 precision: str, device: str, hidden: tuple[int, ...]):
+        self.args = X, module, batch_size, seed, precision, device, hidden
+        self.times_: list[float] = []
+
+    def on_train_begin(self, net, **kwargs):
+        X, module, batch_size, seed, _, device, hidden = self.args
+        self.encoders, self.optimizer = plain_module(module, tuple(X.shape[2:]), seed, device,
+                                                     hidden)
+        self.selector = ShuffledBatchSelector(batch_size, random_state=seed + 1)
+        self.data, self.placeholder = X.to(device), np.zeros((len(X), 1), dtype=np.float32)
+
+    def on_epoch_end(self, net, **kwargs):
+        device = self.args[5]
+        synchronize(device)
+        start = time.perf_counter()
+        plain_epoch(self.encoders, self.optimizer, self.data,
+                    self.selector.split(self.placeholder), self.args[4])
+        synchronize(device)
+        self.times_.append(time.perf_counter() - start)
+
+
 def compare(name: str, X: torch.Tensor, module: nn.Module | None, batch_size: int,
             epochs: int, precision: str, device: str, seed: int = 0,
             hidden: tuple[int, ...] = HIDDEN, runs: int = 5) -> tuple[list, float]:
-    """``runs`` interleaved runs of each side (a plain loop, then the estimator); a run's
-    time is its median epoch (the first epoch dropped as warm-up), and the ratio is
-    reported as the median of the runs' ratios with their min and max, so that a noisy
-    machine shows its noise instead of one lucky or unlucky draw."""
+    """``runs`` fits of ``epochs`` epochs after a warm-up one, each epoch followed by a
+    plain loop's epoch on the same batches; a run's ratio is the median of its epochs'
+    ratios (ours over the plain epoch right after it), and the ratio reported is the
+    median of the runs' ratios with their min and max, so that a noisy machine shows its
+    noise instead of one lucky or unlucky draw."""
     plain, ours, ratios, select = [], [], [], []
     for _ in range(runs):
-        plain.append(statistics.median(plain_loop(X, module, batch_size, epochs + 1, seed,
-                                                  precision, device, hidden)[1:]))
+        paired = PlainEpochs(X, module, batch_size, seed, precision, device, hidden)
         est = estimator(module, batch_size, epochs + 1, seed, precision, device,
-                        hidden=hidden).fit(X)
-        ours.append(statistics.median(row["dur"] for row in est.history_[1:]))
+                        hidden=hidden, callbacks=[paired]).fit(X)
+        durations = list(est.history_[1:, "dur"])
+        plain.append(statistics.median(paired.times_[1:]))
+        ours.append(statistics.median(durations))
         select.append(statistics.median(row["select_time"] for row in est.history_))
-        ratios.append(ours[-1] / plain[-1])
+        ratios.append(statistics.median(a / b for a, b in zip(durations, paired.times_[1:],
+                                                               strict=True)))
     ratio = statistics.median(ratios)
     spread = f"{ratio:.2f}x ({min(ratios):.2f}-{max(ratios):.2f})" if runs > 1 else \
         f"{ratio:.2f}x"
@@ -352,7 +364,8 @@ def main(argv: list[str] | None = None) -> str:
     where = torch.cuda.get_device_name() if device.startswith("cuda") else \
         f"CPU, {torch.get_num_threads()} threads"
     text = (f"Time per epoch on {where}; median of {args.epochs} epochs after a warm-up "
-            f"epoch; 'vs plain' is the median (min-max) over {args.runs} interleaved runs."
+            f"epoch; 'vs plain' is the median (min-max) over {args.runs} runs of the median "
+            f"ratio of each epoch to a plain loop's epoch run right after it."
             f"\nMLP: n={args.n:,} pairs, d=64, MLP 64-{HIDDEN[0]}-{K}, B=256. CNN: "
             f"n={args.images_n:,} pairs of 3x32x32 images, 2 conv layers, B=512. Adam, "
             f"symmetric InfoNCE.\n")

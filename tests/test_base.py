@@ -443,3 +443,41 @@ def test_per_batch_hooks_reach_every_callback_that_overrides_them_across_refits(
     counter = again.callbacks[0][1]
     before = counter.batches
     assert again.fit(X).callbacks[0][1] is counter and counter.batches == before + 6
+
+
+class _EvalAfterEachBatch(Callback):
+    """Puts the encoder's dropout in eval mode after every batch, and records the mode
+    each forward pass of a training step saw."""
+
+    def __init__(self):
+        self.modes, self.stepping = [], False
+
+    def on_train_begin(self, net, **kwargs):
+        self.dropout = next(m for m in net.module_.modules() if isinstance(m, nn.Dropout))
+        self.dropout.register_forward_hook(self.record)
+
+    def record(self, module, inputs, output):
+        if self.stepping:
+            self.modes.append(module.training)
+
+    def on_batch_begin(self, net, training=False, **kwargs):
+        self.stepping = training
+
+    def on_batch_end(self, net, training=False, **kwargs):
+        self.stepping = False
+        self.dropout.eval()
+
+
+def test_every_training_step_puts_every_module_in_training_mode():
+    """The step skips skorch's walk of the module tree while nothing has changed a
+    module's mode; a module switched to eval between steps, or a new module after a
+    warm start's rebuild, is still in training mode at the next step's forward."""
+    X, _ = make_paired_gaussians(96, 4, random_state=0)
+    watch = _EvalAfterEachBatch()
+    module = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.1), nn.ReLU(), nn.Linear(8, 4))
+    est = ContrastiveEmbedder(**{**SMALL, "module": module, "callbacks": [watch],
+                                 "warm_start": True}).fit(X)
+    assert len(watch.modes) == 2 * 6 and all(watch.modes)
+    watch.modes.clear()
+    est.set_params(lr=1e-3).fit(X)  # a warm start rebuilds the net: new module objects
+    assert len(watch.modes) == 2 * 6 and all(watch.modes)

@@ -67,9 +67,11 @@ def _rows(view: Any) -> int:
 
 
 def _index(view: Any, rows: torch.Tensor) -> Any:
+    # index_select, not view[rows]: a few times faster on the CPU for a batch of rows,
+    # which a small model's training step notices
     if isinstance(view, Mapping):
-        return {k: v[rows.to(v.device)] for k, v in view.items()}
-    return view[rows.to(view.device)]
+        return {k: v.index_select(0, rows.to(v.device)) for k, v in view.items()}
+    return view.index_select(0, rows.to(view.device))
 
 
 def _device(view: Any) -> torch.device:
@@ -237,9 +239,13 @@ class TensorViews(ViewData):
         return TensorViews(tuple(_moved(v, device) for v in self.views), labels)
 
     @property
+    def device(self) -> torch.device:
+        """Where the tensors are (host memory included)."""
+        return _device(next(v for v in self.views if v is not None))
+
+    @property
     def resident_device(self) -> torch.device | None:
-        device = _device(next(v for v in self.views if v is not None))
-        return device if device.type != "cpu" else None
+        return self.device if self.device.type != "cpu" else None
 
 
 class ItemViews(ViewData):

@@ -155,6 +155,7 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
     def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
         super().on_train_begin(net, X=X, y=y, **kwargs)
         self._embedding_cache = self._embedded = None  # filled by this fit's steps
+        self._mode_snapshot = None  # the next step walks the module trees
         self._warned_lone = False
         self._warned_coverage = False
         self._checked_augmentation = False
@@ -420,7 +421,7 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
         state = super().__getstate__()
         for transient in ("_batch_terms", "training_data", "_warned_lone",
                           "_warned_coverage", "_checked_augmentation", "_stopped_by",
-                          "_embedding_cache", "_embedded", "_listeners"):
+                          "_embedding_cache", "_embedded", "_listeners", "_mode_snapshot"):
             state.pop(transient, None)  # rebuilt by every fit
         state["train_split"] = None  # the held-out data stays out of the pickle
         return state

@@ -4,7 +4,9 @@
 batches. ``get_iterator`` returns, for training, a ``DataLoader`` whose ``batch_sampler``
 asks the selector for the batches of each epoch (so skorch's ``batch_size`` is not
 passed to it: a ``DataLoader`` refuses both), or, when the data is held whole on the
-GPU, an iterator that gathers the selector's batches there. Adaptive selectors first
+GPU or in this process's memory (tensors, arrays), an iterator that gathers the selector's
+batches there without a ``DataLoader`` (whose per-batch machinery a small model's step
+notices: it only pays for a Dataset's worker processes). Adaptive selectors first
 receive the current embeddings of the whole training set, from a no-grad pass made
 batch by batch on the training device, and the loss being trained, as it is at that
 epoch. The datasets (:mod:`._data`) fetch a whole batch with one ``__getitems__`` call.
@@ -50,11 +52,9 @@ class SelectorBatchSampler(Sampler):
 
 
 class DeviceBatches:
-    """The selector's batches gathered from data held whole on the training device.
-
-    The indices of a whole epoch are copied to the device at once, asynchronously, so a
-    batch costs no host-device transfer at all.
-    """
+    """The selector's batches gathered from tensors held whole in memory: on the training
+    device (the indices of a whole epoch are copied there at once, asynchronously, so a
+    batch costs no host-device transfer at all) or in the host's memory."""
 
     def __init__(self, net: Any, data: TensorViews) -> None:
         self.net = net
@@ -70,7 +70,7 @@ class DeviceBatches:
         rows = [self.net.local_part(b) for b in batches]
         sliced = any(r is not b for r, b in zip(rows, batches, strict=True))
         flat = torch.from_numpy(np.concatenate(batches + rows if sliced else batches))
-        device = self.data.resident_device
+        device = self.data.device
         if device.type == "cuda":
             flat = flat.pin_memory()
         index = flat.to(device, non_blocking=True)
@@ -105,7 +105,7 @@ class BatchSupply:
         if not training:  # skorch asks for it only for the held-out data
             return self.held_out_batches(dataset)
         self.training_data = dataset  # for the adaptive selectors' embedding pass
-        if dataset.resident_device is not None:
+        if isinstance(dataset, TensorViews):  # a Dataset's items are loaded by workers
             return DeviceBatches(self, dataset)
         return self._loader(dataset, SelectorBatchSampler(self, len(dataset)))
 
@@ -159,7 +159,9 @@ class BatchSupply:
         n = len(self.training_data)
         if self._warned_coverage or not batches or n == 0:
             return
-        seen = len(np.unique(np.concatenate(batches)))
+        covered = np.zeros(n, dtype=bool)  # a mask, not np.unique: no sort every epoch
+        covered[np.concatenate(batches)] = True
+        seen = int(np.count_nonzero(covered))
         if seen < n / 2:
             self._warned_coverage = True
             params = self.selector.get_params()
