@@ -8,7 +8,10 @@ memory, pessimistic ties) against PML's
 ``AccuracyCalculator`` with its torch k-NN (``CustomKNN(CosineSimilarity())``: PML's
 default k-NN needs faiss, which this machine does not have), which asks for the
 ``max class size`` nearest neighbours of every query at once. The values are compared
-first; uniformity is timed alone (PML has no such metric). Peak memory is the rise of the
+first; uniformity is timed alone (PML has no such metric). Where skcontrast screens
+candidates with a bfloat16 product (large n, on CPUs where bfloat16 products are faster),
+the same pass without the screen and the float32 products alone (the dense path's floor)
+are timed too. Peak memory is the rise of the
 process's peak resident set. A case is skipped, with the memory it would need, when it
 would not fit.
 """
@@ -44,13 +47,34 @@ def ours(H: np.ndarray, y: np.ndarray) -> dict:
             "r_precision": scores["r_precision"], "precision_at_1": scores["precision_at_1"]}
 
 
+def float32_products(H: np.ndarray) -> None:
+    """The dense path's matrix products alone, in its blocks (its floor)."""
+    Ht = torch.from_numpy(H).float()
+    step = geometry.block_rows(len(H), 2 * geometry.BLOCK_ELEMENTS)
+    for start in range(0, len(H), step):
+        Ht[start:start + step] @ Ht.T
+
+
 def row(n: int, d: int, classes: int, pml) -> list[list[str]]:
     rng = np.random.default_rng(n)
     H = rng.normal(size=(n, d)).astype(np.float32)
     y = rng.integers(0, classes, size=n)
-    t_ours, m_ours = measure(lambda: ours(H, y), repeats=1, warmup=0)
+    found = {}
+    t_ours, m_ours = measure(lambda: found.update(screened=ours(H, y)), repeats=1, warmup=0)
     rows = [[f"mAP@R + R-prec. + P@1, n={n:,}", "skcontrast", fmt_seconds(t_ours),
              fmt_mib(m_ours), ""]]
+    if metrics._Screen.worth_it(n):  # the same pass without the bfloat16 screen
+        threshold, metrics._Screen.MIN_COLUMNS = metrics._Screen.MIN_COLUMNS, n + 1
+        try:
+            t_dense, m_dense = measure(lambda: found.update(dense=ours(H, y)), repeats=1,
+                                       warmup=0)
+        finally:
+            metrics._Screen.MIN_COLUMNS = threshold
+        agree = max(abs(found["screened"][key] - found["dense"][key]) for key in INCLUDE)
+        rows.append(["", "skcontrast, dense float32", fmt_seconds(t_dense), fmt_mib(m_dense),
+                     f"|Δ| {agree:.1e}"])
+        t_floor, m_floor = measure(lambda: float32_products(H), repeats=1, warmup=0)
+        rows.append(["", "float32 product alone", fmt_seconds(t_floor), fmt_mib(m_floor), ""])
     t_unif, m_unif = measure(lambda: geometry.uniformity(H), repeats=1, warmup=0)
     rows.append([f"uniformity, n={n:,}", "skcontrast", fmt_seconds(t_unif), fmt_mib(m_unif),
                  ""])

@@ -364,6 +364,59 @@ def test_class_retrieval_metrics_against_a_brute_force_loop(monkeypatch, ties):
                                    expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("data", ["random", "whole", "ties", "near", "collapsed"])
+def test_the_bfloat16_screen_ranks_exactly_like_the_brute_force_loop(monkeypatch, data):
+    """The screened path (forced at this small n, starting from 4 candidates per query so
+    that it has to widen) gives the float64 loop's values: on random data (also with
+    every column a candidate, where the query itself must stay out), on quantised data
+    where most similarities tie (signed 4-of-8 vectors: multiples of 1/4, exact in
+    bfloat16), on references whose order bfloat16 scrambles (so the error bound decides
+    the candidates), and on collapsed data, where the block falls back to the dense
+    product."""
+    monkeypatch.setattr(M._Screen, "MIN_COLUMNS", 1)
+    monkeypatch.setattr(M._Screen, "_faster", True)
+    monkeypatch.setattr(M._Screen, "WIDTH", 1000 if data == "whole" else 4)
+    monkeypatch.setattr(M._Screen, "SHARE", 8 if data in ("random", "collapsed") else 1)
+    monkeypatch.setattr(G, "BLOCK_ELEMENTS", 10 * 300)
+    rng = np.random.default_rng(7)
+    if data in ("random", "whole"):  # whole: every column a candidate, the query's too
+        H, R = rng.normal(size=(300, 64)), rng.normal(size=(200, 64))
+    elif data == "ties":
+        H, R = (np.stack([np.isin(np.arange(8), rng.choice(8, 4, replace=False))
+                          * rng.choice([-1.0, 1.0], 8) for _ in range(m)]) for m in (300, 200))
+    elif data == "near":  # every query is q; the references' similarities to it are
+        # spread over [0.3, 0.31], 5e-5 apart, where bfloat16 errs by about 1e-3
+        q = rng.normal(size=8)
+        q /= np.linalg.norm(q)
+        side = rng.normal(size=(200, 8))
+        side -= np.outer(side @ q, q)
+        side /= np.linalg.norm(side, axis=1, keepdims=True)
+        c = rng.permutation(np.linspace(0.3, 0.31, 200))[:, None]
+        H, R = np.tile(q, (300, 1)), c * q + np.sqrt(1 - c**2) * side
+    else:
+        H, R = np.ones((300, 8)), np.ones((200, 8))
+    y, r = rng.integers(0, 60, size=300), rng.integers(0, 60, size=200)
+    seen = []
+    original = M._Screen.candidates
+
+    def spy(self, *args):
+        found = original(self, *args)
+        seen.append((found is not None, self.width))
+        return found
+
+    monkeypatch.setattr(M._Screen, "candidates", spy)
+    for args in ((H, y), (H, y, R, r)):
+        together = M.class_retrieval(*args)
+        np.testing.assert_allclose([together[k] for k in ("map_at_r", "r_map", "r_precision",
+                                                          "precision_at_1")],
+                                   ref.retrieval(*args), rtol=1e-12, atol=1e-12)
+    screened = [ok for ok, _ in seen]
+    assert len(seen) == 8 + 5  # 40 queries per block against 300, 60 against 200
+    assert not any(screened) if data == "collapsed" else all(screened)
+    if data not in ("collapsed", "whole"):
+        assert max(width for _, width in seen) > 4
+
+
 def test_collapsed_embeddings_retrieve_nothing():
     collapsed, y = np.ones((12, 3)), np.repeat([0, 1, 2], 4)
     assert M.map_at_r(collapsed, y) == M.r_precision(collapsed, y) == 0.0
