@@ -55,7 +55,12 @@ from skcontrast import ContrastiveEmbedder
 from skcontrast._estimators._data import View
 from skcontrast._estimators._modules import build_encoders
 from skcontrast.losses import SymmetricInfoNCE, symmetric_info_nce
-from skcontrast.selectors import FullBatchSelector, ShuffledBatchSelector, SpectralBatchSelector
+from skcontrast.selectors import (
+    FullBatchSelector,
+    ShuffledBatchSelector,
+    SpectralBatchSelector,
+    TemperedSelector,
+)
 
 K, HIDDEN, LR, TEMPERATURE = 32, (128,), 1e-3, 0.1
 
@@ -149,24 +154,38 @@ def staleness_rows(name: str, data: torch.Tensor, module: nn.Module | None, batc
 
 
 def selection_rows(name: str, data: torch.Tensor, module: nn.Module | None, batch_size: int,
-                   epochs: int, device: str) -> list[list[str]]:
-    """Fit with SpectralBatchSelector against a shuffled fit: time per epoch (selection
-    included), the selection's share of it, with a fresh embedding pass per epoch and
-    with the embeddings the training steps computed (``selection_pass='cached'``).
-    Medians over the epochs after the first (whose selection always takes a fresh pass).
-    """
-    cases = [("shuffled", ShuffledBatchSelector(batch_size), "cached"),
-             ("spectral, fresh pass", SpectralBatchSelector(batch_size), "fresh"),
-             ("spectral, cached", SpectralBatchSelector(batch_size), "cached")]
-    rows, base = [], None
-    for label, selector, mode in cases:
-        est = estimator(module, batch_size, epochs + 1, 0, "float32", device, selector,
-                        selection_pass=mode).fit(data)
-        dur = statistics.median(est.history_[1:, "dur"])
-        select = statistics.median(est.history_[1:, "select_time"])
-        base = dur if base is None else base
-        rows.append([name, label, f"{dur:.3f} s", f"{select:.3f} s",
-                     f"{select / dur:.0%}", f"{dur / base:.2f}x"])
+                   epochs: int, device: str, runs: int = 5) -> list[list[str]]:
+    """Fits with adaptive selectors against a shuffled fit: time per epoch (selection
+    included), the selection's share of it, for SpectralBatchSelector with a fresh
+    embedding pass per epoch (the default), with the embeddings the training steps
+    computed (``selection_pass='cached'``), and choosing every 4th epoch only
+    (``TemperedSelector(refresh_every=4)``). Times are means over the epochs after the
+    first (refresh epochs included, so the cost is amortised as a user pays it); the
+    ratio to shuffled is per training step (for selectors whose epochs keep part of the
+    batches), the median (min-max) over ``runs`` interleaved runs."""
+    cases = [("shuffled", lambda: ShuffledBatchSelector(batch_size), "cached"),
+             ("spectral, fresh pass", lambda: SpectralBatchSelector(batch_size), "fresh"),
+             ("spectral, cached", lambda: SpectralBatchSelector(batch_size), "cached"),
+             ("spectral, cached, refresh_every=4", lambda: TemperedSelector(
+                 SpectralBatchSelector(batch_size), refresh_every=4), "cached")]
+    durations = {label: [] for label, _, _ in cases}
+    selects = {label: [] for label, _, _ in cases}
+    steps = {label: [] for label, _, _ in cases}
+    for _ in range(runs):
+        for label, selector, mode in cases:
+            est = estimator(module, batch_size, epochs + 1, 0, "float32", device, selector(),
+                            selection_pass=mode).fit(data)
+            durations[label].append(statistics.mean(est.history_[1:, "dur"]))
+            selects[label].append(statistics.mean(est.history_[1:, "select_time"]))
+            steps[label].append(durations[label][-1]
+                                / statistics.mean(est.history_[1:, "n_batches"]))
+    base = steps["shuffled"]
+    rows = []
+    for label, _, _ in cases:
+        dur, select = statistics.median(durations[label]), statistics.median(selects[label])
+        ratios = [a / b for a, b in zip(steps[label], base, strict=True)]
+        rows.append([name, label, f"{dur:.3f} s", f"{select:.3f} s", f"{select / dur:.0%}",
+                     f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"])
     return rows
 
 
@@ -309,6 +328,12 @@ def main(argv: list[str] | None = None) -> str:
                         help="'auto' (a GPU if usable), 'cpu' or 'cuda'")
     parser.add_argument("--skip-spectral", action="store_true",
                         help="skip the adaptive-selection and staleness tables")
+    parser.add_argument("--only-selection", action="store_true",
+                        help="only the adaptive-selection table")
+    parser.add_argument("--selection-epochs", type=int, default=8,
+                        help="timed epochs of the adaptive-selection fits (after one)")
+    parser.add_argument("--selection-images", type=int, default=10_000,
+                        help="CNN image pairs of the adaptive-selection fits")
     parser.add_argument("--wide", action=argparse.BooleanOptionalAction, default=None,
                         help="also a wide MLP (2048, 2048), n=100,000, B=1024 (default: on "
                              "a GPU only)")
@@ -332,14 +357,18 @@ def main(argv: list[str] | None = None) -> str:
     X = torch.from_numpy(X)
     images = torch.from_numpy(rng.random((args.images_n, 1, 3, 32, 32), dtype=np.float32))
     images = torch.cat([images, images + 0.1 * torch.randn_like(images)], dim=1)
-    checks = {"MLP": same_training(X[:2048], None, 256, 0, device),
-              "CNN": same_training(images[:2048], small_cnn(), 512, 0, device)}
-    rows, ratios = [], {}
+    rows, ratios, checks = [], {}, {}
     cases = [("MLP", X, None, 256, "float32"), ("CNN", images, small_cnn(), 512, "float32"),
              ("CNN", images, small_cnn(), 512, "bfloat16")]
     if args.only_mlp:
-        cases, checks = cases[:1], {"MLP": checks["MLP"]}
+        cases = cases[:1]
         args.skip_spectral, args.caching, args.wide = True, False, False
+    if args.only_selection:
+        cases, args.caching, args.wide = [], False, False
+    for name in dict.fromkeys(case[0] for case in cases):
+        data, module = (X, None) if name == "MLP" else (images, small_cnn())
+        checks[name] = same_training(data[:2048], module, 256 if name == "MLP" else 512, 0,
+                                     device)
     for name, data, module, batch_size, precision in cases:
         case_rows, ratios[name, precision] = compare(name, data, module, batch_size,
                                                      args.epochs, precision, device,
@@ -354,30 +383,40 @@ def main(argv: list[str] | None = None) -> str:
         rows += case_rows
     selection, staleness = [], []
     if not args.skip_spectral:
-        selection = selection_rows("MLP", X, None, 256, args.epochs, device)
-        selection += selection_rows("CNN", images, small_cnn(), 512, args.epochs, device)
-        staleness = staleness_rows("MLP", X[:5000], None, 256, args.epochs, device)
-        staleness += staleness_rows("CNN", images[:5000], small_cnn(), 256, args.epochs,
-                                    device)
+        selection = selection_rows("MLP", X, None, 256, args.selection_epochs, device,
+                                   args.runs)
+        selection += selection_rows("CNN", images[:args.selection_images], small_cnn(), 512,
+                                    args.selection_epochs, device, args.runs)
+        if not args.only_selection:
+            staleness = staleness_rows("MLP", X[:5000], None, 256, args.epochs, device)
+            staleness += staleness_rows("CNN", images[:5000], small_cnn(), 256, args.epochs,
+                                        device)
     if args.caching:
         rows += caching_rows(min(args.images_n, 20_000), args.epochs, device)
     where = torch.cuda.get_device_name() if device.startswith("cuda") else \
         f"CPU, {torch.get_num_threads()} threads"
-    text = (f"Time per epoch on {where}; median of {args.epochs} epochs after a warm-up "
-            f"epoch; 'vs plain' is the median (min-max) over {args.runs} runs of the median "
-            f"ratio of each epoch to a plain loop's epoch run right after it."
-            f"\nMLP: n={args.n:,} pairs, d=64, MLP 64-{HIDDEN[0]}-{K}, B=256. CNN: "
-            f"n={args.images_n:,} pairs of 3x32x32 images, 2 conv layers, B=512. Adam, "
-            f"symmetric InfoNCE.\n")
-    text += table(rows, ["model", "precision", "training", "per epoch", "selection",
-                         "vs plain"])
-    text += ("\nsame module, optimizer, loss and batches: weights after one float32 epoch "
-             "differ by at most " + ", ".join(f"{k} {v:.1e}" for k, v in checks.items()))
+    text = ""
+    if rows:
+        text += (f"Time per epoch on {where}; median of {args.epochs} epochs after a warm-up "
+                 f"epoch; 'vs plain' is the median (min-max) over {args.runs} runs of the "
+                 "median ratio of each epoch to a plain loop's epoch run right after it."
+                 f"\nMLP: n={args.n:,} pairs, d=64, MLP 64-{HIDDEN[0]}-{K}, B=256. CNN: "
+                 f"n={args.images_n:,} pairs of 3x32x32 images, 2 conv layers, B=512. Adam, "
+                 f"symmetric InfoNCE.\n")
+        text += table(rows, ["model", "precision", "training", "per epoch", "selection",
+                             "vs plain"])
+        text += ("\nsame module, optimizer, loss and batches: weights after one float32 "
+                 "epoch differ by at most "
+                 + ", ".join(f"{k} {v:.1e}" for k, v in checks.items()) + "\n\n")
     if selection:
-        text += ("\n\nAn adaptive selector inside fit (float32): time per epoch, selection "
-                 "included, against a shuffled fit\n")
+        text += (f"Adaptive selectors inside fit ({where}, float32): time per epoch, "
+                 f"selection included, mean of {args.selection_epochs} epochs after a "
+                 f"warm-up one; 'vs shuffled' is per training step, the median (min-max) "
+                 f"over {args.runs} interleaved runs. MLP as above (n={args.n:,}); CNN on "
+                 f"{min(args.selection_images, args.images_n):,} image pairs, B=512\n")
         text += table(selection, ["model", "batches", "per epoch", "selection",
                                   "share", "vs shuffled"])
+    if staleness:
         text += ("\n\nStaleness: spectral batches picked from the cached embeddings and from "
                  "a fresh pass, both scored on the fresh ones, relative to a shuffled "
                  f"partition (hardness; mean ± std over {args.epochs} epochs x 3 selector "
