@@ -99,6 +99,26 @@ class _Retrieval(NamedTuple):
     first: np.ndarray
 
 
+def _top(x: torch.Tensor, width: int, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x.topk(width, dim=1)`` in two cheaper passes on wide rows whose length is a
+    multiple of ``group``. The columns fall into groups of ``group`` (column ``j`` with
+    ``j + m``, ``j + 2m``, ...: strided, so that their maxima are an elementwise maximum
+    of contiguous slices). A row's ``width`` largest entries lie in its ``width`` groups
+    with the largest maxima (a group left out has ``width`` groups whose maxima are at
+    least its own, so none of its entries can rank higher): the top-k runs on the group
+    maxima, then on those groups' entries. Equal values may come from other columns
+    than ``topk``'s; the values are the same."""
+    rows, n = x.shape
+    if n < 64 * width or n % group:
+        return x.topk(width, dim=1)
+    m = n // group
+    grouped = x.view(rows, group, m)
+    _, groups = grouped.amax(1).topk(width, dim=1)
+    members = grouped.gather(2, groups[:, None, :].expand(-1, group, -1))
+    values, where = members.reshape(rows, group * width).topk(width, dim=1)
+    return values, (where // width) * m + groups.gather(1, where % width)
+
+
 class _Screen:
     """Exact top-k candidates from a bfloat16 product (on CPUs that multiply bfloat16
     faster than float32, e.g. with AVX-512 BF16).
@@ -118,13 +138,15 @@ class _Screen:
     MIN_COLUMNS = 50_000  # below, the float32 product is as fast (measured: 10.2 s both at 50k)
     WIDTH = 64  # candidates per query tried first (doubled while too few)
     SHARE = 8  # at most 1/SHARE of the references (and 4,096) as candidates per query
+    GROUP = 8  # references per group of the top-k's first pass (see _top)
     _faster: bool | None = None
 
     def __init__(self, Q: np.ndarray, G: np.ndarray) -> None:
         q, g = torch.from_numpy(Q), torch.from_numpy(G)
-        self.Q16, self.G16 = q.bfloat16(), g.bfloat16()
+        pad = torch.zeros((-len(G) % self.GROUP, G.shape[1]), dtype=torch.bfloat16)
+        self.Q16, self.G16 = q.bfloat16(), torch.cat([g.bfloat16(), pad])
         self.Q, self.G = q.float(), g.float()
-        q16, g16 = self.Q16.double(), self.G16.double()
+        q16, g16 = self.Q16.double(), self.G16[:len(G)].double()
         q16_norm = q16.norm(dim=1)
         self.a = 1.01 * ((q - q16).norm(dim=1) * g.norm(dim=1).max()
                          + q16_norm * (g - g16).norm(dim=1).max()
@@ -155,23 +177,26 @@ class _Screen:
         """Similarities (float32, ``-inf`` where no candidate) and columns of the
         candidates of the queries ``start:stop``, or None when the dense product is
         the cheaper way."""
+        n = len(self.G)
         approx = self.Q16[start:stop] @ self.G16.T
+        approx[:, n:] = -torch.inf  # the padding of the references to whole groups
         if same:
             rows = torch.arange(stop - start)
             approx[rows, rows + start] = -torch.inf
-        limit = min(len(self.G) // self.SHARE, 4096)
+        limit = min(n // self.SHARE, 4096)
         width = max(self.width, kept)
         while True:
-            width = min(width, approx.shape[1])
-            values, columns = approx.topk(width, dim=1)
+            width = min(width, n)
+            values, columns = _top(approx, width, self.GROUP)
             kth = values[:, kept - 1].double()
             floor = kth - 2.0**-8 * kth.abs() * (1 + 2.0**-7) - 2 * self.a[start:stop]
-            if width == approx.shape[1] or bool((values[:, -1].double() < floor).all()):
+            if width == n or bool((values[:, -1].double() < floor).all()):
                 break  # every row's candidates are inside its top ``width``
             if width >= limit:
                 return None
             width *= 2
         self.width = width  # the next block starts from what this one needed
+        columns.clamp_(max=n - 1)  # a padding column is never a candidate (-inf)
         exact = torch.einsum("bd,bkd->bk", self.Q[start:stop], self.G[columns])
         exact[values.double() < floor[:, None]] = -torch.inf  # and the query itself
         return exact, columns

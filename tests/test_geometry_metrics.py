@@ -417,6 +417,22 @@ def test_the_bfloat16_screen_ranks_exactly_like_the_brute_force_loop(monkeypatch
         assert max(width for _, width in seen) > 4
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("width", [1, 5, 37])
+def test_the_grouped_top_k_gives_top_ks_values(dtype, width):
+    """The screen's two-pass top-k (group maxima, then the best groups' entries) returns
+    torch.topk's values, and columns that hold them, on rows with many ties (bfloat16
+    rounding of few distinct values) and with -inf entries."""
+    rng = np.random.default_rng(width)
+    x = torch.from_numpy(rng.integers(0, 50, size=(9, 64 * 8 * width)) / 7.0).to(dtype)
+    x[:, ::5] = -torch.inf
+    values, columns = M._top(x, width, 8)
+    expected, _ = x.topk(width, dim=1)
+    assert torch.equal(values, expected)
+    assert torch.equal(x.gather(1, columns), values)
+    assert all(len(set(row.tolist())) == width for row in columns)
+
+
 def test_collapsed_embeddings_retrieve_nothing():
     collapsed, y = np.ones((12, 3)), np.repeat([0, 1, 2], 4)
     assert M.map_at_r(collapsed, y) == M.r_precision(collapsed, y) == 0.0
