@@ -481,3 +481,21 @@ def test_every_training_step_puts_every_module_in_training_mode():
     watch.modes.clear()
     est.set_params(lr=1e-3).fit(X)  # a warm start rebuilds the net: new module objects
     assert len(watch.modes) == 2 * 6 and all(watch.modes)
+
+
+def test_data_in_memory_is_batched_without_a_dataloader_unless_a_gpu_needs_it_pinned():
+    """Training on the CPU from tensors in memory gathers the batches directly (no
+    DataLoader machinery per step); host data for a GPU still goes through the
+    DataLoader, which pins it for asynchronous copies."""
+    from torch.utils.data import DataLoader
+
+    from skcontrast._estimators._data import TensorViews
+    from skcontrast._estimators._supply import DeviceBatches
+
+    X, _ = make_paired_gaussians(64, 4, random_state=0)
+    net = ContrastiveEmbedder(**SMALL).fit(X).net_
+    data = TensorViews((torch.zeros(64, 4), torch.zeros(64, 4)))
+    assert isinstance(net.get_iterator(data, training=True), DeviceBatches)
+    net._on_gpu = lambda: True
+    loader = net.get_iterator(data, training=True)
+    assert isinstance(loader, DataLoader) and loader.pin_memory

@@ -4,9 +4,10 @@
 batches. ``get_iterator`` returns, for training, a ``DataLoader`` whose ``batch_sampler``
 asks the selector for the batches of each epoch (so skorch's ``batch_size`` is not
 passed to it: a ``DataLoader`` refuses both), or, when the data is held whole on the
-GPU or in this process's memory (tensors, arrays), an iterator that gathers the selector's
-batches there without a ``DataLoader`` (whose per-batch machinery a small model's step
-notices: it only pays for a Dataset's worker processes). Adaptive selectors first
+GPU, or in this process's memory for training on the CPU, an iterator that gathers the
+selector's batches there without a ``DataLoader`` (whose per-batch machinery a small
+model's step notices: it pays for a Dataset's worker processes, and for pinned host
+memory when host data trains on a GPU). Adaptive selectors first
 receive the current embeddings of the whole training set, from a no-grad pass made
 batch by batch on the training device, and the loss being trained, as it is at that
 epoch. The datasets (:mod:`._data`) fetch a whole batch with one ``__getitems__`` call.
@@ -105,7 +106,10 @@ class BatchSupply:
         if not training:  # skorch asks for it only for the held-out data
             return self.held_out_batches(dataset)
         self.training_data = dataset  # for the adaptive selectors' embedding pass
-        if isinstance(dataset, TensorViews):  # a Dataset's items are loaded by workers
+        # A Dataset's items are loaded by workers, and host data for a GPU is pinned by
+        # the loader; tensors already where the module computes are gathered directly.
+        if isinstance(dataset, TensorViews) and (dataset.resident_device is not None
+                                                 or not self._on_gpu()):
             return DeviceBatches(self, dataset)
         return self._loader(dataset, SelectorBatchSampler(self, len(dataset)))
 
