@@ -6,7 +6,10 @@ Side by side in one process, on the GPU when one is usable (else the CPU, 2 thre
 The plain loop trains an identical module (same initial weights) on the very same
 batches (drawn from the same selector) with the same optimizer and loss, so the
 difference is the framework's overhead: skorch's callbacks and history, the batch
-sampler and the per-batch bookkeeping. Two workloads:
+sampler and the per-batch bookkeeping. Each of the estimator's epochs is followed by a
+plain loop's epoch (a callback after skorch's epoch timer), so the drift of a shared
+machine's speed hits both sides of a pair alike; ``--runs`` fits give the median and
+range of the pairs' ratios. Two workloads:
 
 - **MLP**: n=20,000 pairs of d=64 features, the default MLP (64 -> 128 -> 32, shared
   by both views), Adam (lr 1e-3), symmetric InfoNCE at temperature 0.1, B=256;
@@ -17,11 +20,12 @@ sampler and the per-batch bookkeeping. Two workloads:
   (2048, 2048), B=1024, where per-batch overhead is a larger share on a fast GPU.
 
 On a GPU both sides hold the data on the device (``data_on_device=True`` for the
-estimator) and the epoch time ends with a device synchronisation. It then times a fit
-with SpectralBatchSelector against a shuffled fit, with a fresh embedding pass per epoch
-(the default) and with the embeddings the training steps computed
-(``selection_pass='cached'``), the selection's share of an epoch, and the hardness the
-cache's staleness costs.
+estimator) and the epoch time ends with a device synchronisation. It then times fits
+with SpectralBatchSelector against a shuffled fit (``--only-selection`` for this table
+alone), with a fresh embedding pass per epoch (the default), with the embeddings the
+training steps computed (``selection_pass='cached'``) and choosing every fourth epoch
+(``TemperedSelector(refresh_every=4)``), the selection's share of an epoch, and the
+hardness the cache's staleness costs.
 
 Gradient caching (``--caching``, on by default): the time per epoch of the CNN with
 ``micro_batch_size=64`` against the plain step on the same batches (B=512; the expected
@@ -319,7 +323,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--images-n", type=int, default=50_000, help="CNN image pairs")
     parser.add_argument("--epochs", type=int, default=3, help="timed epochs (after one)")
     parser.add_argument("--runs", type=int, default=5,
-                        help="interleaved runs of each side per case (median, min, max)")
+                        help="fits per case, each epoch paired with a plain one (median, "
+                             "min, max of the runs' ratios)")
     parser.add_argument("--only-mlp", action="store_true",
                         help="only the MLP overhead row (no CNN, selection or caching)")
     parser.add_argument("--threads", type=int, default=2,
@@ -365,10 +370,9 @@ def main(argv: list[str] | None = None) -> str:
         args.skip_spectral, args.caching, args.wide = True, False, False
     if args.only_selection:
         cases, args.caching, args.wide = [], False, False
-    for name in dict.fromkeys(case[0] for case in cases):
-        data, module = (X, None) if name == "MLP" else (images, small_cnn())
-        checks[name] = same_training(data[:2048], module, 256 if name == "MLP" else 512, 0,
-                                     device)
+    for name, data, module, batch_size, _ in cases:
+        if name not in checks:
+            checks[name] = same_training(data[:2048], module, batch_size, 0, device)
     for name, data, module, batch_size, precision in cases:
         case_rows, ratios[name, precision] = compare(name, data, module, batch_size,
                                                      args.epochs, precision, device,

@@ -129,8 +129,8 @@ class _Screen:
     by ``|q'| |g'|`` times ``d`` unit roundoffs. Its rounding to bfloat16 is monotone, so
     every reference whose true similarity reaches the ``k``-th largest has a rounded one
     of at least the ``k``-th largest rounded one, less ``2a`` and one bfloat16 rounding
-    of that value. Those candidates (a few times ``k`` on real data) get their similarity
-    in float32 from the float64 rows, and ranking among them is exact. A block that
+    of that value. Those candidates (a few times ``k`` on real data) are ranked by their
+    float32 similarity, as the dense path ranks all references. A block that
     needs more candidates than a few thousand (collapsed embeddings) takes the dense
     float32 product instead.
     """
@@ -141,11 +141,14 @@ class _Screen:
     GROUP = 8  # references per group of the top-k's first pass (see _top)
     _faster: bool | None = None
 
-    def __init__(self, Q: np.ndarray, G: np.ndarray) -> None:
+    def __init__(self, Q: np.ndarray, G: np.ndarray, Qt: torch.Tensor,
+                 Gt: torch.Tensor) -> None:
+        """``Q``, ``G``: the float64 unit rows; ``Qt``, ``Gt``: the dense path's float32
+        copies, which rank the candidates."""
         q, g = torch.from_numpy(Q), torch.from_numpy(G)
         pad = torch.zeros((-len(G) % self.GROUP, G.shape[1]), dtype=torch.bfloat16)
         self.Q16, self.G16 = q.bfloat16(), torch.cat([g.bfloat16(), pad])
-        self.Q, self.G = q.float(), g.float()
+        self.Q, self.G = Qt, Gt
         q16, g16 = self.Q16.double(), self.G16[:len(G)].double()
         q16_norm = q16.norm(dim=1)
         self.a = 1.01 * ((q - q16).norm(dim=1) * g.norm(dim=1).max()
@@ -229,9 +232,9 @@ def _class_retrieval(H: Any, y: Any, reference: Any = None, reference_labels: An
     r_all = torch.bincount(g_codes, minlength=int(codes.max()) + 1)[q_codes] - int(same)
     out = [r_all.numpy().astype(float)] + [np.zeros(len(Q)) for _ in range(2)] + \
         [np.zeros(len(Q), dtype=bool)]
-    screen = _Screen(Q, G) if _Screen.worth_it(len(G)) else None
     # similarities in float32 (BLAS's fast path, half the memory of float64)
     Qt, Gt = torch.from_numpy(Q).float(), torch.from_numpy(G).float()
+    screen = _Screen(Q, G, Qt, Gt) if _Screen.worth_it(len(G)) else None
     step = geometry.block_rows(len(G), 2 * geometry.BLOCK_ELEMENTS)  # float32: same bytes
     if screen is not None:
         step = geometry.block_rows(len(G), 4 * geometry.BLOCK_ELEMENTS)  # bfloat16
