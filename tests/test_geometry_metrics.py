@@ -420,11 +420,12 @@ def test_the_bfloat16_screen_ranks_exactly_like_the_brute_force_loop(monkeypatch
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("width", [1, 5, 37])
 def test_the_grouped_top_k_gives_top_ks_values(dtype, width):
-    """The screen's two-pass top-k (group maxima, then the best groups' entries) returns
-    torch.topk's values, and columns that hold them, on rows with many ties (bfloat16
-    rounding of few distinct values) and with -inf entries."""
+    """The screen's grouped top-k (group maxima, their own group maxima while wide, then
+    the best groups' entries) returns torch.topk's values, and columns that hold them, on
+    rows with many ties (bfloat16 rounding of few distinct values) and with -inf entries.
+    8**4 * width columns: three levels of groups."""
     rng = np.random.default_rng(width)
-    x = torch.from_numpy(rng.integers(0, 50, size=(9, 64 * 8 * width)) / 7.0).to(dtype)
+    x = torch.from_numpy(rng.integers(0, 50, size=(9, 8**4 * width)) / 7.0).to(dtype)
     x[:, ::5] = -torch.inf
     values, columns = M._top(x, width, 8)
     expected, _ = x.topk(width, dim=1)
