@@ -395,6 +395,47 @@ def test_balanced_assignment_is_exact_and_optimal(data, seed):
     assert cost[np.arange(m), labels].sum() == pytest.approx(cost[rows, columns[cols]].sum())
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_assignment_rounds_with_several_paths_stay_optimal(monkeypatch, seed):
+    """With no warm start every point takes its cheapest centre, so the rounds start far
+    from the capacities: one centre almost every point's favourite (many paths leave
+    it at once) and, on even seeds, costs with many ties. The result is still exact and
+    optimal, and rounds did move several points at once, some from one centre, never
+    one point twice nor more from a centre than it holds over capacity."""
+    import skcontrast.selectors._assignment as assignment
+
+    rng = np.random.default_rng(seed)
+    m, k = 90, 9
+    capacity = np.full(k, m // k)
+    cost = rng.random((m, k)) if seed % 2 else rng.integers(0, 4, (m, k)).astype(float)
+    cost[:, 0] -= 1.5
+    monkeypatch.setattr(assignment, "_warm_start_prices",
+                        lambda cost, capacity: torch.zeros(cost.shape[0], cost.shape[2],
+                                                           dtype=cost.dtype))
+    rounds = []
+    original = assignment._disjoint_paths
+
+    def spy(dist, pred, excess, mover):
+        moves, paths = original(dist, pred, excess, mover)
+        _, roots, _ = paths
+        sent = np.bincount(roots, minlength=k)
+        assert (sent <= np.maximum(excess[0], 0)).all()  # no root sends beyond its excess
+        g, start, _ = moves
+        assert len(set(mover[g, start, moves[2]].tolist())) == len(start)  # points differ
+        rounds.append(paths)
+        return moves, paths
+
+    monkeypatch.setattr(assignment, "_disjoint_paths", spy)
+    labels = balanced_assignment(cost, capacity)
+    assert np.bincount(labels, minlength=k).tolist() == capacity.tolist()
+    columns = np.repeat(np.arange(k), capacity)
+    rows, cols = linear_sum_assignment(cost[:, columns])
+    assert cost[np.arange(m), labels].sum() == pytest.approx(cost[rows, columns[cols]].sum())
+    assert max(len(roots) for _, roots, _ in rounds) > 1
+    assert any(len(roots) > len(set(roots.tolist())) for _, roots, _ in rounds)
+    assert len(rounds) < m - m // k  # fewer rounds than points to move
+
+
 # --------------------------------------------------------------------------------------
 # OSGD, BcS, ScB
 # --------------------------------------------------------------------------------------

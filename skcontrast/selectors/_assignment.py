@@ -13,14 +13,18 @@ are the ``k`` centres. Moving one point from centre ``a`` to ``b`` costs
 ``a -> b``. Any assignment of the form ``argmin_j (C[p, j] - price[j])`` is optimal if
 capacities are ignored (a pseudo-flow whose residual graph has no negative cycle, since
 the prices telescope around any cycle). A few dual (price) ascent steps first bring the
-centre sizes close to the capacities, a cheap warm start; then one unit of excess at a
-time moves along a shortest path from an over-full centre to an under-full one
-(Bellman-Ford on ``k`` nodes) until every size is exact. Shortest augmenting paths from
-an optimal pseudo-flow keep it optimal (Ahuja, Magnanti & Orlin, *Network Flows*,
-Sec. 9.7), so the result is an exact optimum of the transportation problem. Each
-augmentation costs O(k^2) for the paths plus O(m k) to refresh the hops; the number of
-augmentations is the total excess left by the warm start (at most ``m``, typically a
-handful).
+centre sizes close to the capacities, a cheap warm start; then units of excess move
+along shortest paths from over-full centres to under-full ones (Bellman-Ford on ``k``
+nodes) until every size is exact: each round, over-full centres send units along
+paths of the same shortest-path forest that move different points. Shortest augmenting
+paths from an optimal pseudo-flow keep it optimal (Ahuja, Magnanti & Orlin, *Network
+Flows*, Sec. 9.7), and so do several at once from the same distances (their arcs and
+the reversed ones have zero reduced cost: the primal-dual method, Sec. 9.8), so the
+result is an exact optimum of the transportation problem. A round costs O(k^2) per
+Bellman-Ford pass plus O(m k) to refresh the hops; there are at least as many rounds as
+the largest excess of a centre after the warm start (typically a handful; on clustered
+chunks at B = 8, 160 centres per 1,280 points, one centre 137 over capacity: about 250
+rounds where single paths took 540, 3.2 s against 3.8 s for 10,000 points).
 
 Everything is written for a *stack* of independent problems, ``cost`` of shape
 ``(G, m, k)``, as torch operations that run unchanged on the CPU and the GPU: the
@@ -30,6 +34,7 @@ does not depend on which others share its stack.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -80,7 +85,6 @@ def balanced_assignments(cost: torch.Tensor, capacity: torch.Tensor) -> torch.Te
     """
     G, _, k = cost.shape
     capacity = capacity.to(device=cost.device, dtype=torch.long)
-    rows = torch.arange(G, device=cost.device)
     labels = (cost - _warm_start_prices(cost, capacity)[:, None, :]).argmin(2)
     excess = _counts(labels, k) - capacity
     hop, mover = _hops(cost, labels)
@@ -99,20 +103,56 @@ def balanced_assignments(cost: torch.Tensor, capacity: torch.Tensor) -> torch.Te
                 break
             dist = torch.where(better, best, dist)
             pred = torch.where(better, best_from, pred)
-        target = torch.where(excess < 0, dist, INF).argmin(1)
-        node, moving = target, active
-        for _ in range(k):  # walk the path back, moving one point along every edge
-            previous = pred[rows, node]
-            moving = moving & (previous >= 0)
-            if not bool(moving.any()):
-                break
-            step = rows[moving]
-            labels[step, mover[step, previous[moving], node[moving]]] = node[moving]
-            node = torch.where(moving, previous, node)
-        changed = rows[active]
-        excess[changed, node[active]] -= 1
-        excess[changed, target[active]] += 1
+        # over-full centres send points along shortest paths that share no point (so
+        # each moving point is still where its hop was measured)
+        moves, paths = _disjoint_paths(dist.cpu().numpy(), pred.cpu().numpy(),
+                                       excess.cpu().numpy(), mover.cpu().numpy())
+        g, start, end = (torch.as_tensor(a, device=cost.device) for a in moves)
+        labels[g, mover[g, start, end]] = end
+        g, roots, targets = (torch.as_tensor(a, device=cost.device) for a in paths)
+        one = torch.ones_like(g)
+        excess.index_put_((g, roots), -one, accumulate=True)  # a root may send several
+        excess.index_put_((g, targets), one, accumulate=True)
+        changed = torch.unique(g)
         hop[changed], mover[changed] = _hops(cost[changed], labels[changed])
+
+
+def _disjoint_paths(dist: np.ndarray, pred: np.ndarray, excess: np.ndarray,
+                    mover: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Shortest paths to under-full centres that move different points, nearest first.
+
+    ``pred`` is the shortest-path forest of :func:`balanced_assignments`' Bellman-Ford
+    (roots: over-full centres). Augmenting along several paths of that forest at once
+    is the primal-dual step of min-cost flow: their arcs have zero reduced cost under
+    the potentials ``dist``, and so do the reversed arcs, so the pseudo-flow stays
+    optimal, provided no point moves twice. Paths from different roots lie in different
+    trees and share nothing; two paths from one root that meet below it share its
+    first edge. So paths whose first moves are different points share no point and no
+    centre but their root, and no move changes a membership another path's hop was
+    measured on. A root sends at most its excess. The nearest target comes first, as
+    one path at a time would take it. Returns the moves (problem, from, to) and the
+    paths (problem, root, target), as columns.
+    """
+    moves: list[tuple[int, int, int]] = []
+    ends: list[tuple[int, int, int]] = []
+    k = pred.shape[1]
+    for g in range(len(pred)):
+        wanted = np.flatnonzero((excess[g] < 0) & np.isfinite(dist[g]))
+        sent = np.zeros(k, dtype=np.int64)  # paths leaving each root
+        leaving: set[int] = set()  # the points of the paths' first moves
+        for target in wanted[np.argsort(dist[g, wanted], kind="stable")]:
+            path = [int(target)]
+            while pred[g, path[-1]] >= 0 and len(path) <= k:
+                path.append(int(pred[g, path[-1]]))
+            root, point = path[-1], int(mover[g, path[-1], path[-2]])
+            if sent[root] >= excess[g, root] or point in leaving:
+                continue
+            sent[root] += 1
+            leaving.add(point)
+            moves += [(g, a, b) for b, a in itertools.pairwise(path)]
+            ends.append((g, root, path[0]))
+    return (list(np.array(moves, dtype=np.int64).reshape(-1, 3).T),
+            list(np.array(ends, dtype=np.int64).reshape(-1, 3).T))
 
 
 def _counts(labels: torch.Tensor, k: int) -> torch.Tensor:
