@@ -24,7 +24,7 @@ result is an exact optimum of the transportation problem. A round costs O(k^2) p
 Bellman-Ford pass plus O(m k) to refresh the hops; there are at least as many rounds as
 the largest excess of a centre after the warm start (typically a handful; on clustered
 chunks at B = 8, 160 centres per 1,280 points, one centre 137 over capacity: about 250
-rounds where single paths took 540, 3.2 s against 3.8 s for 10,000 points).
+rounds where single paths took 540, 2.6 s against 3.8 s for 10,000 points).
 
 Everything is written for a *stack* of independent problems, ``cost`` of shape
 ``(G, m, k)``, as torch operations that run unchanged on the CPU and the GPU: the
