@@ -395,6 +395,34 @@ def test_balanced_assignment_is_exact_and_optimal(data, seed):
     assert cost[np.arange(m), labels].sum() == pytest.approx(cost[rows, columns[cols]].sum())
 
 
+@given(seed=st.integers(0, 10_000), ties=st.booleans())
+def test_hops_refreshed_for_the_changed_centres_equal_hops_recomputed(seed, ties):
+    """After points change centre, refreshing the hop and mover rows of the centres
+    whose members changed (one emptied on odd seeds) gives what recomputing every row
+    gives, ties included."""
+    import skcontrast.selectors._assignment as assignment
+
+    rng = np.random.default_rng(seed)
+    G, m, k = 3, 30, 5
+    cost = torch.from_numpy(rng.integers(0, 3, (G, m, k)).astype(float) if ties
+                            else rng.random((G, m, k)))
+    labels = torch.from_numpy(rng.integers(0, k, (G, m)))
+    hop, mover = assignment._hops(cost, labels)
+    after = labels.clone()
+    moved = torch.from_numpy(rng.random((G, m)) < 0.15)
+    after[moved] = torch.from_numpy(rng.integers(0, k, int(moved.sum())))
+    if seed % 2:
+        after[0][after[0] == 1] = 2  # centre 1 of problem 0 loses every member
+    touched = torch.zeros(G, k, dtype=torch.bool)
+    for g in range(G):
+        changed = (after[g] != labels[g]).numpy()
+        touched[g, labels[g][changed]] = touched[g, after[g][changed]] = True
+    assignment._refresh_hops(cost, after, hop, mover, touched)
+    expected_hop, expected_mover = assignment._hops(cost, after)
+    assert torch.equal(hop, expected_hop)
+    assert torch.equal(mover, expected_mover)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_assignment_rounds_with_several_paths_stay_optimal(monkeypatch, seed):
     """With no warm start every point takes its cheapest centre, so the rounds start far
