@@ -169,16 +169,11 @@ def _hops(cost: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch
     for an empty centre and on the diagonal); ``mover[g, a, b]`` is that point (the
     largest index among ties).
     """
-    G, m, k = cost.shape
-    delta = cost - cost.gather(2, labels[:, :, None])
-    index = labels[:, :, None].expand(G, m, k)
-    hop = torch.full((G, k, k), INF, dtype=cost.dtype, device=cost.device)
-    hop = hop.scatter_reduce(1, index, delta, "amin")
-    points = torch.arange(m, device=cost.device)[None, :, None].expand(G, m, k)
-    arg = torch.where(delta == hop.gather(1, index), points, -1)
-    mover = torch.full((G, k, k), -1, dtype=torch.long, device=cost.device)
-    mover = mover.scatter_reduce(1, index, arg, "amax")
-    hop.diagonal(dim1=1, dim2=2).fill_(INF)
+    G, _, k = cost.shape
+    hop = torch.empty((G, k, k), dtype=cost.dtype, device=cost.device)
+    mover = torch.empty((G, k, k), dtype=torch.long, device=cost.device)
+    _refresh_hops(cost, labels, hop, mover,
+                  torch.ones(G, k, dtype=torch.bool, device=cost.device))
     return hop, mover
 
 
