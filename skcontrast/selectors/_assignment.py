@@ -92,8 +92,7 @@ def balanced_assignments(cost: torch.Tensor, capacity: torch.Tensor) -> torch.Te
     tolerance = 1e-12 * cost.abs().flatten(1).amax(1).clamp_min(1.0)[:, None]
     while True:
         sources = excess > 0
-        active = sources.any(1)
-        if not bool(active.any()):
+        if not bool(sources.any()):
             return labels
         dist = torch.where(sources, 0.0, INF).to(cost.dtype)
         pred = torch.full((G, k), -1, dtype=torch.long, device=cost.device)
