@@ -57,8 +57,48 @@ def as_numpy(x: Any, name: str, *, dtype: Any = None) -> np.ndarray:
     return array
 
 
-def check_positive(value: Any, name: str, *, allow_tensor: bool = False) -> None:
-    """Require a finite real number strictly greater than zero.
+def check_real(value: Any, name: str, *, low: float | None = None, high: float | None = None,
+               low_open: bool = False, high_open: bool = False) -> float:
+    """Require a finite real number inside the given bounds; returns it as a ``float``.
+
+    Every real type is accepted, as scikit-learn does: Python ``int`` and ``float``, the
+    NumPy scalars (``np.float32(0.5)``), a 0-d array; ``bool`` is not a number here.
+    NaN and infinities are refused whatever the bounds. ``low_open``/``high_open``
+    exclude the bound itself. The message names the argument, the value and the range.
+    """
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    bounds = _interval(low, high, low_open, high_open)
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be {_kind(bounds)}; got {describe(value)}")
+    number = float(value)
+    if not np.isfinite(number) or \
+            (low is not None and (number < low or (low_open and number == low))) or \
+            (high is not None and (number > high or (high_open and number == high))):
+        raise ValueError(f"{name} must be {_kind(bounds)}; got {value!r}")
+    return number
+
+
+def _kind(bounds: str) -> str:
+    if bounds.startswith(" ("):  # positive / non-negative
+        return f"a {bounds[2:-1]}, finite number"
+    return f"a number{bounds}" if bounds else "a finite number"
+
+
+def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    if low is None and high is None:
+        return ""
+    if high is None and low == 0:
+        return " (positive)" if low_open else " (non-negative)"
+    if high is None:
+        return f" {'>' if low_open else '>='} {low:g}"
+    if low is None:
+        return f" {'<' if high_open else '<='} {high:g}"
+    return f" in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+
+def check_positive(value: Any, name: str, *, allow_tensor: bool = False) -> float | None:
+    """Require a finite real number strictly greater than zero (see :func:`check_real`).
 
     With ``allow_tensor=True`` a torch tensor is accepted without inspecting its value
     (a learnable temperature lives on the training device; reading it back would
@@ -67,19 +107,13 @@ def check_positive(value: Any, name: str, *, allow_tensor: bool = False) -> None
     if allow_tensor and isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise ValueError(f"{name} must be a scalar; got {describe(value)}")
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a positive number; got {describe(value)}")
-    if not np.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive, finite number; got {value!r}")
+        return None
+    return check_real(value, name, low=0, low_open=True)
 
 
-def check_nonnegative(value: Any, name: str) -> None:
+def check_nonnegative(value: Any, name: str) -> float:
     """Require a finite real number greater than or equal to zero."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a non-negative number; got {describe(value)}")
-    if not np.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a non-negative, finite number; got {value!r}")
+    return check_real(value, name, low=0)
 
 
 def check_int(value: Any, name: str, *, minimum: int | None = None,

@@ -228,7 +228,7 @@ def test_cosine_schedule_matches_libauc():
     (SogCLRMemory(gamma_schedule="cosine"), "needs gamma_decay_epochs"),
     (SogCLRMemory(gamma_schedule="linear"), "gamma_schedule must be one of"),
     (CrossBatchMemory(size=1), "size must be >= 2"),
-    (CrossBatchMemory(weight=-1.0), "weight must be a non-negative number"),
+    (CrossBatchMemory(weight=-1.0), "weight must be a non-negative, finite number"),
     (CrossBatchMemory(start_step=-2), "start_step must be >= 0"),
 ])
 def test_bad_memory_parameters(memory, message):

@@ -192,7 +192,7 @@ def test_warmup_cosine_steps_per_batch(pairs):
                 for t in range(total)]
     np.testing.assert_allclose(rates.rates[1:], expected[1:], rtol=1e-9)
     assert est.history_[-1, "lr"] == pytest.approx(expected[-1])
-    with pytest.raises(ValueError, match="warmup_epochs must be a non-negative number"):
+    with pytest.raises(ValueError, match="warmup_epochs must be a non-negative, finite number"):
         ContrastiveEmbedder(**{**SMALL, "lr_schedule": WarmupCosine(-1)}).fit(X)
 
 

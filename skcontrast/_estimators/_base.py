@@ -223,8 +223,10 @@ class BaseEmbedder(ParameterChecks, NetBuilder, ClassNamePrefixFeaturesOutMixin,
                                  held_out_rows=None if held_out is None else held_out.rows)
             if reuse:
                 net.initialize()
-                same_start = float(old.criterion_.loss.temperature) == float(loss.temperature)
-                net.load_training_state(old.training_state(), keep_temperature=same_start)
+                before = old.criterion_.loss
+                restart = tuple(name for name in loss.learnable
+                                if getattr(before, name, None) != getattr(loss, name, None))
+                net.load_training_state(old.training_state(), restart=restart)
                 net.partial_fit(data, None, epochs=self.max_epochs)
             else:
                 net.fit(data, None)

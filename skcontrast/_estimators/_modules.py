@@ -7,16 +7,15 @@ import inspect
 import math
 import numbers
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from .._validation import describe
 from ..losses import Loss, LossTerms
+from ..losses._objects import MIN_LEARNED_TEMPERATURE
 from ._data import View
-
-MIN_TEMPERATURE = 0.01  # a learned temperature is kept above this (CLIP caps 1/t at 100)
 
 
 def make_mlp(n_in: int, hidden_layer_sizes: Sequence[int], n_out: int) -> nn.Sequential:
@@ -276,8 +275,10 @@ class ContrastiveCriterion(nn.Module):
     own class); ``'single'`` takes ``(B, k)`` embeddings with labels; ``'crops'`` takes
     ``(B, 2, k)`` (two augmented crops of each row), whose rows are stacked and labels
     repeated. The parameters the loss learns (``learn_temperature``, SigLIP's
-    ``learn_bias``) are ``nn.Parameter``s here: the temperature as ``log_temperature``
-    so that it stays positive, floored at 0.01.
+    ``learn_bias``) are ``nn.Parameter``s here (named by :attr:`PARAMETERS`): the
+    temperature as ``log_temperature_excess``, :math:`\theta` with
+    :math:`\tau = 0.01 + e^{\theta}`, so that it stays above 0.01 with a gradient
+    everywhere (a clamp at the floor would stop it learning).
 
     :meth:`live_loss` is the loss as it is at this moment of training (its learned
     values as numbers): what adaptive selectors score with. With a ``memory``
@@ -286,6 +287,10 @@ class ContrastiveCriterion(nn.Module):
     that it is pickled and moved with the criterion.
     """
 
+    #: The state-dict name of each learnable loss parameter.
+    PARAMETERS: ClassVar[dict[str, str]] = {"temperature": "log_temperature_excess",
+                                            "bias": "learned_bias"}
+
     def __init__(self, loss: Loss, *, structure: str = "pairs", memory: Any = None,
                  n_samples: int | None = None) -> None:
         super().__init__()
@@ -293,7 +298,8 @@ class ContrastiveCriterion(nn.Module):
         self.structure = structure
         self.labelled = structure != "pairs"
         if getattr(loss, "learn_temperature", False):
-            self.log_temperature = nn.Parameter(torch.tensor(math.log(loss.temperature)))
+            excess = float(loss.temperature) - MIN_LEARNED_TEMPERATURE
+            self.log_temperature_excess = nn.Parameter(torch.tensor(math.log(excess)))
         if getattr(loss, "learn_bias", False):
             self.learned_bias = nn.Parameter(torch.tensor(float(loss.bias)))
         self.memory_state = None if memory is None else memory.build(n_samples, loss,
@@ -301,13 +307,13 @@ class ContrastiveCriterion(nn.Module):
 
     @property
     def learn_temperature(self) -> bool:
-        return hasattr(self, "log_temperature")
+        return hasattr(self, "log_temperature_excess")
 
     @property
     def temperature(self) -> Any:
         """The temperature now: a tensor when learned, else the loss's number."""
         if self.learn_temperature:
-            return self.log_temperature.exp().clamp_min(MIN_TEMPERATURE)
+            return self.log_temperature_excess.exp() + MIN_LEARNED_TEMPERATURE
         return self.loss.temperature
 
     def learned(self) -> dict:

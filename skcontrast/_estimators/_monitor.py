@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import copy
-import numbers
 from typing import Any
 
 import numpy as np
 from skorch.callbacks import Callback
 
-from .._validation import describe
+from .._validation import check_real
 
 
 def check_validation_fraction(value: Any) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < 1:
-        raise ValueError(f"validation_fraction must be None or a number in (0, 1); got "
-                         f"{describe(value)}")
+    try:
+        check_real(value, "validation_fraction", low=0, high=1, low_open=True, high_open=True)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("must be", "must be None or", 1)) from None
 
 
 def split_indices(n: int, fraction: float, seed: int, labels: np.ndarray | None

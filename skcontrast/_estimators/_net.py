@@ -27,6 +27,7 @@ from skorch import NeuralNet
 from skorch.history import History
 
 from ..exceptions import TrainingDivergedError
+from ._modules import ContrastiveCriterion
 from ._step import TrainingStep, batch_length, batch_norms, plain_temperature
 from ._supply import BatchSupply
 
@@ -267,21 +268,23 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
                 "grad_scaler": None if getattr(self, "grad_scaler_", None) is None
                 else self.grad_scaler_.state_dict()}
 
-    def load_training_state(self, state: dict, keep_temperature: bool = True) -> None:
+    def load_training_state(self, state: dict, restart: tuple[str, ...] = ()) -> None:
         """Continue from :meth:`training_state` (of this net's structure).
 
         The optimizer's state is taken when the optimizer is of the same class and
         holds the same parameter groups; its settings (learning rate, ...) stay this
-        net's own. A learned temperature is taken when ``keep_temperature`` and this
-        net learns its temperature too; otherwise the temperature is this net's.
+        net's own. A learned loss parameter (temperature, SigLIP's bias) is taken when
+        this net learns it too and it is not in ``restart`` (the parameters whose
+        starting value the loss changed); otherwise it is this net's start.
         """
         _load_state(self.inference_module(), state["module"], "the network")
         criterion = dict(state["criterion"])
-        learned = criterion.pop("log_temperature", None)
-        if learned is not None and keep_temperature and self.criterion_.learn_temperature:
-            criterion["log_temperature"] = learned
-        _load_state(self.criterion_, criterion, "the loss module",
-                    optional=("log_temperature",))
+        learned = tuple(ContrastiveCriterion.PARAMETERS.values())
+        for name, key in ContrastiveCriterion.PARAMETERS.items():
+            value = criterion.pop(key, None)
+            if value is not None and name not in restart and hasattr(self.criterion_, key):
+                criterion[key] = value
+        _load_state(self.criterion_, criterion, "the loss module", optional=learned)
         self._load_optimizer(state.get("optimizer"), state.get("optimizer_class"))
         self.history = History(copy.deepcopy(state["history"]))
         self.selector.set_epoch(state["selector_epoch"])

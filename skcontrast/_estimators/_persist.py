@@ -40,7 +40,7 @@ from sklearn.base import BaseEstimator
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 FORMAT = "skcontrast-model"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 #: Parameters a loaded model does not need to transform: when the file could only name
 #: them, ``load`` sets them to ``None`` with a warning instead of refusing.
 OPTIONAL_AT_LOAD = ("augmentation", "callbacks", "scoring", "random_state")

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any
 
 from sklearn.base import BaseEstimator
 from skorch.callbacks import Callback
 
-from .._validation import describe
+from .._validation import check_nonnegative, check_real
 
 
 class WarmupCosine(BaseEstimator):
@@ -48,12 +47,8 @@ class WarmupCosine(BaseEstimator):
 
     def check(self) -> None:
         """Raise a clear error for bad parameters."""
-        for name, low, high in (("warmup_epochs", 0, math.inf), ("final_fraction", 0, 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-                    low <= value <= high) or math.isnan(value):
-                bound = "a non-negative number" if high == math.inf else "a number in [0, 1]"
-                raise ValueError(f"{name} must be {bound}; got {describe(value)}")
+        check_nonnegative(self.warmup_epochs, "warmup_epochs")
+        check_real(self.final_fraction, "final_fraction", low=0, high=1)
 
     def factor(self, step: int, total: int, per_epoch: float) -> float:
         """Multiplier of the base rate at ``step`` (0-based) of ``total`` steps."""

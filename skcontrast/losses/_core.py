@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .._validation import as_float_tensor, check_choice, check_positive, describe
+from .._validation import as_float_tensor, check_choice, check_positive, check_real, describe
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -38,10 +38,8 @@ def check_loss_options(temperature: Any, lambda_pos: Any, lambda_ent: Any,
     """Validate the arguments every loss shares."""
     check_positive(temperature, "temperature", allow_tensor=True)
     for name, value in (("lambda_pos", lambda_pos), ("lambda_ent", lambda_ent)):
-        if isinstance(value, torch.Tensor):
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"{name} must be a real number; got {describe(value)}")
+        if not isinstance(value, torch.Tensor):
+            check_real(value, name)
     if reduction is not None:
         check_choice(reduction, "reduction", REDUCTIONS)
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .._validation import check_choice, check_nonnegative, describe
+from .._validation import check_choice, check_nonnegative, check_real
 from ._core import (
     LossTerms,
     check_loss_options,
@@ -94,9 +94,7 @@ def hard_negative_nce(u: Any, v: Any, *, temperature: Any = 0.1, beta: float = 1
     """
     check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
     check_nonnegative(beta, "beta")
-    if isinstance(tau_plus, bool) or not isinstance(tau_plus, int | float) or \
-            not 0 <= tau_plus < 1:
-        raise ValueError(f"tau_plus must be a number in [0, 1); got {describe(tau_plus)}")
+    check_real(tau_plus, "tau_plus", low=0, high=1, high_open=True)
     check_choice(negatives, "negatives", NEGATIVES)
     u, v = check_views(u, v, normalize=normalize)
     b = u.shape[-2]

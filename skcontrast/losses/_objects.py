@@ -34,6 +34,7 @@ import copy
 import functools
 import inspect
 import math
+import numbers
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -63,6 +64,9 @@ from ._references import (
 from ._sigmoid import siglip
 from ._supervised import DISTANCES, NO_POSITIVE_CONVENTIONS, contrastive_margin, supcon
 
+#: A learned temperature stays above this (CLIP caps its inverse at 100).
+MIN_LEARNED_TEMPERATURE = 0.01
+
 #: How the rows of a batch reach a loss inside an estimator: two views per item, one
 #: view (SupCon), or two augmented crops of each labelled item stacked row by row.
 STRUCTURES = ("pairs", "single", "crops")
@@ -78,7 +82,8 @@ class Loss(BaseEstimator):
     function: ClassVar[Callable[..., Any]]
     labelled: ClassVar[bool] = False
     #: parameters an estimator can learn (``learn_<name>=True``); a temperature is
-    #: learned as its log and kept above 0.01
+    #: learned as ``MIN_LEARNED_TEMPERATURE + exp(theta)``, above the floor and with a
+    #: gradient everywhere
     learnable: ClassVar[tuple[str, ...]] = ("temperature",)
 
     # -- the loss --------------------------------------------------------------------
@@ -186,6 +191,13 @@ class Loss(BaseEstimator):
             if not isinstance(flag, bool):
                 raise ValueError(f"{type(self).__name__}: learn_{name} must be True or "
                                  f"False; got {describe(flag)}")
+        floor = MIN_LEARNED_TEMPERATURE
+        if getattr(self, "learn_temperature", False) and \
+                isinstance(self.temperature, numbers.Real) and self.temperature <= floor:
+            raise ValueError(f"{type(self).__name__}: temperature={self.temperature!r} is the "
+                             f"start of a learned temperature, which stays above {floor}; "
+                             f"start above {floor} (e.g. 0.07, CLIP's), or fix it "
+                             "(learn_temperature=False) to train at this temperature")
         u = torch.eye(2, 3, dtype=torch.float64)
         try:
             self.pair_terms(u, u.flip(0))
@@ -261,7 +273,7 @@ class InfoNCE(_SoftmaxLoss):
     temperature : float, default=0.1
         :math:`\tau`; the starting value when ``learn_temperature``.
     learn_temperature : bool, default=False
-        Learn the temperature (as a log, kept above 0.01) when an estimator trains with
+        Learn the temperature (kept above 0.01, smoothly) when an estimator trains with
         this loss, as CLIP does.
     lambda_pos, lambda_ent : float, default=1.0
         Balance of the positive and entropy terms (seed 001, Eq. 5).

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from .._validation import check_real
 from ._core import (
     LossTerms,
     check_loss_options,
@@ -168,6 +169,8 @@ def siglip(u: Any, v: Any, *, temperature: Any = 0.1, bias: Any = -10.0,
     1.6996
     """
     check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
+    if not isinstance(bias, torch.Tensor):
+        check_real(bias, "bias")
     u, v = check_views(u, v, normalize=normalize)
     b = u.shape[-2]
     chunk = resolve_chunk_size(chunk_size, b, b)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable
 from functools import partial
 
 import numpy as np
 import torch
 
-from .._validation import check_choice, check_int, describe
+from .._validation import check_choice, check_int, check_real
 from ..losses import LOSSES, Loss, LossTerms
 from ._base import BaseMemory, MemoryState
 
@@ -110,12 +109,11 @@ class SogCLRMemory(BaseMemory):
         self.gamma_decay_epochs = gamma_decay_epochs
 
     def _check_params(self) -> None:
-        gamma = self.gamma
-        if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not (
-                0 < gamma <= 1):
-            raise ValueError(f"gamma must be a number in (0, 1] (the weight of the new "
-                             f"batch estimate; 1 is the plain mini-batch loss); got "
-                             f"{describe(gamma)}")
+        try:
+            check_real(self.gamma, "gamma", low=0, high=1, low_open=True)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (the weight of the new batch estimate; 1 is the plain "
+                             "mini-batch loss)") from None
         check_choice(self.gamma_schedule, "gamma_schedule", GAMMA_SCHEDULES)
         if self.gamma_schedule == "cosine":
             if self.gamma_decay_epochs is None:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable
 
 import torch
 
-from .._validation import check_int, describe
+from .._validation import check_int, check_nonnegative
 from ..losses import LOSSES, Loss, LossTerms
 from ._base import BaseMemory, MemoryState
 
@@ -87,10 +86,7 @@ class CrossBatchMemory(BaseMemory):
 
     def _check_params(self) -> None:
         check_int(self.size, "size", minimum=2)
-        weight = self.weight
-        if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not (
-                0 <= weight < float("inf")):
-            raise ValueError(f"weight must be a non-negative number; got {describe(weight)}")
+        check_nonnegative(self.weight, "weight")
         check_int(self.start_step, "start_step", minimum=0)
 
     def check_batch_rows(self, rows: int) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._validation import check_choice, check_int, describe
+from .._validation import check_choice, check_int, check_real
 from ..losses import Loss
 from ..losses._incremental import GrowingBatches
 from ._base import (
@@ -24,9 +24,7 @@ from ._base import (
 
 
 def _check_fraction(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-        raise ValueError(f"{name} must be a number in [0, 1]; got {describe(value)}")
-    return float(value)
+    return check_real(value, name, low=0, high=1)
 
 
 class OSGDSelector(BatchSelector):

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .._validation import check_choice, check_int, describe
+from .._validation import check_choice, check_int, check_positive
 from ._base import BatchSelector, check_batch_size, check_embeddings, n_partition_batches, partition
 from ._graph import SEARCHES, rank_window, unit_rows
 
@@ -155,10 +155,7 @@ class CommunityBatchSelector(BatchSelector):
             raise ValueError(f"q={q} is a rank beyond the n - 1 = {n - 1} other samples; "
                              "choose q < n")
         check_choice(self.search, "search", SEARCHES)
-        if isinstance(self.resolution, bool) or not isinstance(self.resolution, int | float) \
-                or not self.resolution > 0:
-            raise ValueError(f"resolution must be a positive number; got "
-                             f"{describe(self.resolution)}")
+        check_positive(self.resolution, "resolution")
         return p, q
 
     def neighbours(self, X: Any, random_state: Any = None) -> np.ndarray:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import as_numpy, check_int, describe, encode_labels
+from .._validation import as_numpy, check_int, check_real, describe, encode_labels
 from ._base import (
     BatchSelector,
     check_batch_size,
@@ -125,9 +125,7 @@ class TemperedSelector(BatchSelector):
     def epoch_batches(self, X: Any, y: Any = None, groups: Any = None, *,
                       loss: Any = None) -> list[np.ndarray]:
         base = self._base()
-        share = self.random_share
-        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
-            raise ValueError(f"random_share must be a number in [0, 1]; got {describe(share)}")
+        share = check_real(self.random_share, "random_share", low=0, high=1)
         cap = None if self.max_same_label is None else check_int(
             self.max_same_label, "max_same_label", minimum=0)
         m = check_int(self.exclude_neighbours, "exclude_neighbours", minimum=0)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import check_int, describe
+from .._validation import check_int, check_real
 from ._base import BatchSelector, check_batch_size, n_partition_batches
 from ._graph import candidate_graph, unit_rows
 
@@ -16,9 +16,7 @@ PATIENCE = 16
 
 
 def _check_probability(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
-        raise ValueError(f"{name} must be a number in [0, 1); got {describe(value)}")
-    return float(value)
+    return check_real(value, name, low=0, high=1, high_open=True)
 
 
 def batch_sizes(n: int, batch_size: int, drop_last: bool) -> np.ndarray:
