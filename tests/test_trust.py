@@ -4,6 +4,7 @@ test or more per numbered point of the issue, each failing before its fix."""
 import numpy as np
 import pytest
 import torch
+from sklearn.base import clone
 
 from skcontrast import ContrastiveEmbedder
 from skcontrast._estimators._modules import ContrastiveCriterion
@@ -11,9 +12,9 @@ from skcontrast.datasets import make_paired_gaussians
 from skcontrast.losses import (
     DCL,
     KCL,
-    NTXent,
     DebiasedNCE,
     HardNegativeNCE,
+    NTXent,
     SigLIP,
     SupCon,
     SymmetricInfoNCE,
@@ -122,3 +123,141 @@ def test_a_warm_start_applies_a_changed_siglip_bias(pairs, change):
     est.fit(pairs[0])
     expected = -5.0 if change else learned
     assert float(est.net_.criterion_.learned_bias) == pytest.approx(expected, abs=1e-6)
+
+
+# 1. Guards need a base whose batches are disjoint -------------------------------------
+
+def _selectors():
+    from skcontrast import selectors
+
+    return selectors
+
+
+@pytest.mark.parametrize("make_base", [
+    lambda s: s.RandomBatchSelector(4, random_state=0),
+    lambda s: s.ExhaustiveBatchSelector(4),
+    lambda s: s.BindingSelector(s.ShuffledBatchSelector(4, random_state=0), random_state=0),
+    lambda s: s.PredefinedBatchSelector([[0, 1, 2, 3], [2, 3, 4, 5]]),
+    lambda s: s.OSGDSelector(4, k=4, q=2, candidates="random", random_state=0),
+], ids=["random", "exhaustive", "binding", "overlapping predefined", "osgd random"])
+@pytest.mark.parametrize("guard", [{"max_same_label": 1}, {"exclude_neighbours": 1},
+                                   {"random_share": 0.5}])
+def test_guards_refuse_a_base_that_is_not_a_partition_naming_it(make_base, guard):
+    s = _selectors()
+    base = make_base(s)
+    X = np.random.default_rng(0).normal(size=(12, 2, 3))
+    y = np.repeat([0, 1, 2], 4)
+    selector = s.TemperedSelector(base, random_state=0, **guard)
+    assert not base.partitions and not selector.partitions
+    with pytest.raises(ValueError, match=rf"{type(base).__name__}'s batches are not one"):
+        list(selector.split(X, y))
+    list(s.TemperedSelector(base, refresh_every=2, random_state=0).split(X, y))  # no edits
+
+
+class _ClaimsToPartition(_selectors().BatchSelector):
+    """A custom selector that says its batches are disjoint, and they are not."""
+
+    def __init__(self):
+        pass
+
+    def _select(self, X, y, groups, rng):
+        return [np.arange(4), np.arange(2, 6)]
+
+    def _n_batches(self, n, y):
+        return 2
+
+
+def test_guards_check_the_batches_of_a_base_that_claims_to_partition():
+    s = _selectors()
+    selector = s.TemperedSelector(_ClaimsToPartition(), max_same_label=1, random_state=0)
+    with pytest.raises(ValueError, match=r"sample 2 is in 2 places"):
+        list(selector.split(np.zeros((6, 2)), np.array([0, 0, 1, 1, 2, 2])))
+
+
+def test_disjoint_predefined_batches_and_osgd_partitions_keep_their_guards():
+    s = _selectors()
+    y = np.repeat([0, 1], 6)
+    X = np.random.default_rng(0).normal(size=(12, 2, 3))
+    for base in (s.PredefinedBatchSelector([[0, 1, 2, 6], [3, 4, 5, 7], [8, 9, 10, 11]]),
+                 s.OSGDSelector(4, k=3, q=2, random_state=0)):
+        batches = list(s.TemperedSelector(base, max_same_label=1, random_state=0).split(X, y))
+        assert all(len(set(b.tolist())) == len(b) for b in batches)
+        assert max(np.bincount(y[b]).max() for b in batches) <= 2
+
+
+# 4. Non-finite costs are an error in bounded time -------------------------------------
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_balanced_assignment_refuses_non_finite_costs(bad):
+    from skcontrast.selectors import balanced_assignment
+
+    cost = np.random.default_rng(0).random((6, 3))
+    cost[2, 1] = bad
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        balanced_assignment(cost, [2, 2, 2])
+
+
+def test_the_spectral_selector_names_an_overflowing_affinity():
+    s = _selectors()
+    X = np.random.default_rng(0).normal(size=(64, 2, 8)).astype(np.float32) * 1e18
+    selector = s.SpectralBatchSelector(8, loss=SymmetricInfoNCE(1e-3, normalize=False),
+                                       random_state=0)
+    with pytest.raises(ValueError, match=r"SpectralBatchSelector: the pair affinity .* NaN "
+                                         r"or infinite.* temperature 0.001"):
+        list(selector.split(X))
+
+
+# 5. Every rank gets a non-empty slice of one size --------------------------------------
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_every_rank_gets_a_non_empty_slice_of_equal_size(world, drop_last):
+    from skcontrast.selectors import SelectorSampler, ShuffledBatchSelector
+
+    n = 22  # batches of 8, 8, 6: remainders for every world size here
+    per_rank = [list(SelectorSampler(ShuffledBatchSelector(8, random_state=0), n,
+                                     num_replicas=world, rank=r, drop_last=drop_last))
+                for r in range(world)]
+    whole = list(SelectorSampler(ShuffledBatchSelector(8, random_state=0), n))
+    assert all(len(p) == len(whole) for p in per_rank)
+    for step, batch in enumerate(whole):
+        parts = [p[step] for p in per_rank]
+        assert len({len(part) for part in parts}) == 1 and parts[0]
+        joined = [i for part in parts for i in part]
+        if drop_last and len(batch) >= world:
+            assert joined == batch[:len(batch) - len(batch) % world]
+        else:
+            assert joined[:len(batch)] == batch and set(joined) == set(batch)
+
+
+def test_a_batch_size_below_the_number_of_ranks_is_refused():
+    from skcontrast.selectors import SelectorSampler, ShuffledBatchSelector
+
+    with pytest.raises(ValueError, match="batch size 2 is below the number of processes 3"):
+        SelectorSampler(ShuffledBatchSelector(2), 10, num_replicas=3, rank=0)
+
+
+# 9. A resumed refresh period continues as an uninterrupted run -------------------------
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_a_tempered_refresh_period_resumes_exactly(adaptive):
+    s = _selectors()
+    X = np.random.default_rng(0).normal(size=(48, 2, 6))
+    base = s.SpectralBatchSelector(8, random_state=0) if adaptive else \
+        s.ShuffledBatchSelector(8, random_state=0)
+
+    def make():
+        return s.TemperedSelector(clone(base), refresh_every=3, warmup_epochs=1,
+                                  random_share=0.25, exclude_neighbours=2, random_state=0)
+
+    whole = make()
+    epochs = [[b.tolist() for b in whole.split(X)] for _ in range(7)]
+    for stop in (2, 3, 5):  # the middle of a period, its last epoch, the middle of the next
+        first = make()
+        for _ in range(stop):
+            list(first.split(X))
+        resumed = make().set_epoch(stop)
+        if adaptive:  # an adaptive base's choice travels with the state
+            resumed.load_state_dict(first.state_dict())
+        assert [[b.tolist() for b in resumed.split(X)] for _ in range(stop, 7)] == \
+            epochs[stop:]

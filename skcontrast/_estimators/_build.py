@@ -9,7 +9,6 @@ and refuses parameters that would change the fitted network's structure.
 
 from __future__ import annotations
 
-import numbers
 import warnings
 from typing import Any
 
@@ -24,7 +23,6 @@ from ..losses import Loss
 from ..losses._objects import loss_name
 from ..selectors import (
     BatchSelector,
-    FullBatchSelector,
     PredefinedBatchSelector,
     ShuffledBatchSelector,
 )
@@ -68,17 +66,6 @@ def predefined_on_rows(batches: Any, rows: np.ndarray, n_rows: int) -> list[np.n
                       "training batches, whose indices name rows of X",
                       UserWarning, stacklevel=4)
     return out
-
-
-def nominal_batch_size(selector: BatchSelector, n: int) -> int | None:
-    """The batch size a selector is set to (``n`` for the full batch), if it says."""
-    if isinstance(selector, FullBatchSelector):
-        return n
-    params = selector.get_params()
-    for key in ("batch_size", "base_selector__batch_size"):
-        if isinstance(params.get(key), numbers.Integral):
-            return min(int(params[key]), n)
-    return None
 
 
 class NetBuilder:
@@ -204,7 +191,7 @@ class NetBuilder:
                   n_rows: int | None = None, held_out_rows: np.ndarray | None = None
                   ) -> SelectorNet:
         selector = self._fitting_selector(seed, n, kept, n_rows)
-        batch = nominal_batch_size(selector, n)
+        batch = selector.nominal_batch_size(n)
         if self.micro_batch_size is not None and batch is not None and \
                 self.micro_batch_size > batch:
             raise ValueError(f"micro_batch_size={self.micro_batch_size} is larger than the "

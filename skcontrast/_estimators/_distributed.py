@@ -278,6 +278,7 @@ class AcceleratorCheckpoint(Callback):
                              "or start afresh without resume=True")
         accelerator.load_state(str(folder))
         net.selector.set_epoch(state["selector_epoch"])
+        net.selector.load_state_dict(state.get("selector_state", {}))
         net.history = History(state["history"])
         net.criterion_.load_state_dict(criterion)
 
@@ -289,6 +290,7 @@ class AcceleratorCheckpoint(Callback):
         accelerator.save_state(str(folder))
         if accelerator.is_main_process:
             state = {"selector_epoch": net.selector.current_epoch,
+                     "selector_state": net.selector.state_dict(),
                      "history": net.history.to_list()}
             write_replacing(folder / META, json.dumps(state, default=_plain).encode())
             buffer = io.BytesIO()

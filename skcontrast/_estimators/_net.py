@@ -262,6 +262,7 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
                 "optimizer_class": type(optimizer),
                 "history": self.history.to_list(),
                 "selector_epoch": self.selector.current_epoch,
+                "selector_state": self.selector.state_dict(),
                 "held_out_rows": None if self.held_out_rows is None
                 else np.asarray(self.held_out_rows).tolist(),
                 "seed": self.seed,
@@ -288,6 +289,7 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
         self._load_optimizer(state.get("optimizer"), state.get("optimizer_class"))
         self.history = History(copy.deepcopy(state["history"]))
         self.selector.set_epoch(state["selector_epoch"])
+        self.selector.load_state_dict(state.get("selector_state", {}))
         rows = state.get("held_out_rows")
         self.held_out_rows = None if rows is None else np.asarray(rows, dtype=np.int64)
         scaler = state.get("grad_scaler")

@@ -360,6 +360,7 @@ def training_state_files(state: dict) -> tuple[dict, dict]:
     groups = [{k: v for k, v in g.items() if k not in _GROUP_DATA} | {"size": len(g["params"])}
               for g in optimizer["param_groups"]]
     fitted = {"seed": state["seed"], "selector_epoch": state["selector_epoch"],
+              "selector_state": _plain_json(state["selector_state"], "the selector's state"),
               "held_out_rows": state["held_out_rows"],
               "optimizer": {"class": path_of(state["optimizer_class"]),
                             "param_groups": _plain_json(groups, "the optimizer's settings")},
@@ -378,6 +379,7 @@ def files_training_state(tensors: dict, fitted: dict) -> dict:
             "optimizer_class": _expect(saved.get("class"), str, "the optimizer's class"),
             "history": _expect(fitted.get("history"), list, "history"),
             "selector_epoch": _expect(fitted.get("selector_epoch"), int, "selector_epoch"),
+            "selector_state": _expect(fitted.get("selector_state"), dict, "selector_state"),
             "held_out_rows": _rows(fitted.get("held_out_rows")),
             "seed": _expect(fitted.get("seed"), int, "seed")}
 

@@ -88,6 +88,11 @@ class OSGDSelector(BatchSelector):
 
     _adaptive = True
 
+    @property
+    def partitions(self) -> bool:
+        """With ``candidates='random'`` the kept batches are drawn independently."""
+        return self.candidates != "random"
+
     def _check(self, n: int) -> tuple[int, int, int]:
         b = check_batch_size(self.batch_size, n)
         k = check_int(self.k, "k", minimum=1)

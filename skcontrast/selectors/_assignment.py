@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._validation import describe
+
 INF = float("inf")
 
 
@@ -59,8 +61,15 @@ def balanced_assignment(cost: Any, capacity: Any) -> np.ndarray:
     ndarray of shape (m,)
         The centre of every point; ``bincount(labels) == capacity`` and the total cost
         is minimal.
+
+    Raises
+    ------
+    ValueError
+        For costs that are NaN or infinite (no assignment is minimal then).
     """
     cost = np.asarray(cost, dtype=np.float64)
+    if cost.ndim != 2:
+        raise ValueError(f"cost must be a 2-D (points x centres) array; got {describe(cost)}")
     capacity = np.asarray(capacity, dtype=np.int64)
     m, k = cost.shape
     if capacity.shape != (k,) or capacity.sum() != m or (capacity < 0).any():
@@ -84,6 +93,11 @@ def balanced_assignments(cost: torch.Tensor, capacity: torch.Tensor) -> torch.Te
     -------
     long tensor of shape (G, m)
     """
+    finite = torch.isfinite(cost).flatten(1).all(1)
+    if not bool(finite.all()):
+        bad = (~finite).nonzero().flatten().tolist()
+        raise ValueError(f"balanced_assignment: the costs of problem(s) {bad[:5]} hold NaN or "
+                         "infinite values, so no assignment is minimal (an overflow upstream?)")
     G, _, k = cost.shape
     capacity = capacity.to(device=cost.device, dtype=torch.long)
     labels = (cost - _warm_start_prices(cost, capacity)[:, None, :]).argmin(2)

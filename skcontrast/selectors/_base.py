@@ -130,10 +130,48 @@ class BatchSelector(BaseEstimator):
 
     Subclasses implement ``_select(X, y, groups, rng)``; adaptive selectors set
     ``_adaptive = True``, receive checked embeddings and the loss to score with
-    (``_select(X, y, groups, rng, loss=...)``).
+    (``_select(X, y, groups, rng, loss=...)``). A selector whose batches of an epoch
+    can share samples (drawn with replacement, overlapping, or added to every batch)
+    says so by :attr:`partitions` ``False``: wrappers that move samples between batches
+    (:class:`~skcontrast.selectors.TemperedSelector`) refuse it.
     """
 
     _adaptive = False
+
+    @property
+    def partitions(self) -> bool:
+        """Whether every epoch's batches are disjoint: no sample is in two batches, nor
+        twice in one (they may leave samples out, as OSGD and ``drop_last`` do)."""
+        return True
+
+    def nominal_batch_size(self, n: int) -> int | None:
+        """The batch size this selector is set to for ``n`` samples (its own
+        ``batch_size``, or its wrapped selector's), or ``None`` when it has none."""
+        params = self.get_params()
+        for key in ("batch_size", "base_selector__batch_size"):
+            if isinstance(params.get(key), numbers.Integral):
+                return min(int(params[key]), n)
+        return None
+
+    def state_dict(self) -> dict:
+        """What this selector carries from one epoch to the next besides its epoch
+        number, as plain JSON values: ``{}`` for most, whose epoch ``e`` depends only
+        on ``(random_state, e)`` and the embeddings. Wrapped selectors' states are kept
+        under their parameter's name. A fit saves it with the model, so that a warm
+        start or a loaded model continues exactly (see :meth:`load_state_dict`)."""
+        return {name: value.state_dict() for name, value in self.get_params(deep=False).items()
+                if isinstance(value, BatchSelector) and value.state_dict()}
+
+    def load_state_dict(self, state: dict) -> BatchSelector:
+        """Take a state from :meth:`state_dict` (after :meth:`set_epoch`); returns self."""
+        if not isinstance(state, dict):
+            raise ValueError(f"a selector state must be a dict; got {describe(state)}")
+        params = self.get_params(deep=False)
+        for name, value in state.items():
+            if not isinstance(params.get(name), BatchSelector):
+                raise ValueError(f"{type(self).__name__} has no state {name!r}")
+            params[name].load_state_dict(value)
+        return self
 
     def split(self, X: Any, y: Any = None, groups: Any = None) -> Iterator[np.ndarray]:
         """Yield the index batches of the next epoch.

@@ -124,6 +124,8 @@ class RandomBatchSelector(BatchSelector):
         self.n_batches = n_batches
         self.random_state = random_state
 
+    partitions = False  # batches are drawn with replacement
+
     def _select(self, X, y, groups, rng):
         n = len(X)
         b = check_batch_size(self.batch_size, n)
@@ -149,6 +151,9 @@ class FullBatchSelector(BatchSelector):
 
     def __init__(self) -> None:
         pass
+
+    def nominal_batch_size(self, n: int) -> int:
+        return n
 
     def _select(self, X, y, groups, rng):
         check_batch_size(len(X), len(X), name="n (the full batch)")
@@ -182,6 +187,8 @@ class ExhaustiveBatchSelector(BatchSelector):
         self.max_batches = max_batches
         self.shuffle = shuffle
         self.random_state = random_state
+
+    partitions = False  # a sample is in many of the C(n, B) batches
 
     def _select(self, X, y, groups, rng):
         n = len(X)
@@ -227,6 +234,13 @@ class PredefinedBatchSelector(BatchSelector):
 
     def __init__(self, batches: Any = ()) -> None:
         self.batches = batches
+
+    @property
+    def partitions(self) -> bool:
+        """Whether the given batches are disjoint."""
+        flat = np.concatenate([np.asarray(b, dtype=np.int64).ravel() for b in self.batches]
+                              or [np.zeros(0, np.int64)])
+        return len(np.unique(flat)) == len(flat)
 
     def _select(self, X, y, groups, rng):
         return check_index_batches(self.batches, len(X), min_size=2)

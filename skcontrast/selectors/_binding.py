@@ -148,6 +148,8 @@ class BindingSelector(BatchSelector):
         self.base_selector = base_selector
         self.random_state = random_state
 
+    partitions = False  # the binding examples are in every batch
+
     @property
     def _adaptive(self) -> bool:  # type: ignore[override]
         return bool(getattr(self._base(), "_adaptive", False))

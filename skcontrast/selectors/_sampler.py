@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -49,10 +50,19 @@ class SelectorSampler(Sampler[list[int]]):
     must be seeded, ``random_state``, and the embeddings the same on every process) and
     iterates over its own contiguous slice of each, so the global batch is the
     selector's batch (gather the embeddings across processes for a loss over the whole
-    batch, as the estimators do).
+    batch, as the estimators do). Every rank gets a non-empty slice of the same size at
+    every step (what a gather of equal shapes needs): a global batch whose size is not a
+    multiple of the number of processes ``R`` is padded with its own first samples
+    (``drop_last=False``, a warning says how many repeat, since a repeated sample is its
+    own negative) or loses its last ``len % R`` samples (``drop_last=True``; a batch of
+    fewer than ``R`` samples, which would leave a rank nothing, is padded instead, so
+    that every rank takes the same number of steps). A selector whose batch size is
+    below ``R`` is refused.
 
     It pickles (into ``DataLoader`` workers, or with a checkpoint): the embeddings and the
-    selector's epoch travel; ``embed`` must itself be picklable to be kept.
+    selector's epoch travel; ``embed`` must itself be picklable to be kept. For a
+    checkpoint of your own, :meth:`state_dict` holds the epoch and what the selector
+    carries between epochs (:meth:`BatchSelector.state_dict`).
 
     Parameters
     ----------
@@ -73,6 +83,9 @@ class SelectorSampler(Sampler[list[int]]):
     num_replicas, rank : int or None, default=None
         Data-parallel processes and this one's rank; ``None``: from ``torch.distributed``
         if it is initialised, else one process.
+    drop_last : bool, default=False
+        With several processes: drop the samples of a global batch beyond a multiple of
+        the number of processes, instead of padding it.
 
     Examples
     --------
@@ -88,7 +101,7 @@ class SelectorSampler(Sampler[list[int]]):
     def __init__(self, selector: BatchSelector, n_samples: int, *,
                  embed: Callable[[np.ndarray], Any] | None = None, labels: Any = None,
                  loss: Any = None, refresh_every: int = 1, num_replicas: int | None = None,
-                 rank: int | None = None) -> None:
+                 rank: int | None = None, drop_last: bool = False) -> None:
         if not isinstance(selector, BatchSelector):
             raise ValueError(f"selector must be a BatchSelector from skcontrast.selectors; "
                              f"got {describe(selector)}")
@@ -110,6 +123,11 @@ class SelectorSampler(Sampler[list[int]]):
             check_int(num_replicas, "num_replicas", minimum=1)
             check_int(rank, "rank", minimum=0, maximum=num_replicas - 1)
         self.num_replicas, self.rank = num_replicas, rank
+        if not isinstance(drop_last, bool):
+            raise ValueError(f"drop_last must be True or False; got {describe(drop_last)}")
+        self.drop_last = drop_last
+        self._check_batch_size(self._replicas()[0])
+        self._warned_padding = False
         self.embeddings: np.ndarray | None = None
         self._known = np.zeros(self.n_samples, dtype=bool)
         self._refreshed_at: int | None = None
@@ -131,8 +149,48 @@ class SelectorSampler(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         world, rank = self._replicas()
+        self._check_batch_size(world)
         for batch in self.epoch_batches():
-            yield np.array_split(batch, world)[rank].tolist()
+            yield self._even(batch, world).reshape(world, -1)[rank].tolist()
+
+    def _even(self, batch: np.ndarray, world: int) -> np.ndarray:
+        """``batch`` cut or padded to a non-zero multiple of ``world`` samples."""
+        extra = len(batch) % world
+        if not extra:
+            return batch
+        if self.drop_last and len(batch) > world:
+            return batch[:len(batch) - extra]
+        pad = world - extra
+        if not self._warned_padding:
+            self._warned_padding = True
+            warnings.warn(
+                f"a global batch of {len(batch)} samples is padded with {pad} of its own "
+                f"samples so that each of the {world} processes gets {len(batch) // world + 1}"
+                " (a repeated sample is its own negative in a contrastive loss); "
+                "SelectorSampler(drop_last=True) drops samples instead, and a batch size "
+                f"that is a multiple of {world} needs neither", UserWarning, stacklevel=3)
+        return np.concatenate([batch, np.resize(batch, pad)])
+
+    def _check_batch_size(self, world: int) -> None:
+        size = self.selector.nominal_batch_size(self.n_samples)
+        if world > 1 and size is not None and size < world:
+            raise ValueError(f"{type(self.selector).__name__}'s batch size {size} is below the "
+                             f"number of processes {world}: some process would get no sample "
+                             f"in every step; use a batch size of at least {world} (a "
+                             f"multiple of {world} splits evenly)")
+
+    def state_dict(self) -> dict:
+        """The epoch the next pass yields and the selector's state (plain values), for a
+        checkpoint: :meth:`load_state_dict` on a new sampler continues exactly."""
+        return {"epoch": self.epoch, "selector": self.selector.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from :meth:`state_dict`."""
+        if not isinstance(state, dict) or "epoch" not in state:
+            raise ValueError(f"a SelectorSampler state is a dict with 'epoch'; got "
+                             f"{describe(state)}")
+        self.set_epoch(state["epoch"])
+        self.selector.load_state_dict(state.get("selector", {}))
 
     def epoch_batches(self) -> list[np.ndarray]:
         """The global batches of the next epoch (every process gets the same)."""

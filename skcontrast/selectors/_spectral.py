@@ -208,6 +208,14 @@ def _operator(u: torch.Tensor, v: torch.Tensor, settings: _Settings) -> tuple[to
     diagonal = w.diagonal(dim1=1, dim2=2)
     diagonal.copy_(w[:, 0, 1:2].expand_as(diagonal))  # an off-diagonal value: one pass
     smallest, largest = torch.aminmax(w.flatten(1), dim=1)  # finds the off-diagonal range
+    finite = torch.isfinite(smallest) & torch.isfinite(largest)  # NaN propagates here
+    if not bool(finite.all()):
+        raise ValueError(
+            f"SpectralBatchSelector: the pair affinity of {int((~finite).sum())} of {len(w)} "
+            f"chunk(s) is NaN or infinite: {type(settings.loss).__name__} at temperature "
+            f"{settings.loss.temperature:g} overflows on embeddings this large (largest norm "
+            f"{float(torch.cat([u, v], 1).norm(dim=-1).max()):.3g}). Raise the temperature, "
+            "normalise the embeddings (the loss's normalize=True) or scale them down")
     spread = (largest - smallest).cpu().numpy()
     flat = spread <= 1e-6 * np.maximum(largest.cpu().numpy(), 1e-30)
     normalized = settings.laplacian == "normalized"

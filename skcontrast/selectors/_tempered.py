@@ -6,12 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from .._validation import as_numpy, check_int, check_real, describe, encode_labels
 from ._base import (
     BatchSelector,
     check_batch_size,
     check_embeddings,
+    check_index_batches,
     n_partition_batches,
     partition,
 )
@@ -32,8 +34,18 @@ class TemperedSelector(BatchSelector):
       selector's ``batch_size``); hard batches start after them. ``refresh_every``: the
       selector chooses again every that many epochs; the epochs between reuse its last
       batches in a new order (with the random share drawn anew), and need no embedding
-      pass.
-    - **Guards**, enforced by construction in every epoch (warm-up included):
+      pass. The base always chooses as at the first epoch of a period, so a run resumed
+      in the middle of one (:meth:`set_epoch`) continues as an uninterrupted run would:
+      exactly for a selector that does not look at embeddings (or looks at a teacher),
+      and for one that does when its last choice travels too (:meth:`state_dict`, which
+      the estimators keep in warm starts and saved models); without it the embeddings
+      of the resumed epoch choose.
+    - **Guards**, enforced by construction in every epoch (warm-up included), for a base
+      whose batches are disjoint (:attr:`~BatchSelector.partitions`): a base that draws
+      batches with replacement, overlaps them or adds samples to every batch
+      (``RandomBatchSelector``, ``ExhaustiveBatchSelector``, ``BindingSelector``,
+      overlapping predefined batches, OSGD's random candidates) is refused for the
+      dial and the guards, which move samples between batches:
       ``max_same_label`` (with labels ``y``): no sample shares its batch with more than
       that many samples of its own label; ``exclude_neighbours`` (no labels needed):
       no sample shares its batch with one of its ``m`` nearest neighbours in the
@@ -96,14 +108,22 @@ class TemperedSelector(BatchSelector):
                              f"{describe(self.base_selector)}")
         return self.base_selector
 
-    def _chooses(self, epoch: int) -> bool:
-        """Whether the base selector chooses anew at ``epoch`` (else its last batches)."""
+    def _period_start(self, epoch: int) -> int:
+        """The epoch at which the base chose the batches ``epoch`` uses."""
         warmup = check_int(self.warmup_epochs, "warmup_epochs", minimum=0)
         every = check_int(self.refresh_every, "refresh_every", minimum=1)
-        if epoch < warmup:
+        return warmup + (epoch - warmup) // every * every
+
+    def _chooses(self, epoch: int) -> bool:
+        """Whether the base selector chooses at ``epoch`` (else the period's batches)."""
+        if epoch < check_int(self.warmup_epochs, "warmup_epochs", minimum=0):
             return False
         last = getattr(self, "_chosen", None)
-        return last is None or (epoch - warmup) % every == 0 or last[0] > epoch
+        return last is None or last[0] != self._period_start(epoch)
+
+    @property
+    def partitions(self) -> bool:
+        return self._base().partitions
 
     @property
     def _adaptive(self) -> bool:  # type: ignore[override]
@@ -129,6 +149,11 @@ class TemperedSelector(BatchSelector):
         cap = None if self.max_same_label is None else check_int(
             self.max_same_label, "max_same_label", minimum=0)
         m = check_int(self.exclude_neighbours, "exclude_neighbours", minimum=0)
+        edits = [name for name, on in (("random_share", share > 0),
+                                       ("max_same_label", cap is not None),
+                                       ("exclude_neighbours", m > 0)) if on]
+        if edits and not base.partitions:
+            raise ValueError(self._not_a_partition(edits))
         Z = self._selection_space(X)
         n = len(Z)
         codes = self._codes(y, n, cap)
@@ -140,20 +165,77 @@ class TemperedSelector(BatchSelector):
         if epoch < self.warmup_epochs:
             b, drop_last = self._shape(n)
             batches = partition(rng.permutation(n), b, drop_last)
-        elif self._chooses(epoch):
-            base.set_epoch(epoch)
-            batches = base.epoch_batches(Z, y, groups, loss=loss)
-            self._chosen = (epoch, [b.copy() for b in batches])
         else:
+            start = self._period_start(epoch)
+            if self._chooses(epoch):
+                base.set_epoch(start)
+                chosen = base.epoch_batches(Z, y, groups, loss=loss)
+                if edits:
+                    self._check_disjoint(chosen, n, edits)
+                self._chosen = (start, [b.copy() for b in chosen])
             chosen = self._chosen[1]
-            batches = [chosen[i].copy() for i in rng.permutation(len(chosen))]
-        batches = mix_random(batches, float(share), rng)
+            order = range(len(chosen)) if epoch == start else rng.permutation(len(chosen))
+            batches = [chosen[i].copy() for i in order]
+        batches = mix_random(batches, share, rng)
 
         conflicts = self._neighbour_guard(Z, m, fresh=uses_embeddings) if m else None
         if cap is not None or conflicts is not None:
             batches = guard_batches(batches, n, codes=codes, cap=cap, conflicts=conflicts,
                                     rng=rng)
         return batches
+
+    def _not_a_partition(self, edits: list[str]) -> str:
+        base = type(self._base()).__name__
+        verb = "moves" if len(edits) == 1 else "move"
+        return (f"TemperedSelector's {', '.join(edits)} {verb} samples between the batches of "
+                f"a partition, and {base}'s batches are not one (a sample can be in several "
+                f"batches or twice in one, so the guards could not hold): temper a selector "
+                f"whose batches are disjoint (ShuffledBatchSelector, FixedBatchSelector, the "
+                f"adaptive and graph selectors), or use {base} without {edits[0]}")
+
+    def _check_disjoint(self, batches: list[np.ndarray], n: int, edits: list[str]) -> None:
+        """The base's batches really are disjoint (a custom selector may claim so)."""
+        if not batches:
+            return
+        counts = np.bincount(np.concatenate(batches), minlength=n)
+        if counts.max() > 1:
+            raise ValueError(self._not_a_partition(edits) + f" (sample "
+                             f"{int(counts.argmax())} is in {int(counts.max())} places)")
+
+    def state_dict(self) -> dict:
+        """The batches the base chose last (and the epoch they were chosen at), and the
+        neighbour pairs the guard keeps apart: what reused epochs of a refresh period
+        need to continue exactly."""
+        state = super().state_dict()
+        chosen = getattr(self, "_chosen", None)
+        if chosen is not None:
+            state["chosen"] = {"epoch": chosen[0], "batches": [b.tolist() for b in chosen[1]]}
+        known = getattr(self, "_conflicts", None)
+        if known is not None:
+            pairs = known[1].tocoo()
+            state["neighbours"] = {"m": known[0][1], "n": known[0][2],
+                                   "rows": pairs.row.tolist(), "cols": pairs.col.tolist()}
+        return state
+
+    def load_state_dict(self, state: dict) -> TemperedSelector:
+        state = dict(state)
+        chosen = state.pop("chosen", None)
+        neighbours = state.pop("neighbours", None)
+        super().load_state_dict(state)
+        if chosen is not None:
+            epoch = check_int(chosen.get("epoch"), "the chosen batches' epoch", minimum=0)
+            n = max((max(b) for b in chosen["batches"] if b), default=0) + 1
+            self._chosen = (epoch, check_index_batches(chosen["batches"], n))
+        if neighbours is not None:
+            m = check_int(neighbours.get("m"), "the neighbour guard's m", minimum=1)
+            n = check_int(neighbours.get("n"), "the neighbour guard's n", minimum=1)
+            rows, cols = (np.asarray(neighbours.get(k), dtype=np.int64) for k in ("rows", "cols"))
+            if rows.shape != cols.shape or rows.ndim != 1 or (len(rows) and (
+                    min(rows.min(), cols.min()) < 0 or max(rows.max(), cols.max()) >= n)):
+                raise ValueError("the neighbour guard's saved pairs are malformed")
+            graph = sp.csr_matrix((np.ones(len(rows), dtype=bool), (rows, cols)), shape=(n, n))
+            self._conflicts = ((id(self.teacher), m, n), graph)
+        return self
 
     def _neighbour_guard(self, Z: np.ndarray, m: int, *, fresh: bool) -> Any:
         """The pairs the neighbour guard keeps apart: recomputed from the current
