@@ -261,3 +261,70 @@ def test_a_tempered_refresh_period_resumes_exactly(adaptive):
             resumed.load_state_dict(first.state_dict())
         assert [[b.tolist() for b in resumed.split(X)] for _ in range(stop, 7)] == \
             epochs[stop:]
+
+
+# 2, 3. Exports load and equal transform, or are refused --------------------------------
+
+class _TokenMean(torch.nn.Module):
+    def __init__(self, n_out=4):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(50, n_out)  # the exporter names a value so
+
+    def forward(self, x):
+        return self.embedding(x).mean(1)
+
+
+class _Branchy(torch.nn.Module):
+    """Data-dependent branching that TorchScript can script."""
+
+    def __init__(self, n_in=5, n_out=4):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(n_in, n_out), torch.nn.Linear(n_in, n_out)
+
+    def forward(self, x):
+        if bool(x.sum() > 0):
+            return self.a(x)
+        return self.b(x)
+
+
+class _UnscriptableBranchy(_Branchy):
+    """The same branch through NumPy, which TorchScript cannot script."""
+
+    def forward(self, x):
+        return self.a(x) if np.sign(float(x.sum())) > 0 else self.b(x)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", [_TokenMean, torch.nn.EmbeddingBag], ids=["Embedding",
+                                                                             "EmbeddingBag"])
+def test_onnx_export_of_an_embedding_encoder_loads_and_equals_transform(module, tmp_path):
+    onnxruntime = pytest.importorskip("onnxruntime")
+    X = np.random.default_rng(0).integers(0, 50, size=(64, 2, 6))
+    encoder = _TokenMean if module is _TokenMean else \
+        (lambda n_in, n_out: torch.nn.EmbeddingBag(50, n_out))
+    est = ContrastiveEmbedder(encoder, **{**SMALL, "max_epochs": 1}).fit(X)
+    path = est.export(tmp_path / "tokens.onnx")
+    session = onnxruntime.InferenceSession(str(path))
+    assert [o.name for o in session.get_outputs()] == ["embedding"]
+    out = session.run(None, {"x": X[:9, 0]})[0]
+    np.testing.assert_allclose(out, est.transform_view(X[:9, 0], view=0), atol=1e-5)
+
+
+def test_torchscript_keeps_the_branches_of_a_scriptable_encoder(tmp_path):
+    X = np.random.default_rng(0).normal(size=(64, 2, 5)).astype(np.float32)
+    est = ContrastiveEmbedder(_Branchy, **SMALL).fit(X)
+    module = torch.jit.load(str(est.export(tmp_path / "branchy.pt", "torchscript")))
+    for x in (np.abs(X[:6, 0]), -np.abs(X[:6, 0])):
+        with torch.no_grad():
+            out = module(torch.as_tensor(x)).numpy()
+        np.testing.assert_allclose(out, est.transform_view(x, view=0), atol=1e-5)
+
+
+def test_a_trace_that_records_one_branch_is_refused_and_not_written(tmp_path):
+    X = np.random.default_rng(0).normal(size=(64, 2, 5)).astype(np.float32)
+    est = ContrastiveEmbedder(_UnscriptableBranchy, **SMALL).fit(X)
+    path = tmp_path / "branchy.pt"
+    with pytest.raises(ValueError, match="torchscript export of view 0 differs from "
+                                         "transform on an input unlike the example"):
+        est.export(path, "torchscript")
+    assert not path.exists()
