@@ -35,18 +35,33 @@ def _pair(U: Any, V: Any) -> tuple[np.ndarray, np.ndarray]:
     return U, V
 
 
+def tie_tolerance(d: int) -> float:
+    """How close two cosine similarities of ``d``-dimensional rows must be to tie.
+
+    Every retrieval metric here decides on float64 similarities of the unit rows, and
+    two that differ by at most ``4 (d + 2) 2^-53`` (about 2e-14 at ``d = 32``) are a tie,
+    counted against the query. That is the float64 rounding of a dot product of unit
+    vectors, both ways, with the normalisation's: so equal similarities computed in
+    different orders (a duplicate, or a rescaled copy, of an item at another place) are
+    ties wherever they stand, and results do not depend on the order of the data.
+    """
+    return 4 * (d + 2) * 2.0**-53
+
+
 def _matching_ranks(queries: np.ndarray, gallery: np.ndarray) -> np.ndarray:
     """Rank of gallery[i] among all gallery items for query i (0 = first).
 
-    Ties count against the query (pessimistic), so collapsed embeddings score 0, not 1.
+    Ties (:func:`tie_tolerance`) count against the query (pessimistic), so collapsed
+    embeddings score 0, not 1.
     """
     ranks = np.empty(len(queries), dtype=np.int64)
     step = geometry.block_rows(len(gallery))
+    tie = tie_tolerance(queries.shape[1])
     for start in range(0, len(queries), step):
         block = queries[start:start + step] @ gallery.T
         rows = np.arange(len(block))
         correct = block[rows, start + rows]
-        ranks[start:start + len(block)] = (block >= correct[:, None]).sum(1) - 1
+        ranks[start:start + len(block)] = (block >= correct[:, None] - tie).sum(1) - 1
     return ranks
 
 
@@ -54,8 +69,8 @@ def recall_at_k(U: Any, V: Any, k: int = 1, direction: str = "both") -> float:
     """Pair-retrieval recall@k: how often the true partner is among the ``k`` nearest.
 
     Query ``u_i`` searches the gallery ``V`` by cosine similarity and succeeds if
-    ``v_i`` ranks in the top ``k`` (and the other way round for ``v_i``). Ties are
-    counted against the query. Memory is O(block * n).
+    ``v_i`` ranks in the top ``k`` (and the other way round for ``v_i``). Ties
+    (:func:`tie_tolerance`) are counted against the query. Memory is O(block * n).
 
     Parameters
     ----------
@@ -175,11 +190,12 @@ class _Screen:
             cls._faster = 1.5 * best(a.bfloat16(), b.bfloat16()) < best(a, b)
         return cls._faster
 
-    def candidates(self, start: int, stop: int, kept: int, same: bool
+    def candidates(self, start: int, stop: int, kept: int, same: bool, slack: float
                    ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Similarities (float32, ``-inf`` where no candidate) and columns of the
-        candidates of the queries ``start:stop``, or None when the dense product is
-        the cheaper way."""
+        candidates of the queries ``start:stop`` (every reference within ``slack`` of
+        the ``kept``-th largest similarity), or None when the dense product is the
+        cheaper way."""
         n = len(self.G)
         approx = self.Q16[start:stop] @ self.G16.T
         approx[:, n:] = -torch.inf  # the padding of the references to whole groups
@@ -192,7 +208,7 @@ class _Screen:
             width = min(width, n)
             values, columns = _top(approx, width, self.GROUP)
             kth = values[:, kept - 1].double()
-            floor = kth - 2.0**-8 * kth.abs() * (1 + 2.0**-7) - 2 * self.a[start:stop]
+            floor = kth - 2.0**-8 * kth.abs() * (1 + 2.0**-7) - 2 * self.a[start:stop] - slack
             if width == n or bool((values[:, -1].double() < floor).all()):
                 break  # every row's candidates are inside its top ``width``
             if width >= limit:
@@ -213,8 +229,10 @@ def _class_retrieval(H: Any, y: Any, reference: Any = None, reference_labels: An
     """Class-level retrieval of every query among the references, block by block.
 
     Queries are the rows of ``H``; references are ``reference`` (default: the other
-    rows of ``H``). Ranking is by cosine similarity, ties counted against the query
-    (irrelevant items first among equals, also across the cut of the top ``R``).
+    rows of ``H``). Ranking is by cosine similarity, ties (:func:`tie_tolerance`)
+    counted against the query (irrelevant items first among equals, also across the cut
+    of the top ``R``). Candidates come from float32 products (or the bfloat16 screen);
+    their order is decided in float64.
     """
     Q = _rows(H, "H")
     q_labels = check_labels(y, "y", n_samples=len(Q), rows_of="H")
@@ -241,12 +259,16 @@ def _class_retrieval(H: Any, y: Any, reference: Any = None, reference_labels: An
     step = geometry.block_rows(len(G), 2 * geometry.BLOCK_ELEMENTS)  # float32: same bytes
     if screen is not None:
         step = geometry.block_rows(len(G), 4 * geometry.BLOCK_ELEMENTS)  # bfloat16
+    tie = tie_tolerance(Q.shape[1])
+    # float32 similarities are within (d + 2) 2^-24 of the float64 ones: the candidates
+    # kept are every reference that can be within a tie of the k-th largest in float64
+    slack = 2 * (Q.shape[1] + 2) * 2.0**-24 + tie
     for start in range(0, len(Q), step):
         stop = min(start + step, len(Q))
         r = r_all[start:stop]
         k = max(1, int(r.max()))
         kept = min(k + 1, len(G) - int(same))
-        found = None if screen is None else screen.candidates(start, stop, kept, same)
+        found = None if screen is None else screen.candidates(start, stop, kept, same, slack)
         if found is None:
             sims, columns = Qt[start:stop] @ Gt.T, None
             if same:
@@ -254,36 +276,68 @@ def _class_retrieval(H: Any, y: Any, reference: Any = None, reference_labels: An
                 sims[rows, rows + start] = -torch.inf
         else:
             sims, columns = found
-        values, index = torch.topk(sims, min(kept, sims.shape[1]), dim=1)
+        values, index = _within(sims, min(k, sims.shape[1]), slack)
         if columns is not None:
             index = columns.gather(1, index)
-        after = values[:, k] if values.shape[1] > k else None
-        values, index = values[:, :k], index[:, :k]
-        is_relevant = q_codes[start:stop, None] == g_codes[index]
-        # pessimistic order: by decreasing similarity, irrelevant first among equals
-        order = torch.argsort(is_relevant.to(torch.int8), dim=1, stable=True)
-        values, is_relevant = values.gather(1, order), is_relevant.gather(1, order)
-        order = torch.argsort(-values, dim=1, stable=True)
-        values, is_relevant = values.gather(1, order), is_relevant.gather(1, order)
-        # irrelevant items tied with the last kept value but left out of the top k come
-        # before the relevant ones tied with it (only rows whose next value ties; every
-        # item tied with it is among the screened candidates)
-        last = values[:, -1]
-        outside = torch.zeros(stop - start, dtype=torch.long)
-        if after is not None and bool((tied := after == last).any()):
-            equal = sims[tied] == last[tied, None]
-            labels = g_codes[None, :] if columns is None else g_codes[columns[tied]]
-            equal &= q_codes[start:stop][tied, None] != labels
-            outside[tied] = equal.sum(1) - ((values[tied] == last[tied, None])
-                                            & ~is_relevant[tied]).sum(1)
-        position = torch.arange(1, k + 1) + (is_relevant & (values == last[:, None])) \
-            * outside[:, None]
+        is_relevant = (q_codes[start:stop, None] == g_codes[index]) & (values > -torch.inf)
+        # float32 rounding could only decide the order of a relevant and an irrelevant
+        # item within its error of each other: those similarities are taken again in
+        # float64, and every order is decided with the tie tolerance
+        values = values.double()
+        near = _near_other_kind(values, is_relevant, slack).nonzero()
+        if len(near):
+            q_rows = torch.from_numpy(Q).index_select(0, near[:, 0] + start)
+            g_rows = torch.from_numpy(G).index_select(0, index[near[:, 0], near[:, 1]])
+            values[near[:, 0], near[:, 1]] = (q_rows * g_rows).sum(1)
+            values, order = values.sort(dim=1, descending=True, stable=True)
+            is_relevant = is_relevant.gather(1, order)
+        position = _positions(values, is_relevant, tie)
         counted = is_relevant & (position <= r[:, None])
         precision = is_relevant.cumsum(1).to(torch.float64) / position
         out[1][start:stop] = (precision * counted).sum(1).numpy()
         out[2][start:stop] = counted.sum(1).numpy()
-        out[3][start:stop] = (is_relevant[:, 0] & (position[:, 0] == 1)).numpy()
+        out[3][start:stop] = (is_relevant & (position == 1)).any(1).numpy()
     return _Retrieval(*out)
+
+
+def _within(sims: torch.Tensor, k: int, slack: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top ``k`` of each row and every entry within ``slack`` of its ``k``-th
+    largest (values and columns, decreasing), widening the top-k while a row's last
+    kept value is still that close."""
+    n = sims.shape[1]
+    width = min(k + 9, n)  # a few spare entries: a tie at the cut rarely needs more
+    while True:
+        values, index = sims.topk(width, dim=1)
+        if width == n or not bool((values[:, -1] >= values[:, k - 1] - slack).any()):
+            return values, index
+        width = min(n, 2 * width)
+
+
+def _positions(values: torch.Tensor, is_relevant: torch.Tensor, tie: float) -> torch.Tensor:
+    """1-based rank of each relevant item among rows of decreasing ``values``, ties
+    against the query: its rank among the relevant items, plus every irrelevant item
+    whose value is at least its own less ``tie``."""
+    irrelevant = (~is_relevant & (values > -torch.inf)).cumsum(1)
+    ascending = (-values).contiguous()
+    reach = torch.searchsorted(ascending, (tie - values).contiguous(), right=True)
+    before = irrelevant.gather(1, (reach - 1).clamp_min(0))
+    return is_relevant.cumsum(1) + before
+
+
+def _near_other_kind(values: torch.Tensor, is_relevant: torch.Tensor,
+                     slack: float) -> torch.Tensor:
+    """Entries of rows of decreasing ``values`` within ``slack`` of an entry of the other
+    kind (relevant or not; ``-inf`` entries are neither)."""
+    valid = values > -torch.inf
+    relevant, irrelevant = is_relevant & valid, ~is_relevant & valid
+    ascending = (-values).contiguous()
+    lo = torch.searchsorted(ascending, (-values - slack).contiguous())
+    hi = torch.searchsorted(ascending, (slack - values).contiguous(), right=True)
+    near = torch.zeros_like(valid)
+    for kind, other in ((relevant, irrelevant), (irrelevant, relevant)):
+        counts = torch.nn.functional.pad(kind.cumsum(1), (1, 0))
+        near |= other & ((counts.gather(1, hi) - counts.gather(1, lo)) > 0)
+    return near
 
 
 def _with_relevant(result: _Retrieval, metric: str) -> _Retrieval:

@@ -282,24 +282,29 @@ def memory_margin(anchors, keys, self_slots, bank, bank_keys, m, averaging="sepa
 
 def retrieval(H, y, G=None, g=None):
     """Per query with a relevant reference: (AP@R, R-mAP term, R-precision, P@1), ranking
-    the references (default: the other rows of H) by cosine similarity, irrelevant items
-    first among equal similarities (pessimistic)."""
+    the references (default: the other rows of H) by cosine similarity, pessimistic on
+    ties: a relevant item's position is its rank among the relevant ones plus every
+    irrelevant item whose similarity is at least its own less 4 (d + 2) 2^-53 (the
+    documented tie tolerance of skcontrast.metrics)."""
     Q = unit_rows(H)
+    tie = 4 * (len(Q[0]) + 2) * 2.0**-53
     same = G is None
     G, g = (Q, y) if same else (unit_rows(G), g)
     out = []
     for i, q in enumerate(Q):
         others = [j for j in range(len(G)) if not (same and j == i)]
-        rel = {j: g[j] == y[i] for j in others}
-        r = sum(rel.values())
+        sims = {j: dot(q, G[j]) for j in others}
+        relevant = sorted((j for j in others if g[j] == y[i]), key=lambda j: -sims[j])
+        irrelevant = [sims[j] for j in others if g[j] != y[i]]
+        r = len(relevant)
         if r == 0:
             continue
-        ranked = sorted(others, key=lambda j, q=q, rel=rel: (-dot(q, G[j]), rel[j]))
-        top = [rel[j] for j in ranked[:r]]
-        precision = [sum(top[:k + 1]) / (k + 1) for k in range(r)]
-        total = sum(p for p, hit in zip(precision, top, strict=True) if hit)
-        out.append((total / r, total / sum(top) if sum(top) else 0.0, sum(top) / r,
-                    float(rel[ranked[0]])))
+        positions = [rank + 1 + sum(s >= sims[j] - tie for s in irrelevant)
+                     for rank, j in enumerate(relevant)]
+        total = sum((rank + 1) / p for rank, p in enumerate(positions) if p <= r)
+        hits = sum(p <= r for p in positions)
+        out.append((total / r, total / hits if hits else 0.0, hits / r,
+                    float(positions[0] == 1)))
     return [sum(column) / len(out) for column in zip(*out, strict=True)]
 
 

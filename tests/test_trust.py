@@ -328,3 +328,39 @@ def test_a_trace_that_records_one_branch_is_refused_and_not_written(tmp_path):
                                          "transform on an input unlike the example"):
         est.export(path, "torchscript")
     assert not path.exists()
+
+
+# 10. Ties are decided one documented way, whatever the order of the data ---------------
+
+def test_class_retrieval_ties_do_not_depend_on_the_order_of_the_data():
+    import reference as ref
+
+    from skcontrast import metrics
+
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(20, 32)).astype(np.float32)
+    # rescaled copies of 20 directions: their cosine similarities tie exactly, but are
+    # computed to different last bits depending on where the copies stand
+    H = base[rng.integers(0, 20, size=200)] * rng.uniform(0.5, 2, (200, 1)).astype(np.float32)
+    y = rng.integers(0, 4, size=200)
+    expected = ref.retrieval(H.astype(np.float64), y)
+    assert expected[3] < 0.05  # a query's copies of other labels tie with its own
+    for seed in range(5):
+        order = np.random.default_rng(seed).permutation(200)
+        got = metrics.class_retrieval(H[order], y[order])
+        np.testing.assert_allclose([got[k] for k in ("map_at_r", "r_map", "r_precision",
+                                                     "precision_at_1")], expected,
+                                   rtol=1e-12, atol=1e-12)
+
+
+def test_recall_counts_a_rescaled_copy_of_the_partner_as_a_tie():
+    from skcontrast.metrics import recall_at_k, tie_tolerance
+
+    rng = np.random.default_rng(0)
+    U = rng.normal(size=(60, 16))
+    V = U + 0.01 * rng.normal(size=(60, 16))
+    V[30:] = V[:30] * rng.uniform(0.5, 3, (30, 1))  # partner i and i + 30 point alike
+    for seed in range(5):
+        order = np.random.default_rng(seed).permutation(60)
+        assert recall_at_k(U[order], V[order], direction="u2v") == 0.0
+    assert tie_tolerance(32) == pytest.approx(4 * 34 * 2.0**-53)
