@@ -146,6 +146,19 @@ def check_finite_array(x: np.ndarray, name: str) -> None:
         )
 
 
+def first_non_finite(tensors: Mapping[str, Any]) -> str | None:
+    """The name of the first floating-point tensor of ``tensors`` holding NaN or
+    infinity, or ``None`` (one device read when all are finite)."""
+    named = [(k, t) for k, t in tensors.items()
+             if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())]
+    if not named:
+        return None
+    finite = torch.stack([torch.isfinite(t).all().to(named[0][1].device) for _, t in named])
+    if bool(finite.all()):
+        return None
+    return named[int((~finite).nonzero()[0, 0])][0]
+
+
 def label_kind(array: np.ndarray) -> str:
     """``'str'``, ``'bytes'`` or ``'number'``: what kind of labels a checked array holds
     (``b'a'`` and ``'a'`` are different labels: they never compare equal)."""

@@ -19,7 +19,9 @@ class TrainingInterrupted(KeyboardInterrupt):
     """``fit`` was interrupted (Ctrl-C) before ``max_epochs``.
 
     The estimator keeps the weights of the steps applied (it transforms, and continues
-    with ``warm_start=True``), and the interrupt goes on, as any ``KeyboardInterrupt``:
+    with ``warm_start=True``) when they are all finite (otherwise it is left as it was
+    before that ``fit``, and the message says so), and the interrupt goes on, as any
+    ``KeyboardInterrupt``:
     a search (``GridSearchCV``, ``BalanceSearchCV``) stops instead of scoring the
     truncated candidate as if it were complete. The message says how far the fit got.
     A callback that stops training (skorch's ``EarlyStopping``) is not an interrupt:

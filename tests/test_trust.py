@@ -364,3 +364,109 @@ def test_recall_counts_a_rescaled_copy_of_the_partner_as_a_tie():
         order = np.random.default_rng(seed).permutation(60)
         assert recall_at_k(U[order], V[order], direction="u2v") == 0.0
     assert tie_tolerance(32) == pytest.approx(4 * 34 * 2.0**-53)
+
+
+# 19. 2 + 2 warm epochs are 4 epochs, with dropout and augmentations --------------------
+
+class _Dropout(torch.nn.Module):
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(n_in, 32), torch.nn.Dropout(0.3),
+                                       torch.nn.Linear(32, n_out))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def _noise_with_generator(x, generator):
+    return x + 0.1 * torch.randn(x.shape, generator=generator, device=x.device)
+
+
+def _noise_from_torch(x):
+    return x + 0.1 * torch.randn_like(x)
+
+
+@pytest.mark.parametrize("augmentation", [None, _noise_with_generator, _noise_from_torch],
+                         ids=["dropout", "f(x, generator)", "f(x)"])
+@pytest.mark.parametrize("resume", ["warm start", "save and load"])
+def test_two_plus_two_warm_epochs_are_four_epochs(augmentation, resume, tmp_path):
+    import skcontrast
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(96, 2, 8)).astype(np.float32)
+    if augmentation is not None:
+        X = X[:, 0]
+    kw = {**SMALL, "augmentation": augmentation}
+    whole = ContrastiveEmbedder(_Dropout, **{**kw, "max_epochs": 4}).fit(X)
+    half = ContrastiveEmbedder(_Dropout, **kw).fit(X)
+    if resume == "save and load":
+        half.save(tmp_path / "half")
+        half = skcontrast.load(tmp_path / "half", module=_Dropout,
+                               augmentation=augmentation)
+    half.set_params(warm_start=True).fit(X)
+    np.testing.assert_allclose(half.transform(X), whole.transform(X), atol=1e-6)
+
+
+# 20. Weights and buffers are checked at every exit of fit ------------------------------
+
+class _Norm(torch.nn.Module):
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.linear, self.norm = torch.nn.Linear(n_in, n_out), torch.nn.BatchNorm1d(n_out)
+
+    def forward(self, x):
+        return self.norm(self.linear(x))
+
+
+class _PoisonAfter:
+    """A skorch callback that makes a buffer or a weight NaN after the last step of an
+    epoch (the loss of every step stays finite), optionally then pressing Ctrl-C."""
+
+    def __new__(cls, what, epoch, interrupt=False):
+        from skorch.callbacks import Callback
+
+        class Poison(Callback):
+            def on_batch_end(self, net, training=False, **kwargs):
+                batches = net.history[-1]["batches"]
+                if not training or len(net.history) != epoch or len(batches) != 2:
+                    return
+                module = net.module_.encoders[0]
+                target = module.norm.running_var if what == "buffer" else module.linear.weight
+                with torch.no_grad():
+                    target.view(-1)[0] = float("nan")
+                if interrupt:
+                    import signal
+
+                    signal.raise_signal(signal.SIGINT)
+
+        return Poison()
+
+
+@pytest.mark.parametrize("what", ["buffer", "weight"])
+@pytest.mark.parametrize("estimator", ["contrastive", "supcon"])
+def test_a_non_finite_model_at_the_end_of_fit_is_refused_and_not_kept(pairs, what,
+                                                                       estimator):
+    from skcontrast import SupConEmbedder
+    from skcontrast.exceptions import TrainingDivergedError
+
+    X, y = pairs
+    kw = {**SMALL, "batch_size": 32, "callbacks": [_PoisonAfter(what, 2)]}
+    est = ContrastiveEmbedder(_Norm, **kw) if estimator == "contrastive" else \
+        SupConEmbedder(_Norm, **kw)
+    data = (X,) if estimator == "contrastive" else (X[:, 0], y)
+    with pytest.raises(TrainingDivergedError, match=r"'module\.encoders\.0\.(norm\.running_var|"
+                                                    r"linear\.weight)' holds NaN"):
+        est.fit(*data)
+    assert not hasattr(est, "net_")
+
+
+def test_an_interrupt_after_a_nan_does_not_keep_the_nan_model(pairs):
+    from skcontrast.exceptions import TrainingInterrupted
+
+    X, _ = pairs
+    est = ContrastiveEmbedder(_Norm, **{**SMALL, "max_epochs": 5, "batch_size": 16}).fit(X)
+    before = est.transform(X)
+    est.set_params(warm_start=True, callbacks=[_PoisonAfter("buffer", 7, interrupt=True)])
+    with pytest.raises(TrainingInterrupted, match=r"running_var' holds NaN.*not kept"):
+        est.fit(X)
+    np.testing.assert_array_equal(est.transform(X), before)  # the model before this fit

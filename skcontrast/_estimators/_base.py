@@ -230,8 +230,7 @@ class BaseEmbedder(ParameterChecks, NetBuilder, ClassNamePrefixFeaturesOutMixin,
                 net.partial_fit(data, None, epochs=self.max_epochs)
             else:
                 net.fit(data, None)
-        if net.interrupted is None:
-            net.check_finite_weights()
+        net.check_finite_weights()  # every exit: the end, an early stop, an interrupt
         return net
 
     def _finish(self, net: SelectorNet) -> None:

@@ -26,7 +26,8 @@ import torch
 from skorch import NeuralNet
 from skorch.history import History
 
-from ..exceptions import TrainingDivergedError
+from .._validation import first_non_finite
+from ..exceptions import TrainingDivergedError, TrainingInterrupted
 from ._modules import ContrastiveCriterion
 from ._step import TrainingStep, batch_length, batch_norms, plain_temperature
 from ._supply import BatchSupply
@@ -55,6 +56,12 @@ def _aliases(name: str) -> list[str]:
     if len(parts) > 2 and parts[0] in ("encoders", "heads") and parts[1].isdigit():
         return [name, ".".join(parts[2:])]
     return [name]
+
+
+def _stream(*key: int) -> int:
+    """A 63-bit seed drawn from ``key`` (independent streams for different keys)."""
+    return int(np.random.SeedSequence(list(key)).generate_state(1, dtype=np.uint64)[0]
+               % 2**63)
 
 
 def _load_state(module: torch.nn.Module, state: dict, what: str,
@@ -168,12 +175,6 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
                 "once per micro-batch, by the pass with gradients). Use layer or group "
                 "normalisation for the exact full-batch update", UserWarning, stacklevel=2)
         device_type = self.compute_device.type
-        # A fresh generator per fit call, seeded from the epochs trained so far, so that
-        # warm starts (also after unpickling on another device) stay reproducible.
-        if self.augmentation is not None:
-            state = np.random.SeedSequence([self.seed, 2, len(self.history)])
-            self.augmentation.seed(self.compute_device,
-                                   int(state.generate_state(1, dtype=np.uint64)[0] % 2**63))
         scaler = getattr(self, "grad_scaler_", None)
         if self.precision != "float16":
             self.grad_scaler_ = None
@@ -238,16 +239,25 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
         return cache[method_name]
 
     def check_finite_weights(self) -> None:
-        """Refuse a trained network with a NaN or infinite weight (one device read)."""
-        parameters = [p.detach().reshape(-1) for p in self.module_.parameters()] + \
-            [p.detach().reshape(-1) for p in self.criterion_.parameters()]
-        if parameters and not bool(torch.isfinite(torch.cat(parameters)).all()):
-            raise TrainingDivergedError(
-                f"training diverged in its last steps: after {len(self.history)} epoch(s) "
-                f"the network has NaN or infinite weights, so its embeddings would be NaN. "
-                f"Lower the learning rate (lr={self.lr}), raise the temperature "
-                f"(temperature={plain_temperature(self.criterion_)}), or check that the "
-                "module does not output NaN or inf")
+        """Refuse a trained network with a NaN or infinite weight or buffer (batch-norm
+        statistics, a memory's state), naming it (one device read when all are finite).
+        Called at every exit of a fit: its end, an early stop, an interrupt."""
+        state = {f"module.{k}": v for k, v in self.inference_module().state_dict().items()}
+        state.update({f"criterion.{k}": v for k, v in self.criterion_.state_dict().items()})
+        bad = first_non_finite({k: v.detach() for k, v in state.items()
+                                if isinstance(v, torch.Tensor)})
+        if bad is None:
+            return
+        message = (
+            f"after {len(self.history)} epoch(s) the network's {bad!r} holds NaN or "
+            f"infinite values, so its embeddings would be NaN; the model was not kept (the "
+            f"estimator is as it was before this fit). Lower the learning rate "
+            f"(lr={self.lr}), raise the temperature "
+            f"(temperature={plain_temperature(self.criterion_)}), or check that the "
+            "module does not output NaN or inf")
+        if self.interrupted is not None:  # the interrupt goes on, without the NaN model
+            raise TrainingInterrupted(f"{self.interrupted}; and {message}")
+        raise TrainingDivergedError(f"training diverged in its last steps: {message}")
 
     # -- state that travels: warm starts and saved models ------------------------------
 
@@ -342,11 +352,20 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
 
     def on_epoch_begin(self, net: Any, dataset_train: Any = None, dataset_valid: Any = None,
                        **kwargs: Any) -> None:
+        """Each epoch draws its random numbers (dropout, augmentations, the selection
+        pass) from streams seeded by ``(seed, epoch)``: torch's generators and the
+        augmentation's own. So an epoch is the same whether the fit runs on or stops
+        and continues (a warm start, a saved and loaded model, a pickle): 2 + 2 epochs
+        are 4, on any device."""
         super().on_epoch_begin(net, dataset_train=dataset_train, dataset_valid=dataset_valid,
                                **kwargs)
+        epoch = len(self.history) - 1  # skorch has opened this epoch's row
+        torch.manual_seed(_stream(self.seed, 5, epoch))
+        if self.augmentation is not None:
+            self.augmentation.seed(self.compute_device, _stream(self.seed, 2, epoch))
         memory = self.memory_state
         if memory is not None:  # e.g. SogCLR's schedule of gamma counts epochs
-            memory.set_epoch(len(self.history) - 1)
+            memory.set_epoch(epoch)
 
     @property
     def memory_state(self) -> Any:
