@@ -470,3 +470,54 @@ def test_an_interrupt_after_a_nan_does_not_keep_the_nan_model(pairs):
     with pytest.raises(TrainingInterrupted, match=r"running_var' holds NaN.*not kept"):
         est.fit(X)
     np.testing.assert_array_equal(est.transform(X), before)  # the model before this fit
+
+
+# 22. A stratified split holds out what was asked, and warm-starts on it ----------------
+
+def test_singleton_classes_give_their_held_out_places_to_the_others():
+    import warnings
+
+    from skcontrast import SupConEmbedder
+
+    rng = np.random.default_rng(0)
+    y = np.r_[np.arange(40), np.repeat([100, 101, 102], 8)]  # 40 singletons, 3 x 8
+    X = rng.normal(size=(64, 6)).astype(np.float32)
+    est = SupConEmbedder(**{**SMALL, "max_epochs": 1}, validation_fraction=0.2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # single-member classes
+        est.fit(X, y)
+        rows = est.net_.held_out_rows
+        assert len(rows) == 13 and set(y[rows]) <= {100, 101, 102}
+        est.set_params(warm_start=True).fit(X, y)  # the identical warm start is accepted
+    np.testing.assert_array_equal(est.net_.held_out_rows, rows)
+
+
+def test_held_out_counts_reach_the_fraction_whenever_the_classes_have_room():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from skcontrast._estimators._monitor import held_out_counts
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.integers(1, 30), min_size=1, max_size=25),
+           st.floats(0.05, 0.6))
+    def check(sizes, fraction):
+        sizes = np.array(sizes)
+        n = int(sizes.sum())
+        want = round(n * fraction)
+        if want < 2 or n - want < 2:
+            return
+        counts = held_out_counts(n, fraction, sizes)
+        assert (counts <= sizes - 1).all() and (counts >= 0).all()
+        assert counts.sum() == min(want, int((sizes - 1).sum()))
+
+    check()
+
+
+def test_classes_with_no_room_hold_out_fewer_and_say_so():
+    from skcontrast._estimators._monitor import split_indices
+
+    labels = np.r_[np.arange(30), [50, 50, 51, 51]]  # room for 2 of round(34 * .2) = 7
+    with pytest.warns(UserWarning, match="holds out 2 of 34 samples, not 7"):
+        train, valid = split_indices(34, 0.2, 0, labels)
+    assert len(valid) == 2 and len(train) == 32

@@ -29,7 +29,13 @@ from .._validation import (
 from ..exceptions import TrainingInterrupted
 from ._build import NetBuilder
 from ._data import InputSpec, ViewData, read_input, with_labels
-from ._monitor import ValidScore, check_monitors, check_validation_fraction, split_indices
+from ._monitor import (
+    ValidScore,
+    check_monitors,
+    check_validation_fraction,
+    held_out_counts,
+    split_indices,
+)
 from ._net import SelectorNet
 from ._params import ParameterChecks, resolve_device
 from ._persist import (
@@ -113,7 +119,7 @@ class BaseEmbedder(ParameterChecks, NetBuilder, ClassNamePrefixFeaturesOutMixin,
         selector or the memory; a warm start holds out the rows the first fit held out."""
         check_validation_fraction(self.validation_fraction)
         labelled = self._labelled
-        previous = self._warm_held_out_rows(len(data), X_val)
+        previous = self._warm_held_out_rows(len(data), X_val, codes)
         if X_val is None:
             if y_val is not None:
                 raise ValueError("y_val was given without X_val")
@@ -150,7 +156,8 @@ class BaseEmbedder(ParameterChecks, NetBuilder, ClassNamePrefixFeaturesOutMixin,
             _, valid_codes = encode_labels(labels, "y_val")
         return data, None, HeldOut(valid, labels, valid_codes)
 
-    def _warm_held_out_rows(self, n: int, X_val: Any) -> np.ndarray | None:
+    def _warm_held_out_rows(self, n: int, X_val: Any, codes: np.ndarray | None
+                            ) -> np.ndarray | None:
         """The rows the fitted net held out, which a warm start holds out again; a
         warm start that would hold out other rows is refused (it would score the
         model on rows it trained on)."""
@@ -161,8 +168,9 @@ class BaseEmbedder(ParameterChecks, NetBuilder, ClassNamePrefixFeaturesOutMixin,
         fraction = self.validation_fraction
         if rows is None and fraction is None:
             return None
-        if rows is None or fraction is None or X_val is not None or \
-                rows.max() >= n or len(rows) != round(n * fraction):
+        sizes = None if codes is None else np.bincount(codes)
+        if rows is None or fraction is None or X_val is not None or rows.max() >= n or \
+                len(rows) != held_out_counts(n, fraction, sizes).sum():
             before = "held out rows of X (validation_fraction)" if rows is not None \
                 else "trained on every row of X"
             raise ValueError(f"warm_start continues the fitted network, which {before}; a "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Any
 
 import numpy as np
@@ -20,43 +21,62 @@ def check_validation_fraction(value: Any) -> None:
         raise ValueError(str(exc).replace("must be", "must be None or", 1)) from None
 
 
-def split_indices(n: int, fraction: float, seed: int, labels: np.ndarray | None
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Training and held-out indices, ``round(n * fraction)`` held out.
+def held_out_counts(n: int, fraction: float, sizes: np.ndarray | None) -> np.ndarray:
+    """How many samples each class holds out (one count without classes).
 
-    With ``labels`` the split is stratified class by class, and every class keeps at
-    least one training sample: a class of one sample is never held out (its sample
-    trains), so no class seen in ``X`` goes missing from the fitted ``classes_``.
-    Each class holds out its share of ``fraction``, the remainders rounded so that the
-    total is ``round(n * fraction)`` where the classes allow it.
+    ``round(n * fraction)`` in all, each class its share of it, except that every class
+    keeps at least one training sample: the places a class cannot take go to the other
+    classes, largest remainders first, then in proportion to the room they have left.
+    Fewer are held out only when the classes have no room at all (e.g. all singletons).
     """
     n_valid = round(n * fraction)
     if n_valid < 2 or n - n_valid < 2:
         raise ValueError(f"validation_fraction={fraction} of {n} samples leaves {n_valid} "
                          f"held out and {n - n_valid} to train on; each side needs at least "
                          "2 (more data, or another fraction)")
+    if sizes is None:
+        return np.array([n_valid])
+    share = sizes * fraction
+    counts = np.minimum(np.floor(share).astype(int), sizes - 1)
+    order = np.argsort(-(share - np.floor(share)), kind="stable")
+    while counts.sum() < n_valid and (counts < sizes - 1).any():
+        # one more place per class with room, largest remainders (then most room) first
+        room = sizes - 1 - counts
+        for c in sorted(order, key=lambda c: room[c] == 0):
+            if counts.sum() >= n_valid or room[c] == 0:
+                continue
+            counts[c] += 1
+    return counts
+
+
+def split_indices(n: int, fraction: float, seed: int, labels: np.ndarray | None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Training and held-out indices, ``round(n * fraction)`` held out.
+
+    With ``labels`` the split is stratified class by class, and every class keeps at
+    least one training sample: a class of one sample is never held out (its sample
+    trains), so no class seen in ``X`` goes missing from the fitted ``classes_``. Each
+    class holds out its share of ``fraction``; the places singleton (or too small)
+    classes cannot take go to the others (:func:`held_out_counts`), so the total is
+    ``round(n * fraction)`` unless every class is too small, which a warning says.
+    """
     rng = np.random.default_rng(seed)
     if labels is None:
+        n_valid = int(held_out_counts(n, fraction, None)[0])
         order = rng.permutation(n)
         return np.sort(order[n_valid:]), np.sort(order[:n_valid])
     members = [np.flatnonzero(labels == c) for c in np.unique(labels)]
-    sizes = np.array([len(m) for m in members])
-    share = sizes * fraction
-    counts = np.minimum(np.floor(share).astype(int), sizes - 1)
-    room = sizes - 1 - counts
-    # the remaining held-out places go to the classes with the largest remainders
-    for c in np.argsort(-(share - np.floor(share)), kind="stable"):
-        if counts.sum() >= n_valid:
-            break
-        if room[c] > 0:
-            counts[c] += 1
-            room[c] -= 1
+    counts = held_out_counts(n, fraction, np.array([len(m) for m in members]))
     valid = np.concatenate([rng.permutation(m)[:k] for m, k in zip(members, counts,
                                                                    strict=True)])
     if len(valid) < 2:
         raise ValueError(f"validation_fraction={fraction} holds out {len(valid)} sample(s): "
                          "every class keeps one sample to train on, and most classes here "
                          "have a single sample; the held-out loss needs at least 2")
+    if len(valid) < round(n * fraction):
+        warnings.warn(f"validation_fraction={fraction} holds out {len(valid)} of {n} samples, "
+                      f"not {round(n * fraction)}: every class keeps one sample to train on, "
+                      "and the classes have no more to give", UserWarning, stacklevel=4)
     return np.setdiff1d(np.arange(n), valid), np.sort(valid)
 
 
