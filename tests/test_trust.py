@@ -521,3 +521,274 @@ def test_classes_with_no_room_hold_out_fewer_and_say_so():
     with pytest.warns(UserWarning, match="holds out 2 of 34 samples, not 7"):
         train, valid = split_indices(34, 0.2, 0, labels)
     assert len(valid) == 2 and len(train) == 32
+
+
+# 11-18. Saving and loading --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def saved_model(pairs, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("trust") / "model"
+    est = ContrastiveEmbedder(**SMALL).fit(pairs[0])
+    est.save(folder)
+    return est, folder
+
+
+def _copy(folder, tmp_path, edit=None, weights=None):
+    """A copy of a saved model whose config ``edit`` changed and whose weights are
+    ``weights(tensors)`` (the checksum kept in step, as a careful forger would)."""
+    import hashlib
+    import json
+
+    from safetensors.torch import load_file, save
+
+    out = tmp_path / "copy"
+    out.mkdir(exist_ok=True)
+    config = json.loads((folder / "config.json").read_text())
+    data = (folder / "model.safetensors").read_bytes()
+    if weights is not None:
+        tensors = load_file(str(folder / "model.safetensors"))
+        weights(tensors)
+        data = save(tensors)
+        config["weights_sha256"] = hashlib.sha256(data).hexdigest()
+    (out / "model.safetensors").write_bytes(data)
+    if edit is not None:
+        edit(config)
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+@pytest.mark.parametrize("name", ["__class__", "transform", "net_", "fit", "history_",
+                                  "__dict__"])
+def test_load_restores_only_the_documented_fitted_attributes(saved_model, tmp_path, name):
+    import skcontrast
+
+    _, folder = saved_model
+    value = {"estimator": "skcontrast.selectors._basic.ShuffledBatchSelector",
+             "params": {"dict": {}}}
+    copy = _copy(folder, tmp_path, lambda c: c["fitted"]["attributes"].update({name: value}))
+    with pytest.raises(ValueError, match=rf"sets \['{name}'\], which are not fitted "
+                                         "attributes load restores"):
+        skcontrast.load(copy)
+
+
+def test_a_save_that_cannot_complete_writes_nothing(pairs, tmp_path):
+    from skorch.callbacks import Callback
+
+    class Records(Callback):  # puts an object JSON cannot hold into the history
+        def on_epoch_end(self, net, **kwargs):
+            net.history.record("odd", object())
+
+    est = ContrastiveEmbedder(**SMALL, callbacks=[Records()]).fit(pairs[0])
+    with pytest.raises(ValueError, match="cannot save the training history"):
+        est.save(tmp_path / "never")
+    assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.parametrize("keys", [(0.5, 1.5), ((1,), (2,)), (None, "b")],
+                         ids=["float", "tuple", "None"])
+def test_view_names_a_file_cannot_hold_are_refused_before_writing(tmp_path, keys):
+    rng = np.random.default_rng(0)
+    X = {k: rng.normal(size=(32, 4)).astype(np.float32) for k in keys}
+    est = ContrastiveEmbedder(**{**SMALL, "max_epochs": 1}).fit(X)
+    with pytest.raises(ValueError, match="needs a string or integer name"):
+        est.save(tmp_path / "m")
+    assert not (tmp_path / "m").exists()
+
+
+def test_numpy_integer_view_names_save_and_load(tmp_path):
+    import skcontrast
+
+    rng = np.random.default_rng(0)
+    X = {np.int64(k): rng.normal(size=(32, 4)).astype(np.float32) for k in (0, 1)}
+    est = ContrastiveEmbedder(**{**SMALL, "max_epochs": 1}).fit(X)
+    loaded = skcontrast.load(est.save(tmp_path / "m"))
+    np.testing.assert_array_equal(loaded.transform_view(X[0], view=0),
+                                  est.transform_view(X[0], view=0))
+
+
+class _Kill(Exception):
+    pass
+
+
+@pytest.mark.parametrize("step", ["stage weights", "stage config", "rename weights",
+                                  "rename config"])
+def test_a_save_killed_at_any_write_leaves_the_old_model_or_a_clear_refusal(
+        pairs, tmp_path, monkeypatch, step):
+    import os
+
+    import skcontrast
+    from skcontrast._estimators import _persist
+
+    folder = tmp_path / "m"
+    old = ContrastiveEmbedder(**SMALL).fit(pairs[0])
+    old.save(folder)
+    new = ContrastiveEmbedder(**{**SMALL, "random_state": 1}).fit(pairs[0])
+    calls = {"stage": 0, "rename": 0}
+    stage, rename = _persist.stage_file, os.replace
+    kind, index = step.split()[0], {"weights": 1, "config": 2}[step.split()[1]]
+
+    def counted(real, name):
+        def call(*args):
+            calls[name] += 1
+            if name == kind and calls[name] == index:
+                raise _Kill(step)
+            return real(*args)
+        return call
+
+    monkeypatch.setattr(_persist, "stage_file", counted(stage, "stage"))
+    monkeypatch.setattr(_persist.os, "replace", counted(rename, "rename"))
+    with pytest.raises(_Kill):
+        new.save(folder)
+    monkeypatch.undo()
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    if step == "rename config":  # new weights beside the old configuration
+        with pytest.raises(ValueError, match="interrupted save, or two saves"):
+            skcontrast.load(folder)
+    else:
+        np.testing.assert_array_equal(skcontrast.load(folder).transform(pairs[0]),
+                                      old.transform(pairs[0]))
+
+
+def test_two_saves_racing_never_load_as_a_mixed_model(pairs, tmp_path):
+    import json
+
+    import skcontrast
+
+    a = ContrastiveEmbedder(**SMALL).fit(pairs[0])
+    b = ContrastiveEmbedder(**{**SMALL, "random_state": 1}).fit(pairs[0])
+    a.save(tmp_path / "a")
+    b.save(tmp_path / "b")
+    mixed = tmp_path / "mixed"  # a's weights published, then b's configuration
+    mixed.mkdir()
+    (mixed / "model.safetensors").write_bytes((tmp_path / "a" / "model.safetensors")
+                                              .read_bytes())
+    (mixed / "config.json").write_text((tmp_path / "b" / "config.json").read_text())
+    assert json.loads((mixed / "config.json").read_text())["weights_sha256"]
+    with pytest.raises(ValueError, match="checksums differ"):
+        skcontrast.load(mixed)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_load_refuses_non_finite_weights_naming_the_tensor(saved_model, tmp_path, value):
+    import skcontrast
+
+    _, folder = saved_model
+
+    def poison(tensors):
+        name = next(k for k in sorted(tensors) if k.startswith("module."))
+        tensors[name].view(-1)[0] = value
+
+    with pytest.raises(ValueError, match=r"the saved tensor 'module\..*' holds NaN or "
+                                         "infinite"):
+        skcontrast.load(_copy(folder, tmp_path, weights=poison))
+
+
+def test_load_refuses_optimizer_state_of_the_wrong_shape(saved_model, tmp_path):
+    import skcontrast
+
+    _, folder = saved_model
+
+    def reshape(tensors):
+        name = next(k for k in sorted(tensors) if k.startswith("optimizer.") and
+                    k.endswith("exp_avg"))
+        tensors[name] = torch.zeros(tensors[name].numel() + 3)
+
+    with pytest.raises(ValueError, match=r"saved optimizer state 'optimizer\.\d+\.exp_avg' "
+                                         r"has shape"):
+        skcontrast.load(_copy(folder, tmp_path, weights=reshape))
+
+
+@pytest.mark.parametrize("edit", [
+    lambda c: c["params"].update(hidden_layer_sizes={"tuple": [2**31]}),
+    lambda c: c["params"].update(n_components=2**30),
+    lambda c: c["fitted"].update(n_samples=2**40),
+], ids=["hidden width", "n_components", "memory size"])
+def test_declared_sizes_are_compared_before_anything_is_allocated(pairs, tmp_path, edit):
+    import resource
+    import time
+
+    import skcontrast
+    from skcontrast.memory import SogCLRMemory
+
+    folder = tmp_path / "m"
+    ContrastiveEmbedder(**SMALL, memory=SogCLRMemory()).fit(pairs[0]).save(folder)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"the saved tensor '(module|criterion)\..*' has "
+                                         r"shape .* but the saved parameters build it"):
+        skcontrast.load(_copy(folder, tmp_path, edit))
+    assert time.perf_counter() - start < 5
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mb < 500
+
+
+def test_the_estimator_class_is_found_by_its_qualified_name(saved_model, tmp_path):
+    import skcontrast
+
+    _, folder = saved_model
+
+    class ContrastiveEmbedder(skcontrast.ContrastiveEmbedder):  # same bare name, later
+        pass
+
+    loaded = skcontrast.load(folder)
+    assert type(loaded) is skcontrast.ContrastiveEmbedder
+    copy = _copy(folder, tmp_path, lambda c: c.update({"class": "ContrastiveEmbedder"}))
+    with pytest.raises(ValueError, match="unknown estimator class 'ContrastiveEmbedder'"):
+        skcontrast.load(copy)
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
+def test_links_that_leave_the_folder_are_refused(saved_model, tmp_path, name):
+    import skcontrast
+
+    _, folder = saved_model
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    copy = tmp_path / "linked"
+    copy.mkdir()
+    for file in ("config.json", "model.safetensors"):
+        (outside if file == name else copy).joinpath(file).write_bytes(
+            (folder / file).read_bytes())
+    (copy / name).symlink_to(outside / name)
+    with pytest.raises(ValueError, match="outside the model folder"):
+        skcontrast.load(copy)
+    inside = tmp_path / "inside"  # a link within the folder is fine
+    inside.mkdir()
+    for file in ("config.json", "model.safetensors"):
+        (inside / file).write_bytes((folder / file).read_bytes())
+    (inside / name).rename(inside / f"real-{name}")
+    (inside / name).symlink_to(inside / f"real-{name}")
+    skcontrast.load(inside)
+
+
+@pytest.mark.parametrize("where, value, named", [
+    (("params", "selector"), {"estimator": "skcontrast.selectors._basic."
+                              "ShuffledBatchSelector", "params": {"dict": {"bogus": 1}}},
+     "selector"),
+    (("params", "selector"), {"tuple": [[[[[[[[[[1]]]]]]]]]] * 1}, "selector"),
+    (("fitted", "attributes", "classes_"), {"array": ["zz"], "dtype": "|S1",
+                                            "encoding": "hex"}, "classes_"),
+    (("fitted", "attributes", "classes_"), {"array": [1, 2, 3], "dtype": "<i8",
+                                            "shape": [2, 2]}, "classes_"),
+    (("fitted", "attributes", "classes_"), {"array": [2**80], "dtype": "<i8"}, "classes_"),
+    (("params", "lr"), {"float": "a lot"}, "lr"),
+    (("params", "lr"), "deep", "lr"),
+])
+def test_malformed_entries_are_errors_that_name_them(saved_model, tmp_path, where, value,
+                                                     named):
+    import skcontrast
+
+    _, folder = saved_model
+
+    def edit(config):
+        target = config
+        for key in where[:-1]:
+            target = target.setdefault(key, {})
+        target[where[-1]] = value
+
+    copy = _copy(folder, tmp_path, edit)
+    if value == "deep":  # nested lists beyond what a JSON reader recurses through
+        text = (copy / "config.json").read_text()
+        (copy / "config.json").write_text(text.replace('"deep"', "[" * 5000 + "]" * 5000))
+    with pytest.raises(ValueError, match=rf"{named}|too deeply"):
+        skcontrast.load(copy)

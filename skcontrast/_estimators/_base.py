@@ -43,7 +43,9 @@ from ._persist import (
     decode_attributes,
     encode_attributes,
     encode_params,
+    entry_errors,
     files_training_state,
+    path_of,
     read_model,
     read_spec,
     training_state_files,
@@ -54,7 +56,8 @@ from ._persist import (
 #: The fitted attributes ``save`` keeps besides the net's state.
 SAVED_ATTRIBUTES = ("n_features_in_", "feature_names_in_", "view_split_", "classes_",
                     "class_centres_", "temperature_", "n_components_")
-#: The estimator classes by name, each registered by defining it: what ``load`` builds.
+#: The estimator classes by qualified name (``module.QualName``), each registered by
+#: defining it: what ``load`` builds.
 _KINDS: dict[str, type] = {}
 
 
@@ -250,7 +253,7 @@ class BaseEmbedder(ParameterChecks, NetBuilder, ClassNamePrefixFeaturesOutMixin,
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        _KINDS[cls.__name__] = cls  # what load builds, by the name a saved model holds
+        _KINDS[path_of(cls)] = cls  # what load builds, by the name a saved model holds
 
     def save(self, path: Any) -> Any:
         """Save the fitted estimator to the folder ``path`` without pickle.
@@ -273,7 +276,12 @@ class BaseEmbedder(ParameterChecks, NetBuilder, ClassNamePrefixFeaturesOutMixin,
         fitted.update(input_spec=write_spec(self.input_spec_), n_samples=self.n_samples_,
                       shared=self.net_.module.shared,
                       attributes=encode_attributes(self, SAVED_ATTRIBUTES))
-        return write_model(path, type(self).__name__, params, named, fitted, tensors)
+        objects = {name: getattr(self, name) for name in named}
+
+        def check(config: dict, tensors: dict) -> None:  # reads back as load would
+            type(self)._read_saved(config, tensors, objects)
+
+        return write_model(path, path_of(type(self)), params, named, fitted, tensors, check)
 
     def export(self, path: Any, format: str = "onnx", *, view: Any = 0,
                example: Any = None) -> Any:
@@ -313,19 +321,33 @@ class BaseEmbedder(ParameterChecks, NetBuilder, ClassNamePrefixFeaturesOutMixin,
         return export(self, path, format, self.input_spec_.view_index(view), example)
 
     @classmethod
+    def _read_saved(cls, config: dict, tensors: dict, objects: dict) -> tuple:
+        """Everything a saved model holds, read and checked, before anything is built:
+        the estimator (its parameters), the input spec, the training state, the number of
+        samples, whether the encoder is shared, and the fitted attributes."""
+        names = [*cls._get_param_names(),
+                 *(k for k in config["params"] if k.startswith(cls._nested_prefixes))]
+        estimator = cls(**choose_params(config, objects, names))
+        fitted = config["fitted"]
+        with entry_errors("input_spec"):
+            spec = read_spec(fitted.get("input_spec"))
+        with entry_errors("the training state"):
+            state = files_training_state(tensors, fitted)
+        n_samples, shared = fitted.get("n_samples"), fitted.get("shared")
+        if not isinstance(n_samples, int) or isinstance(n_samples, bool) or n_samples < 1 \
+                or not isinstance(shared, bool):
+            raise ValueError("malformed saved configuration: n_samples and shared")
+        attributes = decode_attributes(fitted, SAVED_ATTRIBUTES)
+        return estimator, spec, state, n_samples, shared, attributes
+
+    @classmethod
     def _from_saved(cls, config: dict, tensors: dict, objects: dict,
                     device: str) -> BaseEmbedder:
         """The estimator a saved model describes (see :func:`load`)."""
-        names = [*cls._get_param_names(),
-                 *(k for k in config["params"] if k.startswith(cls._nested_prefixes))]
-        estimator = cls(**{**choose_params(config, objects, names), "device": device})
-        fitted = config["fitted"]
-        spec = read_spec(fitted.get("input_spec"))
-        state = files_training_state(tensors, fitted)
-        n_samples, shared = fitted.get("n_samples"), fitted.get("shared")
-        if not isinstance(n_samples, int) or not isinstance(shared, bool):
-            raise ValueError("malformed saved configuration: n_samples and shared")
-        attributes = decode_attributes(fitted)
+        estimator, spec, state, n_samples, shared, attributes = cls._read_saved(
+            config, tensors, {**objects})
+        estimator.set_params(device=device)
+        estimator.check_saved_shapes(spec, n_samples, shared, state)
         net = estimator.build_net(spec, n_samples, shared, device, seed=state["seed"])
         net.load_training_state(state)
         estimator.net_ = net

@@ -158,6 +158,35 @@ class NetBuilder:
                              resolve_device(device), seed, n_samples, spec.items_paired)
         return net.initialize()
 
+    def check_saved_shapes(self, spec: InputSpec, n_samples: int, shared: bool,
+                           state: dict) -> None:
+        """Compare the shapes of a saved model's tensors with those its parameters
+        declare, building the network on torch's ``meta`` device (nothing allocated), so
+        that a configuration declaring other layer sizes or sample counts is refused
+        before anything is built. A module that cannot be built there (code of your own
+        that reads its tensors' values) is compared when it is built for real."""
+        try:
+            with torch.device("meta"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the fit said them already
+                parts = {"module": self._factory(spec, shared)(),
+                         "criterion": ContrastiveCriterion(
+                             self._loss(), structure=self._structure(spec.items_paired),
+                             memory=self.memory, n_samples=n_samples)}
+        except Exception:
+            return
+        for part, module in parts.items():
+            saved = state[part]
+            for key, value in module.state_dict().items():
+                stored = saved.get(key)
+                if not isinstance(stored, torch.Tensor) or value.numel() == 0:
+                    continue  # missing keys are named when loading; empty ones grow
+                if tuple(stored.shape) != tuple(value.shape):
+                    raise ValueError(
+                        f"the saved tensor '{part}.{key}' has shape {tuple(stored.shape)}, "
+                        f"but the saved parameters build it with shape {tuple(value.shape)}: "
+                        "the configuration does not describe these weights (edited or "
+                        "damaged); nothing was built")
+
     def _place(self, data: ViewData, device: str) -> ViewData:
         """Where the training arrays live: on the training device when asked and they fit."""
         choice = self.data_on_device

@@ -64,6 +64,21 @@ def _stream(*key: int) -> int:
                % 2**63)
 
 
+def _check_optimizer_state(state: dict, parameters: list) -> None:
+    """Refuse a saved optimizer state that does not fit the parameters it is for (a
+    moment of another shape, or of a parameter that does not exist), naming it."""
+    for index, values in state.items():
+        if not 0 <= int(index) < len(parameters):
+            raise ValueError(f"the saved optimizer state has an entry for parameter {index}, "
+                             f"but the optimizer has {len(parameters)} parameters")
+        shape = tuple(parameters[int(index)].shape)
+        for key, value in values.items():
+            if isinstance(value, torch.Tensor) and value.ndim and tuple(value.shape) != shape:
+                raise ValueError(f"the saved optimizer state 'optimizer.{index}.{key}' has "
+                                 f"shape {tuple(value.shape)}, but parameter {index} has "
+                                 f"shape {shape}: it is not this model's optimizer state")
+
+
 def _load_state(module: torch.nn.Module, state: dict, what: str,
                 optional: tuple[str, ...] = ()) -> None:
     """``module.load_state_dict(state)``, with a clear error when they do not fit."""
@@ -321,6 +336,8 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
                           "or the parameters that train), so its state (e.g. Adam's moments) "
                           "starts afresh", UserWarning, stacklevel=3)
             return
+        _check_optimizer_state(saved["state"], [p for g in optimizer.param_groups
+                                                for p in g["params"]])
         # the saved state under this net's own settings (lr, weight decay, ...)
         groups = [{**g, "params": list(s["params"])}
                   for g, s in zip(fresh["param_groups"], saved["param_groups"], strict=True)]

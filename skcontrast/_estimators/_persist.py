@@ -22,20 +22,24 @@ the file and must be passed to ``load`` by keyword; the error says which.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import inspect
 import json
 import math
 import os
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator
+
+from .._validation import first_non_finite
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -234,7 +238,12 @@ def _decode(value: Any, entry: str) -> Any:
         cls = _allowed(value["estimator"], entry)
         if not (isinstance(cls, type) and issubclass(cls, BaseEstimator)):
             raise ValueError(f"{value['estimator']!r} ({entry}) is not an estimator class")
-        return cls(**_decode_kwargs(value.get("params"), entry))
+        kwargs = _decode_kwargs(value.get("params"), entry)
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise ValueError(f"malformed saved configuration: {entry} gives "
+                             f"{value['estimator']} arguments it does not take ({exc})") from None
     if "object" in value:
         cls = _allowed(value["object"], entry)
         if cls not in _field_objects():
@@ -291,6 +300,13 @@ def _decode_array(value: dict, entry: str) -> np.ndarray:
     return out if shape is None else out.reshape([_expect(s, int, entry) for s in shape])
 
 
+def _natural(value: Any, entry: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"malformed saved configuration: {entry} must be a non-negative "
+                         f"integer; got {value!r:.60}")
+    return value
+
+
 def _expect(value: Any, kind: Any, entry: str) -> Any:
     if (isinstance(value, bool) and kind is int) or not isinstance(value, kind):
         raise ValueError(f"malformed saved configuration: {entry} holds {value!r:.60}")
@@ -313,7 +329,14 @@ def _read_view(spec: Any, entry: str) -> Any:
 
 
 def _write_view(view: Any) -> dict:
-    return {"name": view.name, "shape": list(view.shape), "integer": view.integer,
+    name = view.name
+    if isinstance(name, np.integer):
+        name = int(name)
+    if isinstance(name, bool) or not isinstance(name, str | int):
+        raise ValueError(f"cannot save: the view (or part) named {name!r} needs a string or "
+                         "integer name in a saved file; fit with string keys to save the "
+                         "model (nothing was written)")
+    return {"name": name, "shape": [int(s) for s in view.shape], "integer": view.integer,
             "parts": [_write_view(p) for p in view.parts]}
 
 
@@ -327,14 +350,27 @@ def _versions() -> dict:
     return {name: version(name) for name in ("skcontrast", "torch", "skorch")}
 
 
-def write_replacing(path: Path, data: bytes) -> None:
-    """Write ``data`` to a new file beside ``path`` and rename it over ``path``: a
-    symbolic link at ``path`` is replaced, never written through, and a reader never
-    sees a half-written file."""
+def stage_file(path: Path, data: bytes) -> str:
+    """Write ``data`` to a new, flushed file beside ``path``; returns its name (rename it
+    over ``path`` to publish it)."""
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return temporary
+
+
+def write_replacing(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file beside ``path`` and rename it over ``path``: a
+    symbolic link at ``path`` is replaced, never written through, and a reader never
+    sees a half-written file."""
+    temporary = stage_file(path, data)
+    try:
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -378,10 +414,10 @@ def files_training_state(tensors: dict, fitted: dict) -> dict:
             "optimizer": _optimizer_state(tensors, saved),
             "optimizer_class": _expect(saved.get("class"), str, "the optimizer's class"),
             "history": _expect(fitted.get("history"), list, "history"),
-            "selector_epoch": _expect(fitted.get("selector_epoch"), int, "selector_epoch"),
+            "selector_epoch": _natural(fitted.get("selector_epoch"), "selector_epoch"),
             "selector_state": _expect(fitted.get("selector_state"), dict, "selector_state"),
             "held_out_rows": _rows(fitted.get("held_out_rows")),
-            "seed": _expect(fitted.get("seed"), int, "seed")}
+            "seed": _natural(fitted.get("seed"), "seed")}
 
 
 def write_spec(spec: Any) -> dict:
@@ -418,60 +454,144 @@ def encode_attributes(estimator: Any, names: tuple[str, ...]) -> dict:
     return out
 
 
-def decode_attributes(fitted: dict) -> dict:
-    return {k: _decode(v, k) for k, v in _expect(fitted.get("attributes"), dict,
-                                                 "attributes").items()}
+def decode_attributes(fitted: dict, allowed: tuple[str, ...]) -> dict:
+    """The saved fitted attributes, which must be among ``allowed`` (the ones ``save``
+    writes): a configuration cannot set any other attribute of the loaded estimator."""
+    saved = _expect(fitted.get("attributes"), dict, "attributes")
+    unknown = sorted(set(saved) - set(allowed))
+    if unknown:
+        raise ValueError(f"malformed saved configuration: it sets {unknown[:5]}, which are "
+                         f"not fitted attributes load restores (only {list(allowed)})")
+    out = {}
+    for name, value in saved.items():
+        with entry_errors(f"the fitted attribute {name!r}"):
+            out[name] = _decode(value, name)
+    return out
+
+
+@contextlib.contextmanager
+def entry_errors(entry: str) -> Iterator[None]:
+    """Report what goes wrong while reading ``entry`` of a saved configuration as a
+    ``ValueError`` that names it (a bad hex string, a number out of range, values
+    nested too deeply, arguments a class does not take, ...)."""
+    try:
+        yield
+    except RecursionError:
+        raise ValueError(f"malformed saved configuration: {entry} nests its values too "
+                         "deeply") from None
+    except (TypeError, ValueError, OverflowError, KeyError, AttributeError) as exc:
+        if "saved configuration" in str(exc) or "saved model" in str(exc):
+            raise
+        raise ValueError(f"malformed saved configuration: {entry} could not be read "
+                         f"({type(exc).__name__}: {exc})") from None
 
 
 def write_model(path: Any, kind: str, params: dict, named: dict, fitted: dict,
-                tensors: dict) -> Path:
-    """Write a model folder: the tensors, then the configuration, each by rename."""
+                tensors: dict, check: Callable[[dict, dict], Any]) -> Path:
+    """Write a model folder, all or nothing.
+
+    Everything is encoded in memory and ``check(config, tensors)`` reads it back as
+    ``load`` would before anything is written (a model that would not load is an error
+    here, and nothing is written). Then the weights and the configuration, which holds
+    the weights' SHA-256, are each written beside their final name and renamed over it:
+    a save that fails before the renames leaves the previous model as it was, and one
+    that fails between them (or two saves racing into one folder) leaves a folder that
+    ``load`` refuses as an interrupted save, never a mix of two models.
+    """
+    from safetensors.torch import load as from_bytes
     from safetensors.torch import save as to_bytes
 
     folder = Path(path)
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"cannot save into {folder}: it is a file, not a folder")
-    folder.mkdir(parents=True, exist_ok=True)
+    weights = to_bytes(tensors)
     config = {"format": FORMAT, "format_version": FORMAT_VERSION, "versions": _versions(),
-              "class": kind, "params": params, "fitted": fitted, "supplied_at_load": named}
-    write_replacing(folder / WEIGHTS, to_bytes(tensors))
-    write_replacing(folder / CONFIG, json.dumps(config, indent=1).encode())
+              "class": kind, "params": params, "fitted": fitted, "supplied_at_load": named,
+              "weights_sha256": hashlib.sha256(weights).hexdigest()}
+    try:
+        text = json.dumps(config, indent=1, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"cannot save: the configuration holds a value JSON cannot hold "
+                         f"({exc}); nothing was written") from None
+    check(_checked_config(json.loads(text), "the configuration to save"), from_bytes(weights))
+    folder.mkdir(parents=True, exist_ok=True)
+    staged = [stage_file(folder / WEIGHTS, weights), None]
+    try:
+        staged[1] = stage_file(folder / CONFIG, text)
+        os.replace(staged[0], folder / WEIGHTS)
+        os.replace(staged[1], folder / CONFIG)
+    finally:
+        for name in staged:
+            if name is not None:
+                Path(name).unlink(missing_ok=True)
     return folder
 
 
 def read_model(path: Any) -> tuple[dict, dict]:
     """The checked configuration and the tensors of a model folder; a version of
     skcontrast, torch or skorch other than the one that wrote it gives a warning."""
-    from safetensors.torch import load_file
+    from safetensors.torch import load as from_bytes
 
     folder = Path(path)
-    config = _read_config(folder)
+    config_bytes, weights = (_read_inside(folder, name) for name in (CONFIG, WEIGHTS))
+    config = _read_config(folder, config_bytes)
+    if hashlib.sha256(weights).hexdigest() != config["weights_sha256"]:
+        raise ValueError(f"{folder / WEIGHTS} is not the weights {folder / CONFIG} was saved "
+                         "with (their checksums differ): the folder holds an interrupted "
+                         "save, or two saves that ran at once; save the model again")
+    try:
+        tensors = from_bytes(weights)
+    except Exception as exc:  # safetensors' own error for a damaged file
+        raise ValueError(f"{folder / WEIGHTS} is not a readable safetensors file: "
+                         f"{exc}") from None
+    bad = first_non_finite(tensors)
+    if bad is not None:
+        raise ValueError(f"{folder / WEIGHTS}: the saved tensor {bad!r} holds NaN or "
+                         "infinite values; a model with them would embed everything as NaN")
     now = _versions()
     differ = {k: (v, now.get(k)) for k, v in config["versions"].items() if now.get(k) != v}
     if differ:
         said = ", ".join(f"{k} {old} (now {new})" for k, (old, new) in differ.items())
         warnings.warn(f"the model was saved with {said}; it may load or behave differently",
                       UserWarning, stacklevel=3)
-    return config, load_file(str(folder / WEIGHTS))
+    return config, tensors
 
 
-def _read_config(folder: Path) -> dict:
-    if not (folder / CONFIG).is_file() or not (folder / WEIGHTS).is_file():
+def _read_inside(folder: Path, name: str) -> bytes:
+    """The bytes of ``folder / name``: a file of the folder (a link is followed only
+    when it stays inside the folder)."""
+    path = folder / name
+    if not path.is_file():
         raise FileNotFoundError(f"{folder} holds no saved skcontrast model (expected {CONFIG} "
                                 f"and {WEIGHTS})")
+    if path.is_symlink() and not path.resolve().is_relative_to(folder.resolve()):
+        raise ValueError(f"{path} is a link to {path.resolve()}, outside the model folder; "
+                         "load reads only the folder's own files")
+    return path.read_bytes()
+
+
+def _read_config(folder: Path, data: bytes) -> dict:
     try:
-        config = json.loads((folder / CONFIG).read_text())
+        config = json.loads(data)
+    except RecursionError:
+        raise ValueError(f"{folder / CONFIG} nests its values too deeply to be a saved "
+                         "model") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{folder / CONFIG} is not valid JSON ({exc}); the folder may hold "
                          "an interrupted or damaged save") from None
+    return _checked_config(config, str(folder / CONFIG))
+
+
+def _checked_config(config: Any, where: str) -> dict:
     if not isinstance(config, dict) or config.get("format") != FORMAT:
-        raise ValueError(f"{folder / CONFIG} is not a saved skcontrast model")
+        raise ValueError(f"{where} is not a saved skcontrast model")
     if config.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{folder / CONFIG} was written in format version "
+        raise ValueError(f"{where} was written in format version "
                          f"{config.get('format_version')!r}; this skcontrast reads version "
                          f"{FORMAT_VERSION}: save the model again with the skcontrast that "
                          "wrote it, or load it there")
-    for key, kind in (("versions", dict), ("class", str), ("params", dict), ("fitted", dict)):
+    for key, kind in (("versions", dict), ("class", str), ("params", dict), ("fitted", dict),
+                      ("weights_sha256", str)):
         _expect(config.get(key), kind, key)
     return config
 
@@ -485,7 +605,7 @@ def choose_params(config: dict, given: dict, names: list[str]) -> dict:
                          "loss=..., optimizer=...")
     params, missing = {}, {}
     for name, value in config["params"].items():
-        if name not in names:
+        if name not in names or not name.isidentifier():
             raise ValueError(f"the saved configuration has a parameter {name!r}, which "
                              f"{config['class']} does not have")
         if name in given:
@@ -500,7 +620,8 @@ def choose_params(config: dict, given: dict, names: list[str]) -> dict:
             else:
                 missing[name] = value.get("was")
         else:
-            params[name] = _decode(value, name)
+            with entry_errors(f"the parameter {name!r}"):
+                params[name] = _decode(value, name)
     if missing:
         listed = ", ".join(f"{k}=<{v}>" for k, v in missing.items())
         raise ValueError(f"the saved model was built from objects a saved file does not hold "
