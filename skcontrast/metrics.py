@@ -224,8 +224,8 @@ class _Screen:
         return exact, columns
 
 
-def _class_retrieval(H: Any, y: Any, reference: Any = None, reference_labels: Any = None
-                     ) -> _Retrieval:
+def _class_retrieval(H: Any, y: Any, reference: Any = None, reference_labels: Any = None,
+                     device: Any = "cpu") -> _Retrieval:
     """Class-level retrieval of every query among the references, block by block.
 
     Queries are the rows of ``H``; references are ``reference`` (default: the other
@@ -246,16 +246,20 @@ def _class_retrieval(H: Any, y: Any, reference: Any = None, reference_labels: An
     if G.shape[1] != Q.shape[1]:
         raise ValueError(f"H and reference must have the same width; got {Q.shape[1]} and "
                          f"{G.shape[1]}")
+    device = _metric_device(device)
     _, codes = np.unique(np.concatenate([q_labels, g_labels]), return_inverse=True)
-    q_codes = torch.from_numpy(codes[:len(Q)])
-    g_codes = torch.from_numpy(codes[len(Q):]) if not same else q_codes
+    q_codes = torch.from_numpy(codes[:len(Q)]).to(device)
+    g_codes = torch.from_numpy(codes[len(Q):]).to(device) if not same else q_codes
     # R: references of the query's class (itself excluded)
     r_all = torch.bincount(g_codes, minlength=int(codes.max()) + 1)[q_codes] - int(same)
-    out = [r_all.numpy().astype(float)] + [np.zeros(len(Q)) for _ in range(2)] + \
+    out = [r_all.cpu().numpy().astype(float)] + [np.zeros(len(Q)) for _ in range(2)] + \
         [np.zeros(len(Q), dtype=bool)]
-    # similarities in float32 (BLAS's fast path, half the memory of float64)
-    Qt, Gt = torch.from_numpy(Q).float(), torch.from_numpy(G).float()
-    screen = _Screen(Q, G, Qt, Gt) if _Screen.worth_it(len(G)) else None
+    # similarities in float32 (BLAS's fast path, half the memory of float64); the float64
+    # rows decide what float32 rounding could order wrongly
+    Q64, G64 = torch.from_numpy(Q).to(device), torch.from_numpy(G).to(device)
+    Qt, Gt = Q64.float(), G64.float()
+    screen = _Screen(Q, G, Qt, Gt) if device.type == "cpu" and _Screen.worth_it(len(G)) \
+        else None
     step = geometry.block_rows(len(G), 2 * geometry.BLOCK_ELEMENTS)  # float32: same bytes
     if screen is not None:
         step = geometry.block_rows(len(G), 4 * geometry.BLOCK_ELEMENTS)  # bfloat16
@@ -272,7 +276,7 @@ def _class_retrieval(H: Any, y: Any, reference: Any = None, reference_labels: An
         if found is None:
             sims, columns = Qt[start:stop] @ Gt.T, None
             if same:
-                rows = torch.arange(stop - start)
+                rows = torch.arange(stop - start, device=device)
                 sims[rows, rows + start] = -torch.inf
         else:
             sims, columns = found
@@ -286,17 +290,17 @@ def _class_retrieval(H: Any, y: Any, reference: Any = None, reference_labels: An
         values = values.double()
         near = _near_other_kind(values, is_relevant, slack).nonzero()
         if len(near):
-            q_rows = torch.from_numpy(Q).index_select(0, near[:, 0] + start)
-            g_rows = torch.from_numpy(G).index_select(0, index[near[:, 0], near[:, 1]])
+            q_rows = Q64.index_select(0, near[:, 0] + start)
+            g_rows = G64.index_select(0, index[near[:, 0], near[:, 1]])
             values[near[:, 0], near[:, 1]] = (q_rows * g_rows).sum(1)
             values, order = values.sort(dim=1, descending=True, stable=True)
             is_relevant = is_relevant.gather(1, order)
         position = _positions(values, is_relevant, tie)
         counted = is_relevant & (position <= r[:, None])
         precision = is_relevant.cumsum(1).to(torch.float64) / position
-        out[1][start:stop] = (precision * counted).sum(1).numpy()
-        out[2][start:stop] = counted.sum(1).numpy()
-        out[3][start:stop] = (is_relevant & (position == 1)).any(1).numpy()
+        out[1][start:stop] = (precision * counted).sum(1).cpu().numpy()
+        out[2][start:stop] = counted.sum(1).cpu().numpy()
+        out[3][start:stop] = (is_relevant & (position == 1)).any(1).cpu().numpy()
     return _Retrieval(*out)
 
 
@@ -340,6 +344,24 @@ def _near_other_kind(values: torch.Tensor, is_relevant: torch.Tensor,
     return near
 
 
+def _metric_device(device: Any) -> torch.device:
+    """Where the similarities are computed: ``'cpu'``, ``'cuda[:N]'`` or ``'auto'`` (a
+    CUDA GPU when one is usable)."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device must be 'cpu', 'cuda[:N]' or 'auto'; got "
+                         f"{describe(device)}") from None
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} was requested but no CUDA GPU is usable here; "
+                         "use device='cpu' or 'auto'")
+    if chosen.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu', 'cuda[:N]' or 'auto'; got {device!r}")
+    return chosen
+
+
 def _with_relevant(result: _Retrieval, metric: str) -> _Retrieval:
     keep = result.r >= 1
     if not keep.any():
@@ -351,10 +373,14 @@ REFERENCE_DOC = """reference : array-like of shape (m, d), optional
         The items to retrieve from (a gallery). Default: for each query, the other
         rows of ``H``.
     reference_labels : array-like of shape (m,), optional
-        Their labels; required with ``reference``."""
+        Their labels; required with ``reference``.
+    device : {'cpu', 'cuda', 'cuda:N', 'auto'}, default='cpu'
+        Where the similarities are computed (``'auto'``: a CUDA GPU when one is usable);
+        the same values either way."""
 
 
-def map_at_r(H: Any, y: Any, reference: Any = None, reference_labels: Any = None) -> float:
+def map_at_r(H: Any, y: Any, reference: Any = None, reference_labels: Any = None, *,
+             device: Any = "cpu") -> float:
     """mAP@R (Musgrave et al., 2020), as defined in seed 001 supplement C, Eq. 15.
 
     Each item queries the references (by default, all the others) by cosine similarity;
@@ -372,12 +398,13 @@ def map_at_r(H: Any, y: Any, reference: Any = None, reference_labels: Any = None
     -------
     float in [0, 1]
     """
-    result = _with_relevant(_class_retrieval(H, y, reference, reference_labels),
+    result = _with_relevant(_class_retrieval(H, y, reference, reference_labels, device),
                             "mAP@R")
     return float(np.mean(result.precision_sums / result.r))
 
 
-def r_map(H: Any, y: Any, reference: Any = None, reference_labels: Any = None) -> float:
+def r_map(H: Any, y: Any, reference: Any = None, reference_labels: Any = None, *,
+          device: Any = "cpu") -> float:
     """R-mAP of seed 001 (supplement C, Eq. 13-14): average precision within the top R.
 
     Like :func:`map_at_r`, but the average is over the relevant items that made it into
@@ -393,13 +420,14 @@ def r_map(H: Any, y: Any, reference: Any = None, reference_labels: Any = None) -
     -------
     float in [0, 1]
     """
-    result = _with_relevant(_class_retrieval(H, y, reference, reference_labels),
+    result = _with_relevant(_class_retrieval(H, y, reference, reference_labels, device),
                             "R-mAP")
     sums, hits = result.precision_sums, result.hits
     return float(np.mean(np.divide(sums, hits, out=np.zeros_like(sums), where=hits > 0)))
 
 
-def r_precision(H: Any, y: Any, reference: Any = None, reference_labels: Any = None) -> float:
+def r_precision(H: Any, y: Any, reference: Any = None, reference_labels: Any = None, *,
+                device: Any = "cpu") -> float:
     """R-precision: the share of a query's ``R`` nearest references that are of its class.
 
     ``R`` is the number of references of the query's class (Musgrave et al., 2020; as
@@ -415,13 +443,13 @@ def r_precision(H: Any, y: Any, reference: Any = None, reference_labels: Any = N
     -------
     float in [0, 1]
     """
-    result = _with_relevant(_class_retrieval(H, y, reference, reference_labels),
+    result = _with_relevant(_class_retrieval(H, y, reference, reference_labels, device),
                             "R-precision")
     return float(np.mean(result.hits / result.r))
 
 
-def precision_at_1(H: Any, y: Any, reference: Any = None, reference_labels: Any = None
-                   ) -> float:
+def precision_at_1(H: Any, y: Any, reference: Any = None, reference_labels: Any = None, *,
+                   device: Any = "cpu") -> float:
     """Class-level precision@1: how often a query's nearest reference is of its class.
 
     Queries whose class has no reference are left out (as pytorch-metric-learning's
@@ -437,13 +465,13 @@ def precision_at_1(H: Any, y: Any, reference: Any = None, reference_labels: Any 
     -------
     float in [0, 1]
     """
-    result = _with_relevant(_class_retrieval(H, y, reference, reference_labels),
+    result = _with_relevant(_class_retrieval(H, y, reference, reference_labels, device),
                             "precision@1")
     return float(np.mean(result.first))
 
 
-def class_retrieval(H: Any, y: Any, reference: Any = None, reference_labels: Any = None
-                    ) -> dict[str, float]:
+def class_retrieval(H: Any, y: Any, reference: Any = None, reference_labels: Any = None, *,
+                    device: Any = "cpu") -> dict[str, float]:
     """:func:`map_at_r`, :func:`r_map`, :func:`r_precision` and :func:`precision_at_1`
     from one blocked pass over the similarities (what pytorch-metric-learning's
     ``AccuracyCalculator`` reports, in O(block * n) memory).
@@ -459,7 +487,7 @@ def class_retrieval(H: Any, y: Any, reference: Any = None, reference_labels: Any
     dict
         ``{'map_at_r', 'r_map', 'r_precision', 'precision_at_1'}``.
     """
-    result = _with_relevant(_class_retrieval(H, y, reference, reference_labels),
+    result = _with_relevant(_class_retrieval(H, y, reference, reference_labels, device),
                             "class retrieval")
     sums, hits, r = result.precision_sums, result.hits, result.r
     return {"map_at_r": float(np.mean(sums / r)),

@@ -494,3 +494,25 @@ print(json.dumps([grown * 1024, values]))
     grown, values = json.loads(done.stdout.strip().splitlines()[-1])
     assert grown < 400 * 2**20, grown / 2**20
     assert all(np.isfinite(values))
+
+
+def test_class_retrieval_device_auto_and_bad_devices():
+    rng = np.random.default_rng(0)
+    H, y = rng.normal(size=(60, 8)), rng.integers(0, 5, size=60)
+    assert M.class_retrieval(H, y, device="auto") == M.class_retrieval(H, y)
+    with pytest.raises(ValueError, match="device must be 'cpu', 'cuda\\[:N\\]' or 'auto'"):
+        M.map_at_r(H, y, device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU is usable here"):
+            M.map_at_r(H, y, device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is usable here")
+def test_class_retrieval_on_the_gpu_equals_the_cpu():
+    rng = np.random.default_rng(0)
+    H, y = rng.normal(size=(3000, 16)), rng.integers(0, 30, size=3000)
+    H[1500:] = H[:1500] * 2  # ties across the halves
+    cpu, gpu = M.class_retrieval(H, y), M.class_retrieval(H, y, device="cuda")
+    for key in cpu:
+        assert gpu[key] == pytest.approx(cpu[key], abs=1e-12)

@@ -508,6 +508,7 @@ def test_trained_tensors_are_pickled_only_inside_skorchs_device_mapped_state(dig
 
 
 @requires_cuda
+@pytest.mark.gpu
 def test_a_gpu_fitted_model_loads_transforms_and_trains_on_a_cpu_only_process(digits,
                                                                                 tmp_path):
     """Fitted with device='cuda', unpickled where no GPU is: transform works; a warm start
@@ -549,6 +550,7 @@ def test_a_gpu_fitted_model_loads_transforms_and_trains_on_a_cpu_only_process(di
 
 
 @requires_cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("data_on_device", [False, True])
 def test_cuda_training_with_and_without_resident_data(digits, data_on_device):
     images, _, _ = digits

@@ -345,9 +345,12 @@ def _write_view(view: Any) -> dict:
 # --------------------------------------------------------------------------------------
 
 def _versions() -> dict:
-    from importlib.metadata import version
+    """The versions of skcontrast, torch and skorch, as the modules say (also when they
+    run from a source tree rather than an installed package)."""
+    import importlib
 
-    return {name: version(name) for name in ("skcontrast", "torch", "skorch")}
+    return {name: str(importlib.import_module(name).__version__)
+            for name in ("skcontrast", "torch", "skorch")}
 
 
 def stage_file(path: Path, data: bytes) -> str:
