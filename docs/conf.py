@@ -3,7 +3,10 @@
 import os
 import sys
 
-sys.path.insert(0, os.path.abspath(".."))
+try:  # the installed package (CI tests the wheel); else the source tree beside the docs
+    import skcontrast  # noqa: F401
+except ImportError:
+    sys.path.insert(0, os.path.abspath(".."))
 
 project = "skcontrast"
 author = "skcontrast developers"

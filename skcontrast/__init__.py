@@ -12,25 +12,34 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _LAZY = {"AcceleratorCheckpoint": "._estimators", "ContrastiveEmbedder": "._estimators",
          "SupConEmbedder": "._estimators", "WarmupCosine": "._estimators",
          "load": "._estimators._base"}
+
+#: The public subpackages and modules, imported on first use like the names above.
+_SUBMODULES = ("datasets", "exceptions", "geometry", "losses", "memory", "metrics",
+               "model_selection", "plotting", "selectors", "selftest", "simulation")
+
 
 __all__ = ["AcceleratorCheckpoint", "ContrastiveEmbedder", "SupConEmbedder", "WarmupCosine",
            "__version__", "load"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'skcontrast' has no attribute {name!r}")
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module 'skcontrast' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+    """The public API only (not the names this module's own code uses)."""
+    return sorted([*__all__, *_SUBMODULES])

@@ -1,12 +1,14 @@
 """Shared pytest configuration: hypothesis profiles and device helpers."""
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
+import skcontrast
 from skcontrast.selectors import BatchSelector
 
 # Bounded, derandomised examples keep CI fast and free of flakiness; use
@@ -22,6 +24,14 @@ settings.register_profile("dev", max_examples=300, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
+
+# The suite tests the package it imports: under .ci/run, the installed wheel. A Python
+# subprocess started in the repository would import the source tree instead (its working
+# directory heads sys.path), so when the package is not the source tree, subprocesses are
+# told to leave that directory out (PYTHONSAFEPATH, Python >= 3.11).
+ROOT = Path(__file__).resolve().parents[1]
+if not Path(skcontrast.__file__).resolve().is_relative_to(ROOT):
+    os.environ["PYTHONSAFEPATH"] = "1"
 
 CUDA = torch.cuda.is_available()
 requires_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU; none is usable here")

@@ -1,7 +1,12 @@
 """The repository's promises: the README's commands are the ones CI runs."""
 
+import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,7 +21,8 @@ def test_readme_opens_with_two_commands():
     assert len(commands) >= 2
     setup, tests = commands[0], commands[1]
     assert "pip install -q torch==2.13.0" in setup and "skcontrast" in setup
-    assert tests.rstrip().endswith("python -m pytest")
+    # `pytest`, not `python -m pytest`: the latter puts the source tree first on sys.path
+    assert tests.rstrip().endswith("&& pytest") and "python -m build" in tests
 
 
 def test_ci_runs_the_readme_test_command_verbatim():
@@ -26,8 +32,9 @@ def test_ci_runs_the_readme_test_command_verbatim():
 
 
 def test_torch_is_installed_before_the_package_everywhere():
-    for command in readme_commands()[:2]:
-        assert command.index("torch==2.13.0") < command.index("pip install -q -e")
+    setup, tests = readme_commands()[:2]
+    assert setup.index("torch==2.13.0") < setup.index("pip install -q -e")
+    assert tests.index("torch==2.13.0") < tests.index("dist/*.whl")
 
 
 def test_the_demo_run_time_is_stated_the_same_everywhere():
@@ -52,3 +59,144 @@ def test_the_readme_and_quick_start_show_the_summary_the_demo_writes():
     assert f"```\n{stored}\n```" in (ROOT / "README.md").read_text()
     assert "literalinclude:: _static/demo_table.txt" in \
         (ROOT / "docs" / "quickstart.rst").read_text()
+
+
+def test_the_suite_tests_the_installed_package_unless_it_is_an_editable_install():
+    """Under .ci/run the wheel is installed and the tests import it, not the source."""
+    import importlib.metadata
+    import json
+    import sysconfig
+
+    import skcontrast
+
+    installed = list(importlib.metadata.distributions(
+        name="skcontrast", path=[sysconfig.get_paths()["purelib"]]))
+    if not installed:
+        pytest.skip("skcontrast is not installed in this environment (the source tree)")
+    direct = json.loads(installed[0].read_text("direct_url.json") or "{}")
+    if direct.get("dir_info", {}).get("editable", False):
+        pytest.skip("an editable install (the inner loop): the source tree is the package")
+    assert not Path(skcontrast.__file__).resolve().is_relative_to(ROOT)
+    assert (Path(skcontrast.__file__).parent / "py.typed").is_file()
+
+
+def import_graph(package: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (at the top or inside functions)."""
+    modules = {}
+    for path in package.rglob("*.py"):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in modules.items():
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = here[:len(here) - node.level + 1] if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                targets = [f"{module}.{alias.name}" for alias in node.names] + [module]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    found.add(target)
+        graph[name] = found
+    return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles of ``graph``: its strongly connected components of two or more
+    modules (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+    return out
+
+
+def test_the_package_has_no_import_cycle():
+    graph = import_graph(ROOT / "skcontrast")
+    assert "skcontrast.losses._objects" in graph["skcontrast.losses._registry"]
+    assert strongly_connected(graph) == []
+    # the checker finds the cycle the loss package had
+    graph["skcontrast.losses._batched"].add("skcontrast.losses._registry")
+    assert strongly_connected(graph) == [["skcontrast.losses._batched",
+                                          "skcontrast.losses._objects",
+                                          "skcontrast.losses._registry"]]
+
+
+def test_the_public_namespace_is_the_api():
+    import skcontrast
+
+    names = dir(skcontrast)
+    assert "Any" not in names and "annotations" not in names
+    assert {"ContrastiveEmbedder", "SupConEmbedder", "load", "losses", "selectors"} <= set(names)
+    for name in names:
+        getattr(skcontrast, name)  # every listed name resolves
+
+
+def test_licence_citation_and_version_agree():
+    import yaml
+
+    import skcontrast
+
+    assert "BSD 3-Clause" in (ROOT / "LICENSE").read_text()
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert citation["cff-version"] == "1.2.0" and citation["license"] == "BSD-3-Clause"
+    assert citation["version"] == skcontrast.__version__
+    assert len(citation["references"]) >= 5
+    assert f"\n{skcontrast.__version__}" in (ROOT / "docs" / "changes.rst").read_text()
+
+
+@pytest.mark.slow
+def test_the_type_checker_passes_on_the_package():
+    done = subprocess.run([sys.executable, "-m", "mypy", "skcontrast"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:]
+
+
+@pytest.mark.slow
+def test_the_distributions_metadata_renders(tmp_path):
+    dist = sorted((ROOT / "dist").glob("skcontrast-*")) if (ROOT / "dist").is_dir() else []
+    if not dist:  # built by the README's test command; else build here
+        built = subprocess.run([sys.executable, "-m", "build", "-q", "--outdir", str(tmp_path),
+                                str(ROOT)], capture_output=True, text=True, timeout=600)
+        assert built.returncode == 0, built.stderr[-3000:]
+        dist = sorted(tmp_path.glob("skcontrast-*"))
+    assert {p.suffix for p in dist} >= {".whl", ".gz"}
+    done = subprocess.run([sys.executable, "-m", "twine", "check", "--strict",
+                           *map(str, dist)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -34,7 +34,7 @@ their own options), and an estimator's ``loss=`` takes one (grids tune
 Eq. 5, the affinity of the spectral batch selector.
 """
 
-from ._batched import batch_losses, pair_affinity, pairwise_lower_bound
+from ._batched import pair_affinity, pairwise_lower_bound
 from ._core import LossTerms
 from ._hard import debiased_nce, hard_negative_nce
 from ._infonce import dcl, dhel, info_nce, nt_xent, symmetric_info_nce
@@ -56,7 +56,14 @@ from ._objects import (
     SymmetricInfoNCE,
     make_loss,
 )
-from ._registry import LABEL_LOSSES, PAIR_LOSSES, TILED_LOSSES, get_label_loss, get_pair_loss
+from ._registry import (
+    LABEL_LOSSES,
+    PAIR_LOSSES,
+    TILED_LOSSES,
+    batch_losses,
+    get_label_loss,
+    get_pair_loss,
+)
 from ._sigmoid import siglip
 from ._supervised import contrastive_margin, supcon
 

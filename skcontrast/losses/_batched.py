@@ -50,75 +50,28 @@ def as_index_groups(batches: Any, n: int) -> list[tuple[np.ndarray, np.ndarray]]
     return groups
 
 
-def batch_losses(u: Any, v: Any = None, batches: Any = None, *, y: Any = None,
-                 loss: str | Callable[..., Any] = "symmetric_info_nce",
-                 max_elements: int = DEFAULT_MAX_ELEMENTS, **loss_kwargs: Any) -> torch.Tensor:
-    r"""Loss of each of many index batches, in vectorised calls (no loop over batches).
-
-    Batches of equal size are gathered into one ``(m, B, d)`` tensor and scored by the
-    loss itself, which accepts leading batch dimensions; batches of other sizes form
-    their own groups. Work is split into chunks of at most ``max_elements`` similarity
-    entries, so memory stays bounded for any number of batches. Gradients flow back to
-    ``u``/``v`` when they require them.
-
-    Parameters
-    ----------
-    u : array-like of shape (n, d)
-        Embeddings (first view for paired losses; all rows for label losses).
-    v : array-like of shape (n, d), optional
-        Second view, required by the paired losses. Given together with a label loss,
-        each pair is its own class (see :func:`get_pair_loss`).
-    batches : 2-D int array of shape (m, B) or sequence of 1-D int arrays
-        The index batches, e.g. the output of a selector's ``split``.
-    y : array-like of shape (n,), optional
-        Labels for label losses (``'supcon'``, ``'contrastive_margin'``) without ``v``.
-    loss : str or callable, default='symmetric_info_nce'
-        Any loss of :mod:`skcontrast.losses` by name, or a callable with the paired
-        signature ``f(u, v, **kwargs)`` accepting leading dimensions.
-    max_elements : int, default=2**24
-        Memory bound of one vectorised call, in similarity-matrix entries.
-    **loss_kwargs
-        Passed to the loss (``temperature``, ``lambda_pos``, ...). ``reduction`` is fixed
-        to the loss's default (the mean within a batch).
-
-    Returns
-    -------
-    torch.Tensor of shape (m,)
-        ``out[k]`` is the loss of ``batches[k]``, identical to calling the loss on
-        ``u[batches[k]], v[batches[k]]``.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from skcontrast.losses import batch_losses, symmetric_info_nce
-    >>> u, v = torch.randn(10, 4, dtype=torch.float64), torch.randn(10, 4, dtype=torch.float64)
-    >>> out = batch_losses(u, v, [[0, 1, 2], [3, 4, 5], [6, 7]])
-    >>> bool(torch.isclose(out[2], symmetric_info_nce(u[[6, 7]], v[[6, 7]])))
-    True
-    """
-    from ._registry import LABEL_LOSSES, get_label_loss, get_pair_loss
-
+def batch_values(u: Any, v: Any, batches: Any, *, y: Any = None,
+                 fn: Callable[..., Any], max_elements: int = DEFAULT_MAX_ELEMENTS,
+                 **loss_kwargs: Any) -> torch.Tensor:
+    """:func:`~skcontrast.losses.batch_losses` for a loss function already chosen: ``fn``
+    takes ``(u, v)`` (``y is None``) or ``(z, y)``. What the loss objects and the public
+    function (which also looks losses up by name) share."""
     if batches is None:
         raise ValueError("batches is required: a 2-D index array or a list of index arrays")
     check_int(max_elements, "max_elements", minimum=1)
     u = as_float_tensor(u, "u")
     if u.ndim != 2:
         raise ValueError(f"u must have shape (n, d); got {describe(u)}")
-    labelled = y is not None
-    if labelled:
+    if y is not None:
         if v is not None:
             raise ValueError("give either v (paired loss) or y (label loss), not both")
-        fn = get_label_loss(loss)
         y = as_label_tensor(y, device=u.device)
         if y.shape != (u.shape[0],):
             raise ValueError(f"y must have shape ({u.shape[0]},); got {describe(y)}")
         second = y
     else:
         if v is None:
-            wants_labels = isinstance(loss, str) and loss in LABEL_LOSSES
-            hint = " (or y, for a label loss)" if wants_labels else ""
-            raise ValueError(f"v is required for the paired loss {loss!r}{hint}")
-        fn = get_pair_loss(loss)
+            raise ValueError("v is required for a paired loss")
         v = as_float_tensor(v, "v")
         if v.shape != u.shape:
             raise ValueError(

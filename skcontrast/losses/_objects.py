@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from sklearn.base import BaseEstimator
 
 from .._validation import as_float_tensor, check_choice, describe
-from ._batched import batch_losses, pair_affinity
+from ._batched import batch_values, pair_affinity
 from ._core import (
     LossTerms,
     combine_last,
@@ -168,13 +168,13 @@ class Loss(BaseEstimator):
         :func:`~skcontrast.losses.batch_losses`), under this loss's parameters."""
         params = self.options(**overrides)
         if y is not None:
-            return batch_losses(u, batches=batches, y=y, loss=type(self).function, **params)
+            return batch_values(u, None, batches, y=y, fn=type(self).function, **params)
         fn = type(self).function
         if self.labelled:
             def fn(a: Any, b: Any, **kw: Any) -> Any:
                 return self.pair_terms(a, b, **kw).loss
             params = overrides
-        return batch_losses(u, v, batches, loss=fn, **params)
+        return batch_values(u, v, batches, fn=fn, **params)
 
     def live(self, **values: Any) -> Loss:
         """A copy holding ``values`` (e.g. the temperature an estimator has learned so
@@ -769,7 +769,7 @@ class FunctionLoss(Loss):
         def fn(a: Any, b: Any, **kw: Any) -> Any:
             return self(a, b, **kw)
 
-        return batch_losses(u, v, batches, y=y, loss=fn, **overrides)
+        return batch_values(u, v, batches, y=y, fn=fn, **overrides)
 
 
 def _accepted(function: Callable) -> set[str] | None:

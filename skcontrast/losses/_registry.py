@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .._validation import as_float_tensor, describe
+from ._batched import DEFAULT_MAX_ELEMENTS, batch_values
 from ._core import pair_labels
 from ._objects import LOSSES
 
@@ -89,3 +90,57 @@ def get_label_loss(loss: str | Callable[..., Any]) -> Callable[..., Any]:
     if loss in LABEL_LOSSES:
         return LABEL_LOSSES[loss]
     raise _unknown(loss, list(LABEL_LOSSES))
+
+
+def batch_losses(u: Any, v: Any = None, batches: Any = None, *, y: Any = None,
+                 loss: str | Callable[..., Any] = "symmetric_info_nce",
+                 max_elements: int = DEFAULT_MAX_ELEMENTS, **loss_kwargs: Any) -> torch.Tensor:
+    r"""Loss of each of many index batches, in vectorised calls (no loop over batches).
+
+    Batches of equal size are gathered into one ``(m, B, d)`` tensor and scored by the
+    loss itself, which accepts leading batch dimensions; batches of other sizes form
+    their own groups. Work is split into chunks of at most ``max_elements`` similarity
+    entries, so memory stays bounded for any number of batches. Gradients flow back to
+    ``u``/``v`` when they require them.
+
+    Parameters
+    ----------
+    u : array-like of shape (n, d)
+        Embeddings (first view for paired losses; all rows for label losses).
+    v : array-like of shape (n, d), optional
+        Second view, required by the paired losses. Given together with a label loss,
+        each pair is its own class (see :func:`get_pair_loss`).
+    batches : 2-D int array of shape (m, B) or sequence of 1-D int arrays
+        The index batches, e.g. the output of a selector's ``split``.
+    y : array-like of shape (n,), optional
+        Labels for label losses (``'supcon'``, ``'contrastive_margin'``) without ``v``.
+    loss : str or callable, default='symmetric_info_nce'
+        Any loss of :mod:`skcontrast.losses` by name, or a callable with the paired
+        signature ``f(u, v, **kwargs)`` accepting leading dimensions.
+    max_elements : int, default=2**24
+        Memory bound of one vectorised call, in similarity-matrix entries.
+    **loss_kwargs
+        Passed to the loss (``temperature``, ``lambda_pos``, ...). ``reduction`` is fixed
+        to the loss's default (the mean within a batch).
+
+    Returns
+    -------
+    torch.Tensor of shape (m,)
+        ``out[k]`` is the loss of ``batches[k]``, identical to calling the loss on
+        ``u[batches[k]], v[batches[k]]``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skcontrast.losses import batch_losses, symmetric_info_nce
+    >>> u, v = torch.randn(10, 4, dtype=torch.float64), torch.randn(10, 4, dtype=torch.float64)
+    >>> out = batch_losses(u, v, [[0, 1, 2], [3, 4, 5], [6, 7]])
+    >>> bool(torch.isclose(out[2], symmetric_info_nce(u[[6, 7]], v[[6, 7]])))
+    True
+    """
+    if y is None and v is None:
+        wants_labels = isinstance(loss, str) and loss in LABEL_LOSSES
+        hint = " (or y, for a label loss)" if wants_labels else ""
+        raise ValueError(f"v is required for the paired loss {loss!r}{hint}")
+    fn = get_label_loss(loss) if y is not None else get_pair_loss(loss)
+    return batch_values(u, v, batches, y=y, fn=fn, max_elements=max_elements, **loss_kwargs)
