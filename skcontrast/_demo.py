@@ -152,8 +152,8 @@ def run_demo(out: str | Path = "skcontrast-demo", *, quick: bool = False, seed: 
     cca = CCA(n_components=16, max_iter=1000).fit(X_train[:, 0], X_train[:, 1])
     result.baseline = metrics.recall_at_k(*cca.transform(X_test[:, 0], X_test[:, 1]))
     # the default losses, SymmetricInfoNCE and SupCon, at temperature 0.1
-    common = {"n_components": 16, "hidden_layer_sizes": (128,), "max_epochs": epochs,
-              "random_state": seed, "device": "cpu"}
+    common: dict[str, Any] = {"n_components": 16, "hidden_layer_sizes": (128,),
+                              "max_epochs": epochs, "random_state": seed, "device": "cpu"}
     contrastive = {
         "shuffled": ShuffledBatchSelector(BATCH),
         "fixed": FixedBatchSelector(BATCH),

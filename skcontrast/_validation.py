@@ -233,7 +233,7 @@ def plain_label(label: Any) -> Any:
 def resolve_seed(random_state: Any) -> int:
     """An integer seed from ``None`` (fresh entropy), an int, or a NumPy RNG (drawn once)."""
     if random_state is None:
-        return int(np.random.SeedSequence().entropy % 2**63)
+        return int(np.random.SeedSequence().entropy) % 2**63  # type: ignore[arg-type]
     if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
         if random_state < 0:
             raise ValueError(f"random_state must be non-negative; got {random_state}")

@@ -213,7 +213,7 @@ def digit_augmentation() -> Any:
         K.RandomAffine(degrees=15, translate=(0.1, 0.1), p=0.8),
         K.RandomGaussianNoise(std=0.1, p=0.5))
     # how est.save names it, so that skcontrast.load can make it again
-    augmentation._skcontrast_recipe = f"{__name__}.digit_augmentation"
+    augmentation._skcontrast_recipe = f"{__name__}.digit_augmentation"  # type: ignore[assignment]
     return augmentation
 
 

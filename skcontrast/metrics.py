@@ -95,13 +95,9 @@ def recall_at_k(U: Any, V: Any, k: int = 1, direction: str = "both") -> float:
     U, V = _pair(U, V)
     k = check_int(k, "k", minimum=1)
     check_choice(direction, "direction", ("both", "u2v", "v2u"))
-    u2v = float(np.mean(_matching_ranks(U, V) < k)) if direction != "v2u" else None
-    v2u = float(np.mean(_matching_ranks(V, U) < k)) if direction != "u2v" else None
-    if direction == "u2v":
-        return u2v
-    if direction == "v2u":
-        return v2u
-    return 0.5 * (u2v + v2u)
+    found = {name: float(np.mean(_matching_ranks(a, b) < k))
+             for name, a, b in (("u2v", U, V), ("v2u", V, U)) if direction in (name, "both")}
+    return float(np.mean(list(found.values())))
 
 
 class _Retrieval(NamedTuple):
@@ -498,7 +494,7 @@ def class_retrieval(H: Any, y: Any, reference: Any = None, reference_labels: Any
 
 
 for _metric in (map_at_r, r_map, r_precision, precision_at_1, class_retrieval):
-    _metric.__doc__ = _metric.__doc__.replace("{reference}", REFERENCE_DOC)
+    _metric.__doc__ = (_metric.__doc__ or "").replace("{reference}", REFERENCE_DOC)
 
 
 def _class_sums(H: Any, y: Any) -> tuple[np.ndarray, ...]:

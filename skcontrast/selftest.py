@@ -35,6 +35,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -90,10 +91,11 @@ def losses(gpu: bool) -> list[Row]:
     device = "cuda" if gpu else "cpu"
     worst_device, worst_tiled = 0.0, 0.0
 
-    def value_and_grads(loss: object, device: str) -> list[torch.Tensor]:
+    def value_and_grads(loss: Any, device: str) -> list[torch.Tensor]:
         u, v = (x.to(device).clone().requires_grad_() for x in (u0, v0))
         out = loss.pair_terms(u, v).loss
         out.backward()
+        assert u.grad is not None and v.grad is not None
         return [out.detach().cpu(), u.grad.cpu(), v.grad.cpu()]
 
     def gap(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
@@ -137,7 +139,7 @@ def tiled_loss(gpu: bool) -> list[Row]:
     for chunk in (None, 1024):
         def step(chunk: int | None = chunk) -> torch.Tensor:
             u.grad = v.grad = None
-            out = symmetric_info_nce(u, v, temperature=0.1, chunk_size=chunk)
+            out: Any = symmetric_info_nce(u, v, temperature=0.1, chunk_size=chunk)
             out.backward()
             return out.detach()
 
@@ -194,8 +196,8 @@ def spectral(gpu: bool) -> list[Row]:
     figures, found = [], {}
     for name in (["cupy"] if usable else []) + ["scipy"]:
         selector = SpectralBatchSelector(32, loss=loss, backend=name, random_state=0)
-        seconds = _median_time(lambda s=selector: s.epoch_batches(Y), repeats=2,
-                               sync=name == "cupy")
+        seconds = _median_time(lambda s=selector: s.epoch_batches(Y),  # type: ignore[misc]
+                               repeats=2, sync=name == "cupy")
         found[name] = hardness(selector.epoch_batches(Y)) / shuffled
         figures.append(f"{name} {seconds:.2f} s, hardness {found[name]:.3f}")
     ok = not usable or found["cupy"] >= 0.98 * found["scipy"]
@@ -217,7 +219,7 @@ def training(gpu: bool) -> list[Row]:
     device = "cuda" if gpu else "cpu"
     settings = {"batch_size": 256, "random_state": 0, "device": device}
 
-    def fit(epochs: int, **extra: object) -> tuple[object, float]:
+    def fit(epochs: int, **extra: Any) -> tuple[Any, float]:
         start = time.perf_counter()
         est = ContrastiveEmbedder(max_epochs=epochs, **{**settings, **extra}).fit(X)
         return est, time.perf_counter() - start
@@ -235,7 +237,7 @@ def training(gpu: bool) -> list[Row]:
         gap = float(np.abs(loaded.transform(X) - est.transform(X)).max())
     rows.append(Row(f"saved on {device}, loaded on the CPU", "pass" if gap < 1e-4 else "FAIL",
                     f"max difference {gap:.1e}", "transform of the loaded model"))
-    extras = {"precision='bfloat16'": {"precision": "bfloat16"},
+    extras: dict[str, dict[str, Any]] = {"precision='bfloat16'": {"precision": "bfloat16"},
               "SogCLRMemory": {"memory": SogCLRMemory()}}
     for name, extra in extras.items():
         if not gpu:
@@ -259,8 +261,9 @@ def retrieval(gpu: bool) -> list[Row]:
     H[10_000:] = H[:10_000] * 3  # rescaled copies: ties
     times, results = {}, {}
     for device in ("cuda", "cpu"):
-        times[device] = _median_time(lambda d=device: class_retrieval(H, y, device=d),
-                                     repeats=1, sync=device == "cuda")
+        times[device] = _median_time(
+            lambda d=device: class_retrieval(H, y, device=d),  # type: ignore[misc]
+            repeats=1, sync=device == "cuda")
         results[device] = class_retrieval(H, y, device=device)
     gap = max(abs(results["cuda"][k] - results["cpu"][k]) for k in results["cpu"])
     return [Row(name, "pass" if gap < 1e-12 else "FAIL",

@@ -200,3 +200,30 @@ def test_the_distributions_metadata_renders(tmp_path):
     done = subprocess.run([sys.executable, "-m", "twine", "check", "--strict",
                            *map(str, dist)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_public_api_is_fully_annotated():
+    import importlib
+    import inspect
+
+    modules = ["skcontrast", "skcontrast.losses", "skcontrast.selectors", "skcontrast.metrics",
+               "skcontrast.geometry", "skcontrast.datasets", "skcontrast.memory",
+               "skcontrast.model_selection", "skcontrast.simulation", "skcontrast.selftest"]
+    missing = []
+    for name in modules:
+        module = importlib.import_module(name)
+        for public in getattr(module, "__all__", [n for n in dir(module) if n[0] != "_"]):
+            obj = getattr(module, public)
+            if not getattr(obj, "__module__", "").startswith("skcontrast"):
+                continue
+            functions = [(public, obj)] if inspect.isfunction(obj) else [
+                (f"{public}.{attr}", f) for attr, f in vars(obj).items()
+                if inspect.isfunction(f) and (attr[0] != "_" or attr == "__init__")
+            ] if inspect.isclass(obj) else []
+            for label, function in functions:
+                signature = inspect.signature(function)
+                if signature.return_annotation is inspect.Signature.empty or any(
+                        p.annotation is inspect.Parameter.empty
+                        for p in signature.parameters.values() if p.name not in ("self", "cls")):
+                    missing.append(f"{name}.{label}")
+    assert missing == []

@@ -37,7 +37,7 @@ from ._monitor import (
     split_indices,
 )
 from ._net import SelectorNet
-from ._params import ParameterChecks, resolve_device
+from ._params import resolve_device
 from ._persist import (
     choose_params,
     decode_attributes,
@@ -58,7 +58,7 @@ SAVED_ATTRIBUTES = ("n_features_in_", "feature_names_in_", "view_split_", "class
                     "class_centres_", "temperature_", "n_components_")
 #: The estimator classes by qualified name (``module.QualName``), each registered by
 #: defining it: what ``load`` builds.
-_KINDS: dict[str, type] = {}
+_KINDS: dict[str, type[BaseEmbedder]] = {}
 
 
 @dataclass
@@ -105,7 +105,7 @@ def global_rng_turn() -> Iterator[None]:
         _TURNS.release()
 
 
-class BaseEmbedder(ParameterChecks, NetBuilder, ClassNamePrefixFeaturesOutMixin,
+class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
                    TransformerMixin, BaseEstimator):
     """Common machinery of :class:`ContrastiveEmbedder` and :class:`SupConEmbedder`."""
 
@@ -148,16 +148,16 @@ class BaseEmbedder(ParameterChecks, NetBuilder, ClassNamePrefixFeaturesOutMixin,
                 reader.__dict__.pop(name, None)
             else:
                 setattr(reader, name, value)
-        valid = read_input(reader, X_val, spec)
-        if len(valid) < 2:
-            raise ValueError(f"X_val holds {len(valid)} sample(s); the held-out loss "
+        valid_data = read_input(reader, X_val, spec)
+        if len(valid_data) < 2:
+            raise ValueError(f"X_val holds {len(valid_data)} sample(s); the held-out loss "
                              "contrasts at least 2")
-        labels = None if y_val is None else check_labels(y_val, "y_val", n_samples=len(valid),
-                                                         like=y)
+        labels = None if y_val is None else check_labels(
+            y_val, "y_val", n_samples=len(valid_data), like=y)
         valid_codes = None
         if labelled:
             _, valid_codes = encode_labels(labels, "y_val")
-        return data, None, HeldOut(valid, labels, valid_codes)
+        return data, None, HeldOut(valid_data, labels, valid_codes)
 
     def _warm_held_out_rows(self, n: int, X_val: Any, codes: np.ndarray | None
                             ) -> np.ndarray | None:
@@ -206,17 +206,16 @@ class BaseEmbedder(ParameterChecks, NetBuilder, ClassNamePrefixFeaturesOutMixin,
         accelerator = self.accelerator
         device = str(accelerator.device) if accelerator is not None else \
             resolve_device(self.device)
-        old = getattr(self, "net_", None)
-        reuse = self.warm_start and old is not None
-        if reuse and spec != self.input_spec_:
+        old: SelectorNet | None = getattr(self, "net_", None) if self.warm_start else None
+        if old is not None and spec != self.input_spec_:
             raise ValueError(f"warm_start continues the fitted network, which needs input "
                              f"of the same form and view shapes as before; got {spec}, "
                              f"fitted on {self.input_spec_}")
         factory = self._factory(spec, shared)
         loss = self._loss()
-        if reuse:
+        if old is not None:
             self._check_warm_start(old, factory, loss, len(data))
-        seed = old.seed if reuse else self._seed()
+        seed = old.seed if old is not None else self._seed()
         check_monitors(self.callbacks, held_out is not None, self.scoring is not None)
         scoring = self._scorer(held_out)
         data = with_labels(self._place(data, device), loss_labels)
@@ -232,7 +231,7 @@ class BaseEmbedder(ParameterChecks, NetBuilder, ClassNamePrefixFeaturesOutMixin,
             net = self._make_net(factory, loss, labels, device, seed, len(data),
                                  spec.items_paired, valid, extra, kept=kept, n_rows=n_rows,
                                  held_out_rows=None if held_out is None else held_out.rows)
-            if reuse:
+            if old is not None:
                 net.initialize()
                 before = old.criterion_.loss
                 restart = tuple(name for name in loss.learnable
@@ -445,6 +444,7 @@ class BaseEmbedder(ParameterChecks, NetBuilder, ClassNamePrefixFeaturesOutMixin,
         if dense == "default":
             return embedded
         output = self.transform_from if output is None else output
+        names: Any
         if output == self.transform_from:
             names = self.get_feature_names_out
         else:

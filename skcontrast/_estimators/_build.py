@@ -29,7 +29,7 @@ from ..selectors import (
 from ._data import InputSpec, TensorViews, ViewData
 from ._modules import ContrastiveCriterion, EncoderFactory
 from ._net import SelectorNet
-from ._params import describe_object, resolve_device
+from ._params import ParameterChecks, describe_object, resolve_device
 from ._schedule import ScheduleCallback
 from ._step import Augmentation
 
@@ -68,7 +68,7 @@ def predefined_on_rows(batches: Any, rows: np.ndarray, n_rows: int) -> list[np.n
     return out
 
 
-class NetBuilder:
+class NetBuilder(ParameterChecks):
     """The net of a fit (mixed into :class:`~._base.BaseEmbedder`)."""
 
     def _fitting_selector(self, seed: int, n: int, rows: np.ndarray | None = None,
@@ -99,7 +99,7 @@ class NetBuilder:
             name = key.rsplit("__", 1)[-1]
             if name == "random_state" and value is None:
                 updates[key] = seed + 1
-            elif name == "batches" and rows is not None and isinstance(
+            elif name == "batches" and rows is not None and n_rows is not None and isinstance(
                     params[key.rpartition("__")[0]] if "__" in key else selector,
                     PredefinedBatchSelector):
                 updates[key] = predefined_on_rows(value, rows, n_rows)
@@ -237,14 +237,15 @@ class NetBuilder:
         criterion = {f"criterion__{k}": v for k, v in {
             "loss": loss, "structure": self._structure(items_paired),
             "memory": self.memory, "n_samples": n}.items()}
-        kind, placement = SelectorNet, {"device": device}
+        kind: type[SelectorNet] = SelectorNet
+        placement: dict[str, Any] = {"device": device}
         if self.accelerator is not None:
             from ._distributed import DistributedSelectorNet
 
             # the accelerator's print shows the table on process 0 only, and only verbose
             sink = self.accelerator.print if self.verbose else print
-            kind, placement = DistributedSelectorNet, {"accelerator": self.accelerator,
-                                                       "callbacks__print_log__sink": sink}
+            kind = DistributedSelectorNet
+            placement = {"accelerator": self.accelerator, "callbacks__print_log__sink": sink}
         return kind(
             module=factory, criterion=ContrastiveCriterion, optimizer=self._optimizer(),
             lr=self.lr, max_epochs=self.max_epochs, batch_size=DEFAULT_BATCH_SIZE,

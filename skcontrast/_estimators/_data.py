@@ -141,7 +141,7 @@ class Batch(NamedTuple):
 
     views: Any
     labels: torch.Tensor | None
-    index: torch.Tensor
+    index: torch.Tensor  # type: ignore[assignment]  # a field; tuple.index is not used
 
 
 class Selection(NamedTuple):
@@ -168,6 +168,14 @@ class ViewData(Dataset):
     labels: torch.Tensor | None
 
     def __getitems__(self, indices: Sequence[int] | Selection) -> Batch:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def gather(self, index: torch.Tensor) -> Batch:
+        """The batch of rows ``index`` of data held whole on a device
+        (:attr:`resident_device`); only such data can."""
         raise NotImplementedError
 
     def __getitem__(self, i: int) -> tuple[Any, Any]:
@@ -271,7 +279,7 @@ class ItemViews(ViewData):
         indices = rows.tolist()  # a user's Dataset is indexed with plain ints
         fetch = getattr(self.dataset, "__getitems__", None)
         items = fetch(indices) if fetch is not None else [self.dataset[i] for i in indices]
-        columns = [[] for _ in range(2 if self.spec.items_paired else 1)]
+        columns: list[list[Any]] = [[] for _ in range(2 if self.spec.items_paired else 1)]
         for i, item in zip(indices, items, strict=True):
             parts = _unwrap(item, self.spec.item_labels)[0]
             for column, x in zip(columns, _item_views(parts, i, self.spec.items_paired),
@@ -421,6 +429,7 @@ def read_fit_input(estimator: Any, X: Any, y: Any = None, *, single: bool,
     shadow = copy.copy(estimator)
     if isinstance(X, list | tuple):  # nested lists: the array they spell, e.g. (n, 2, d)
         X = np.asarray(X)
+    data: ViewData
     if is_view_dict(X):
         if single:
             raise ValueError(f"{name} takes a dict of views only for two modalities "
@@ -598,9 +607,11 @@ def _read_dict(X: Mapping, spec: InputSpec | None) -> tuple[TensorViews, InputSp
         if not X or any(k not in names for k in X):
             raise ValueError(f"X must have the keys seen in fit, {names} (or some of them); "
                              f"got {list(X)}")
-    tensors, views = [], []
+    tensors: list[Any] = []
+    views: list[Any] = []
     for i, key in enumerate(names):
-        if key not in X:
+        if key not in X:  # only after fit: the names then come from the spec
+            assert spec is not None
             tensors.append(None)
             views.append(spec.views[i])
             continue
@@ -770,5 +781,6 @@ def with_labels(data: ViewData, labels: np.ndarray | None) -> ViewData:
     tensor = None if labels is None else torch.as_tensor(labels)
     if isinstance(data, TensorViews):
         return TensorViews(data.views, tensor)
+    assert isinstance(data, ItemViews)
     return ItemViews(data.dataset, data.spec, tensor, data.pick)
 

@@ -77,6 +77,8 @@ def gather_rows(local: torch.Tensor) -> torch.Tensor:
 class DistributedSelectorNet(AccelerateMixin, SelectorNet):
     """:class:`SelectorNet` trained data-parallel by an ``accelerate.Accelerator``."""
 
+    _criteria: list
+
     @property
     def compute_device(self) -> torch.device:
         if self.accelerator is None:  # unpickled: the net is a plain, trained one
@@ -123,7 +125,7 @@ class DistributedSelectorNet(AccelerateMixin, SelectorNet):
         else:  # the same epoch count everywhere, for checkpoints and resumption
             self.selector.set_epoch(self.selector.current_epoch + 1)
             batches = None
-        box = [batches]
+        box: list[Any] = [batches]
         dist.broadcast_object_list(box, src=0)
         self._gathered_embeddings = None
         return box[0]

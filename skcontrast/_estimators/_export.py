@@ -31,6 +31,8 @@ class TransformModule(nn.Module):
         self.view, self.head, self.normalize = view, head, normalize
         self.normalization = normalization
 
+    encoders: Any
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = to_device(x, x.device, self.normalization)
         z = self.encoders.encode(x, self.view, head=self.head)

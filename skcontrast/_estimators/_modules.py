@@ -95,7 +95,7 @@ def make_head(head: Any, width: int, n_components: int) -> nn.Module:
     ``h`` hidden units, a module is copied."""
     if head == "mlp":
         head = width
-    if isinstance(head, numbers.Integral) and not isinstance(head, bool) and head >= 1:
+    if isinstance(head, numbers.Integral) and not isinstance(head, bool) and int(head) >= 1:
         return nn.Sequential(nn.Linear(width, int(head)), nn.ReLU(),
                              nn.Linear(int(head), n_components))
     if isinstance(head, nn.Module):
@@ -342,6 +342,7 @@ class ContrastiveCriterion(nn.Module):
     def _batch_terms(self, embeddings: torch.Tensor, y: torch.Tensor | None,
                      overrides: dict) -> LossTerms:
         if self.labelled:
+            assert y is not None  # a label loss is handed the batch's labels
             if embeddings.ndim == 3:
                 y = y.repeat_interleave(2)
                 embeddings = embeddings.reshape(-1, embeddings.shape[-1])

@@ -142,6 +142,12 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
         start of every epoch, or the embeddings the training steps computed.
     """
 
+    interrupted: Any  # None, or how far an interrupted fit got
+    _stopped_by: str | None  # the callback that stopped training, if one did
+    _mode_snapshot: Any
+    optimizer_: Any
+    grad_scaler_: Any
+
     def __init__(self, *args: Any, selector: Any = None, labels: Any = None,
                  augmentation: Any = None, seed: int = 0, precision: str = "float32",
                  num_workers: int = 0, labelled: bool = False,

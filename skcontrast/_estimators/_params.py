@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.base import clone
+from sklearn.base import BaseEstimator, clone
 
 from .._validation import check_choice, check_int, check_positive, describe, resolve_seed
 from ..losses import LOSSES, Loss, make_loss
@@ -122,11 +122,43 @@ def _check_callbacks(callbacks: Any) -> None:
                              f"{describe(item)}")
 
 
-class ParameterChecks:
-    """Parameters of the estimators (mixed into :class:`~._base.BaseEmbedder`)."""
+class ParameterChecks(BaseEstimator):
+    """Parameters of the estimators (a base of :class:`~._base.BaseEmbedder`)."""
 
     _labelled = False
     _nested_prefixes = ("module__", "optimizer__")
+
+    # The parameters both estimators' ``__init__`` store (declared for type checkers).
+    module: Any
+    n_components: int
+    hidden_layer_sizes: Any
+    loss: Any
+    batch_size: int | None
+    selector: Any
+    memory: Any
+    max_epochs: int
+    lr: float
+    lr_schedule: Any
+    validation_fraction: float | None
+    scoring: Any
+    optimizer: Any
+    optimizer_params: dict | None
+    augmentation: Any
+    precision: str
+    num_workers: int
+    data_on_device: Any
+    micro_batch_size: int | None
+    image_normalization: Any
+    selection_pass: str
+    accelerator: Any
+    device: str
+    random_state: Any
+    verbose: int
+    callbacks: list | None
+    warm_start: bool
+    projection_head: Any
+    transform_from: str
+    freeze: Any
 
     def _set_nested(self, kwargs: dict) -> None:
         """Store ``**kwargs`` as they are (checked in ``fit``, as scikit-learn asks)."""
@@ -186,7 +218,7 @@ class ParameterChecks:
         check_int(self.max_epochs, "max_epochs", minimum=1)
         check_positive(self.lr, "lr")
         if not isinstance(self.hidden_layer_sizes, tuple | list) or not all(
-                isinstance(h, numbers.Integral) and h >= 1 for h in self.hidden_layer_sizes):
+                isinstance(h, numbers.Integral) and int(h) >= 1 for h in self.hidden_layer_sizes):
             raise ValueError(f"hidden_layer_sizes must be a tuple of positive ints; got "
                              f"{describe(self.hidden_layer_sizes)}")
         if self.batch_size is not None:

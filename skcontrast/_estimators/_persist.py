@@ -518,15 +518,14 @@ def write_model(path: Any, kind: str, params: dict, named: dict, fitted: dict,
                          f"({exc}); nothing was written") from None
     check(_checked_config(json.loads(text), "the configuration to save"), from_bytes(weights))
     folder.mkdir(parents=True, exist_ok=True)
-    staged = [stage_file(folder / WEIGHTS, weights), None]
+    staged = [stage_file(folder / WEIGHTS, weights)]
     try:
-        staged[1] = stage_file(folder / CONFIG, text)
+        staged.append(stage_file(folder / CONFIG, text))
         os.replace(staged[0], folder / WEIGHTS)
         os.replace(staged[1], folder / CONFIG)
     finally:
         for name in staged:
-            if name is not None:
-                Path(name).unlink(missing_ok=True)
+            Path(name).unlink(missing_ok=True)
     return folder
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from skorch.utils import TeeGenerator
@@ -133,8 +133,16 @@ def plain_temperature(criterion: Any) -> str:
     return f"{float(torch.as_tensor(criterion.temperature).detach()):.6g}"
 
 
-class TrainingStep:
+if TYPE_CHECKING:  # a mixin of skorch's NeuralNet, whose attributes it uses
+    from skorch import NeuralNet as _Net
+else:
+    _Net = object
+
+
+class TrainingStep(_Net):
     """One training or held-out batch (mixed into the net)."""
+
+    _checked_augmentation: bool  # whether this fit looked at its augmentation yet
 
     def autocast(self) -> Any:
         dtype = PRECISIONS[self.precision]
@@ -239,6 +247,7 @@ class TrainingStep:
         embeddings = torch.cat(outputs).requires_grad_()
         loss = self.get_loss(embeddings, yi, X=Xi, training=True, index=index)
         self.backward(loss)
+        assert embeddings.grad is not None  # the loss depends on every embedding
         cached = embeddings.grad.split([len(out) for out in outputs])
         for i, (part, state, grad) in enumerate(zip(parts, states, cached, strict=True)):
             set_rng_states(state, device)

@@ -10,7 +10,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._validation import check_labels, encode_labels, plain_label
 from ..metrics import class_centres, nearest_centre
 from ._base import BaseEmbedder, embed_net, sample_of, warn_single_member_classes
-from ._data import is_dataset, read_fit_input, read_input
+from ._data import ItemViews, is_dataset, read_fit_input, read_input
 
 
 class SupConEmbedder(BaseEmbedder):
@@ -253,6 +253,7 @@ class SupConEmbedder(BaseEmbedder):
             raise ValueError(f"{name} requires y to be passed, but the target y is None.")
         data, spec, features = read_fit_input(self, X, single=True, labelled=True)
         if y is None:  # a Dataset of (x, label) items
+            assert isinstance(data, ItemViews)
             y = data.item_labels()
         y = check_labels(y, "y", n_samples=len(data))
         data, kept, held_out = self._held_out(data, spec, features, X_val, y_val,

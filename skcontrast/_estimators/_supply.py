@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -45,7 +45,7 @@ class SelectorBatchSampler(Sampler):
     def __len__(self) -> int:
         return self.net.selector.get_n_splits(self.n, self.net.labels)
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def __iter__(self) -> Iterator[Selection]:
         # A generator: the selection runs at the first batch, not when ``iter`` is called
         # (a multi-worker DataLoader calls ``iter`` twice when it starts).
         for batch in self.net.epoch_batches():
@@ -82,8 +82,22 @@ class DeviceBatches:
             yield self.data.gather(part, batch)
 
 
-class BatchSupply:
+if TYPE_CHECKING:  # a mixin of skorch's NeuralNet, whose attributes it uses
+    from skorch import NeuralNet as _Net
+else:
+    _Net = object
+
+
+class BatchSupply(_Net):
     """The batches of training, held-out and inference passes (mixed into the net)."""
+
+    # state of one fit (set when it begins and by its steps)
+    training_data: Any
+    _embedding_cache: Any  # the training steps' embeddings, once a step ran
+    _embedded: Any
+    _gathered_embeddings: Any
+    _warned_lone: bool
+    _warned_coverage: bool
 
     def _on_gpu(self) -> bool:
         return self.compute_device.type == "cuda"
@@ -208,7 +222,7 @@ class BatchSupply:
         (``head=False``) not. ``augment`` is applied to each batch on the device first;
         ``indices`` restricts the pass to those rows. Returns float32 on the CPU.
         """
-        module = self.inference_module()
+        module: Any = self.inference_module()
         was_training = module.training
         module.eval()
         out = []

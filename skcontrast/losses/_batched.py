@@ -46,7 +46,7 @@ def as_index_groups(batches: Any, n: int) -> list[tuple[np.ndarray, np.ndarray]]
     groups = []
     for size in np.unique(sizes):
         positions = np.flatnonzero(sizes == size)
-        groups.append((positions, np.stack([rows[p] for p in positions]).astype(np.int64)))
+        groups.append((positions, np.stack([rows[int(p)] for p in positions]).astype(np.int64)))
     return groups
 
 

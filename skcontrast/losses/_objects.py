@@ -240,11 +240,11 @@ class _SoftmaxLoss(Loss):
                  for x, name in ((u, "u"), (v, "v"))]
         positive = (views[0] * views[1]).sum(-1) / t
         shift = math.log(max(1, self._negatives(batch_size)))
-        w = None
+        w: Any = 0
         for a, c in type(self).blocks:
             f = F.softplus(torch.matmul(views[a] / t, views[c].transpose(-1, -2))
                            - positive[..., :, None] + shift)
-            w = f + f.transpose(-1, -2) if w is None else w + f + f.transpose(-1, -2)
+            w = w + f + f.transpose(-1, -2)
         w.diagonal(dim1=-2, dim2=-1).zero_()
         return w
 
@@ -416,7 +416,7 @@ class DHEL(_SoftmaxLoss):
         self.include_positive_view = include_positive_view
         self.chunk_size = chunk_size
 
-    queue_terms = None
+    queue_terms = None  # type: ignore[assignment]  # no form against a queue
 
 
 class KCL(Loss):
@@ -456,11 +456,10 @@ class KCL(Loss):
         kernel = KERNELS[o["kernel"]] if isinstance(o["kernel"], str) else o["kernel"]
         from ._core import squared_distances
 
-        out = None
+        out: Any = 0
         for x, name in ((u, "u"), (v, "v")):
             x = maybe_normalize(as_float_tensor(x, name), o["normalize"])
-            k = kernel(squared_distances(x, x), o["temperature"])
-            out = k if out is None else out + k
+            out = out + kernel(squared_distances(x, x), o["temperature"])
         out.diagonal(dim1=-2, dim2=-1).zero_()
         return out
 
@@ -682,7 +681,7 @@ class HardNegativeNCE(_SoftmaxLoss):
     def _negatives(self, batch_size: int) -> int:
         return 2 * batch_size - 2 if self.negatives == NEGATIVES[0] else batch_size - 1
 
-    queue_terms = None
+    queue_terms = None  # type: ignore[assignment]  # no form against a queue
 
 
 class DebiasedNCE(HardNegativeNCE):
@@ -692,7 +691,7 @@ class DebiasedNCE(HardNegativeNCE):
     Parameters as in :class:`HardNegativeNCE`, without ``beta``.
     """
 
-    function = staticmethod(debiased_nce)
+    function = staticmethod(debiased_nce)  # type: ignore[assignment]  # no beta
 
     def __init__(self, temperature: float = 0.1, *, tau_plus: float = 0.1,
                  learn_temperature: bool = False, lambda_pos: float = 1.0,
@@ -733,10 +732,10 @@ class FunctionLoss(Loss):
     def __init__(self, function: Callable[..., Any] | None = None, *,
                  temperature: float = 0.1, learn_temperature: bool = False,
                  labelled: bool = False) -> None:
-        self.function = function
+        self.function = function  # type: ignore[misc,method-assign,assignment]
         self.temperature = temperature
         self.learn_temperature = learn_temperature
-        self.labelled = labelled
+        self.labelled = labelled  # type: ignore[misc]  # this object's own choice
 
     def options(self, **overrides: Any) -> dict:
         return {"temperature": self.temperature, **overrides}

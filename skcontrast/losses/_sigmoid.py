@@ -75,10 +75,10 @@ class _TiledNegativeSums(torch.autograd.Function):
         temperature = ctx.values[0] if t_tensor is None else t_tensor
         bias = ctx.values[1] if b_tensor is None else b_tensor
         wants_a, wants_b, wants_t, wants_bias = ctx.needs_input_grad[:4]
-        grad_a = torch.zeros_like(a) if wants_a else None
-        grad_b = torch.zeros_like(b) if wants_b else None
-        grad_t = torch.zeros((), dtype=a.dtype, device=a.device) if wants_t else None
-        grad_bias = torch.zeros((), dtype=a.dtype, device=a.device) if wants_bias else None
+        grad_a: Any = torch.zeros_like(a) if wants_a else None
+        grad_b: Any = torch.zeros_like(b) if wants_b else None
+        grad_t: Any = torch.zeros((), dtype=a.dtype, device=a.device) if wants_t else None
+        grad_bias: Any = torch.zeros((), dtype=a.dtype, device=a.device) if wants_bias else None
         for start in range(0, a.shape[-2], ctx.chunk):
             stop = min(start + ctx.chunk, a.shape[-2])
             similarity = _tile(a, b, start, stop)

@@ -87,8 +87,8 @@ class _TiledLogSumExp(torch.autograd.Function):
     def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, temperature: Any, chunk: int,
                 skip_self: bool, partner: int | None, fuse: bool) -> torch.Tensor:
         wants_a, wants_b, wants_t = (fuse and w for w in ctx.needs_input_grad[:3])
-        unit_a = torch.zeros_like(a) if wants_a else None
-        unit_b = torch.zeros_like(b) if wants_b else None
+        unit_a: Any = torch.zeros_like(a) if wants_a else None
+        unit_b: Any = torch.zeros_like(b) if wants_b else None
         parts, excess = [], []
         for start in range(0, a.shape[-2], chunk):
             stop = min(start + chunk, a.shape[-2])
@@ -146,9 +146,9 @@ def _recomputed(ctx: Any, a: torch.Tensor, b: torch.Tensor, lse: torch.Tensor,
                 temperature: Any, grad: torch.Tensor, wants_a: bool, wants_b: bool,
                 wants_t: bool) -> tuple[Any, Any, Any]:
     """The gradients of :class:`_TiledLogSumExp` from tiles recomputed one at a time."""
-    grad_a = torch.zeros_like(a) if wants_a else None
-    grad_b = torch.zeros_like(b) if wants_b else None
-    grad_t = torch.zeros((), dtype=a.dtype, device=a.device) if wants_t else None
+    grad_a: Any = torch.zeros_like(a) if wants_a else None
+    grad_b: Any = torch.zeros_like(b) if wants_b else None
+    grad_t: Any = torch.zeros((), dtype=a.dtype, device=a.device) if wants_t else None
     for start in range(0, a.shape[-2], ctx.chunk):
         stop = min(start + ctx.chunk, a.shape[-2])
         g = grad[..., start:stop]

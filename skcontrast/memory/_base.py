@@ -112,7 +112,7 @@ class BaseMemory(BaseEstimator):
                              f"their candidates); got loss={describe(loss)}")
         self._check_loss(loss, structure)
         state = self._make_state(int(n_samples), loss, structure)
-        state.memory_name = type(self).__name__  # what a warm start checks
+        state.memory_name = type(self).__name__  # type: ignore[assignment]  # a plain attribute
         return state
 
     def check_batch_rows(self, rows: int) -> None:

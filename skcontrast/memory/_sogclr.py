@@ -133,13 +133,15 @@ class SogCLRMemory(BaseMemory):
                              f"that has one ({having})")
 
     def _make_state(self, n_samples: int, loss: Loss, structure: str) -> SogCLRState:
-        return SogCLRState(n_samples, loss, loss.lse_layout(structure), float(self.gamma),
+        layout = loss.lse_layout(structure)
+        assert layout is not None  # checked by _check_loss
+        return SogCLRState(n_samples, loss, layout, float(self.gamma),
                            self.gamma_schedule, self.gamma_decay_epochs)
 
 
 def gamma_at(epoch: int, gamma: float, schedule: str, decay_epochs: int | None) -> float:
     """The weight of the new estimate in ``epoch`` (LibAUC's ``adjust_gamma``)."""
-    if schedule == "cosine" and epoch < decay_epochs:
+    if schedule == "cosine" and decay_epochs is not None and epoch < decay_epochs:
         return float((1 - gamma) * 0.5 * (1 + np.cos(np.pi * epoch / decay_epochs)) + gamma)
     return gamma
 
@@ -168,6 +170,9 @@ def _ungrid(grid: torch.Tensor, layout: str) -> torch.Tensor:
 
 class SogCLRState(MemoryState):
     """``log_u`` (float64, ``(n, directions)``) and which entries were ever visited."""
+
+    log_u: torch.Tensor
+    visited: torch.Tensor
 
     def __init__(self, n_samples: int, loss: Loss, layout: str, gamma: float, schedule: str,
                  decay_epochs: int | None) -> None:

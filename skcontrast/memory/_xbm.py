@@ -119,6 +119,9 @@ class XBMState(MemoryState):
         super().__init__(n_samples, loss)
         self.size, self.weight, self.start_step = size, weight, start_step
         self.step = self.pointer = self.filled = 0
+        self.bank: torch.Tensor
+        self.keys: torch.Tensor
+        self.views: torch.Tensor
         # allocated at the first batch, when the embedding width and device are known
         self.register_buffer("bank", torch.zeros(0, 0))
         self.register_buffer("keys", torch.zeros(0, dtype=torch.long))
@@ -163,6 +166,7 @@ class XBMState(MemoryState):
         entries = torch.arange(self.size, device=rows.device)
         candidates = (entries < self.filled)[None, :] & (entries[None, :] != slots[:, None])
         same = self.keys[None, :] == keys[:, None]
+        assert loss.queue_terms is not None  # checked when the memory was built
         return loss.queue_terms(rows, views, self.bank, self.views, candidates, same,
                                 **overrides)
 
@@ -177,6 +181,7 @@ def _rows(embeddings: torch.Tensor, labels: torch.Tensor | None, index: torch.Te
         keys = index.to(device, torch.long).repeat(2)
         views = torch.arange(2, device=device, dtype=torch.int8).repeat_interleave(b)
         return rows, keys, views
+    assert labels is not None  # a label structure comes with labels
     labels = labels.to(device, torch.long)
     if structure == "crops":  # two crops per item, item by item
         rows = embeddings.reshape(-1, embeddings.shape[-1])

@@ -97,6 +97,8 @@ class BalanceSearchCV(BaseSearchCV):
                                               "scoring": [str, callable, list, tuple, dict,
                                                           None]}
 
+    scoring: Any  # BaseSearchCV's parameter, resolved to scorers in _get_scorers
+
     def __init__(self, estimator: Any, *, param_names: Any = ("loss__lambda_pos",
                                                                "loss__lambda_ent",
                                                                "batch_size"),
@@ -165,8 +167,8 @@ class BalanceSearchCV(BaseSearchCV):
                 point.append(math.log(value))
                 continue
             value = current.get(name)
-            if isinstance(value, numbers.Real) and not isinstance(value, bool) and value > 0 \
-                    and low <= math.log(value) <= high:
+            if isinstance(value, numbers.Real) and not isinstance(value, bool) \
+                    and float(value) > 0 and low <= math.log(value) <= high:
                 point.append(math.log(value))
             else:
                 point.append(0.5 * (low + high))
@@ -217,7 +219,7 @@ class BalanceSearchCV(BaseSearchCV):
         ``'recall@1'``, ...) accepted wherever a scoring string is."""
         from ..metrics import resolve_scoring
 
-        given = self.scoring
+        given: Any = self.scoring
         self.scoring = resolve_scoring(given)
         try:
             return super()._get_scorers()
@@ -235,7 +237,7 @@ class BalanceSearchCV(BaseSearchCV):
         integer = [i for i, n in enumerate(names) if n.rsplit("__", 1)[-1] == "batch_size"]
         key = f"mean_test_{self.refit}" if isinstance(self.refit, str) else "mean_test_score"
         cache: dict[tuple, float] = {}
-        self.path_ = []
+        self.path_: list[dict[str, Any]] = []
 
         def params_at(point: np.ndarray) -> dict:
             values = np.exp(point)
@@ -260,7 +262,9 @@ class BalanceSearchCV(BaseSearchCV):
                                "best_score": best})
             return score
 
-        current = evaluate(x, -1)
+        first = evaluate(x, -1)
+        assert first is not None  # the budget holds at least one evaluation
+        current: float = first
         axis, idle = 0, 0
         while len(self.path_) < total and idle < len(names):
             before, used_before = current, len(self.path_)

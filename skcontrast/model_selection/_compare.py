@@ -96,7 +96,7 @@ def balance_searches(estimator: Any, *, bounds: dict, budget: int, seeds: Any = 
             out.setdefault(f"BalanceSearchCV, {label}", []).append(BalanceSearchCV(
                 est, param_names=tuple(names), bounds=bounds, budget=budget, start=start,
                 **common))
-        grid = {name: np.geomspace(*bounds[name], side) for name in names}
+        grid = {name: np.geomspace(bounds[name][0], bounds[name][1], side) for name in names}
         out.setdefault("GridSearchCV", []).append(GridSearchCV(est, grid, **common))
         space = {name: loguniform(*bounds[name]) for name in names}
         out.setdefault("RandomizedSearchCV", []).append(RandomizedSearchCV(

@@ -39,13 +39,11 @@ def batch_interaction_graph(batches: Any, n: int) -> sp.csr_matrix:
     [[0, 1, 0, 0], [1, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 0]]
     """
     n = check_int(n, "n", minimum=1)
-    rows, cols = [], []
-    for batch in check_index_batches(batches, n):
-        rows.append(np.repeat(batch, batch.size))
-        cols.append(np.tile(batch, batch.size))
-    rows, cols = np.concatenate(rows), np.concatenate(cols)
+    checked = check_index_batches(batches, n)
+    rows = np.concatenate([np.repeat(b, b.size) for b in checked])
+    cols = np.concatenate([np.tile(b, b.size) for b in checked])
     keep = rows != cols
-    graph = sp.coo_matrix((np.ones(keep.sum(), dtype=bool), (rows[keep], cols[keep])),
+    graph = sp.coo_matrix((np.ones(int(keep.sum()), dtype=bool), (rows[keep], cols[keep])),
                           shape=(n, n)).tocsr()
     graph.sum_duplicates()
     return graph.astype(bool)

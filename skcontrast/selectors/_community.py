@@ -69,7 +69,8 @@ def community_order(labels: np.ndarray, batch_size: int, rng: np.random.Generato
     batches; what is left of every community is pooled, shuffled and follows."""
     order = np.argsort(labels, kind="stable")
     bounds = np.searchsorted(labels[order], np.arange(labels.max() + 2))
-    full, rest = [], []
+    full: list[np.ndarray] = []
+    rest: list[np.ndarray] = []
     for c in rng.permutation(labels.max() + 1):
         members = rng.permutation(order[bounds[c]:bounds[c + 1]])
         cut = len(members) - len(members) % batch_size

@@ -27,7 +27,7 @@ def mix_random(batches: list[np.ndarray], share: float,
     if share <= 0 or not batches:
         return batches
     out = [b.copy() for b in batches]
-    places = []
+    places: list[tuple[int, int]] = []
     for i, b in enumerate(out):
         count = min(len(b), int(np.floor(share * len(b) + rng.random())))
         places.extend((i, j) for j in rng.choice(len(b), size=count, replace=False))

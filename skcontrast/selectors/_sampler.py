@@ -240,10 +240,11 @@ class SelectorSampler(Sampler[list[int]]):
                     "SelectorSampler an embed(indices) callback, or push embeddings with "
                     "sampler.update(indices, embeddings) before the epoch starts")
             self.update(missing, self.embed(missing))
+        assert self.embeddings is not None  # every sample has one now
         return self.embeddings
 
     def _replicas(self) -> tuple[int, int]:
-        if self.num_replicas is not None:
+        if self.num_replicas is not None and self.rank is not None:
             return self.num_replicas, self.rank
         return _world()
 

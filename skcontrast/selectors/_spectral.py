@@ -99,8 +99,8 @@ def spectral_batches(u: Any, v: Any, batch_size: int, *, loss: Any = None,
     settings = _settings(batch_size, loss, affinity, laplacian, eigen_solver, backend,
                          kmeans_iter)
     u, v = np.asarray(u, dtype=np.float32), np.asarray(v, dtype=np.float32)
-    seed = random_state if isinstance(random_state, numbers.Integral) else \
-        np.random.default_rng(random_state).integers(2**63)
+    seed = int(random_state) if isinstance(random_state, numbers.Integral) else \
+        int(np.random.default_rng(random_state).integers(2**63))
     [(batches, degenerate)] = _cluster_chunks(u[None], v[None], [seed], settings)
     return batches, degenerate
 
@@ -177,8 +177,8 @@ def _cluster_stack(u: np.ndarray, v: np.ndarray, rngs: list, starts: list,
     centres, counts = _kmeans(embedding, k, uniforms, settings.kmeans_iter)
     capacity = torch.full((G, k), b, dtype=torch.long, device=device)
     capacity.scatter_(1, counts.argmin(1, keepdim=True), m - b * (k - 1))
-    labels = balanced_assignments(torch.cdist(embedding.double(), centres.double()), capacity)
-    labels = labels.cpu().numpy()
+    labels = balanced_assignments(torch.cdist(embedding.double(), centres.double()),
+                                  capacity).cpu().numpy()
     out = []
     for g in range(G):
         if degenerate[g]:
@@ -388,10 +388,10 @@ def _kmeans(x: torch.Tensor, k: int, uniforms: torch.Tensor,
         closest = torch.minimum(closest, distances(x[rows, pick]))
     centres = x[rows[:, None], torch.stack(picks, 1)]
     clusters = torch.arange(k, device=x.device)[None, :, None]
-    labels = None
+    labels = torch.full_like(picks[0][:, None].expand(-1, m), -1)  # no cluster yet
     for iteration in range(max_iter):
         new = ((centres * centres).sum(2)[:, None, :] - 2 * x @ centres.transpose(1, 2)).argmin(2)
-        if labels is not None and iteration % CHECK_EVERY == 0 and bool((new == labels).all()):
+        if iteration and iteration % CHECK_EVERY == 0 and bool((new == labels).all()):
             break
         labels = new
         one_hot = (labels[:, None, :] == clusters).to(x.dtype)
