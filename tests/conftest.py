@@ -30,7 +30,7 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 # directory heads sys.path), so when the package is not the source tree, subprocesses are
 # told to leave that directory out (PYTHONSAFEPATH, Python >= 3.11).
 ROOT = Path(__file__).resolve().parents[1]
-if not Path(skcontrast.__file__).resolve().is_relative_to(ROOT):
+if not Path(skcontrast.__file__).resolve().is_relative_to(ROOT / "skcontrast"):
     os.environ["PYTHONSAFEPATH"] = "1"
 
 CUDA = torch.cuda.is_available()

@@ -4,6 +4,7 @@ point of the reliability issue, each failing before its fix)."""
 
 import signal
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -235,6 +236,10 @@ def test_cli_bench_default_version_and_foreign_benchmark_folders(monkeypatch, tm
 
     ran = []
     monkeypatch.setattr(_cli.runpy, "run_path", lambda path, run_name: ran.append(path))
+    real = _cli._benchmark_dir
+    # the repository's benchmarks (the package under test may be an installed wheel)
+    monkeypatch.setattr(_cli, "_benchmark_dir",
+                        lambda root=None: Path(__file__).resolve().parents[1] / "benchmarks")
     assert _cli.main(["bench"]) == 0
     assert ran and ran[0].endswith("bench_losses.py")
     assert _cli.main(["bench", "nonsense"]) == 2
@@ -245,9 +250,12 @@ def test_cli_bench_default_version_and_foreign_benchmark_folders(monkeypatch, tm
     site = tmp_path / "site-packages"
     (site / "benchmarks").mkdir(parents=True)
     (site / "skcontrast").mkdir()
-    assert _cli._benchmark_dir(site) is None  # another distribution's folder
+    assert real(site) is None  # another distribution's folder
     (site / "pyproject.toml").write_text('[project]\nname = "skcontrast"\n')
-    assert _cli._benchmark_dir(site) == site / "benchmarks"
+    assert real(site) == site / "benchmarks"
+    monkeypatch.setattr(_cli, "_benchmark_dir", lambda root=None: None)  # a wheel install
+    assert _cli.main(["bench"]) == 2
+    assert "does not include" in capsys.readouterr().err
 
 
 # 9. Edges ------------------------------------------------------------------------------

@@ -159,12 +159,20 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
     check_choice(directions, "directions", DIRECTION_MODES)
     u, v = check_views(u, v, normalize=normalize)
     chunk = resolve_chunk_size(chunk_size, u.shape[-2], v.shape[-2])
-    pos_uv, ent_uv = _one_sided_terms(u, v, temperature, chunk)
-    pos_vu, ent_vu = _one_sided_terms(v, u, temperature, chunk)
-    entropy = estimate_entropy(torch.stack([ent_uv, ent_vu], dim=-2), u.shape[-2],
-                               denominator)
-    terms = reduce_terms(torch.stack([pos_uv, pos_vu], dim=-2), entropy, lambda_pos=lambda_pos,
-                         lambda_ent=lambda_ent, reduction=reduction)
+    if chunk is None:  # one logits matrix for both directions: its rows, then its columns
+        logits = similarity(u, v, temperature)
+        pos = -torch.diagonal(logits, dim1=-2, dim2=-1)
+        positive = torch.stack([pos, pos], dim=-2)
+        lse = torch.stack([torch.logsumexp(logits, dim=-1), torch.logsumexp(logits, dim=-2)],
+                          dim=-2)
+    else:
+        pos_uv, ent_uv = _one_sided_terms(u, v, temperature, chunk)
+        pos_vu, ent_vu = _one_sided_terms(v, u, temperature, chunk)
+        positive, lse = torch.stack([pos_uv, pos_vu], dim=-2), torch.stack([ent_uv, ent_vu],
+                                                                            dim=-2)
+    entropy = estimate_entropy(lse, u.shape[-2], denominator)
+    terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
+                         reduction=reduction)
     if reduction != "none":
         terms = combine_last(terms, directions)
     return finish(terms, return_terms)
