@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from .._validation import check_choice
 from ._core import (
@@ -159,6 +160,9 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
     check_choice(directions, "directions", DIRECTION_MODES)
     u, v = check_views(u, v, normalize=normalize)
     chunk = resolve_chunk_size(chunk_size, u.shape[-2], v.shape[-2])
+    if chunk is None and denominator is None and reduction != "none":
+        return _cross_entropy_terms(similarity(u, v, temperature), lambda_pos, lambda_ent,
+                                    reduction, directions, return_terms)
     if chunk is None:  # one logits matrix for both directions: its rows, then its columns
         logits = similarity(u, v, temperature)
         pos = -torch.diagonal(logits, dim1=-2, dim2=-1)
@@ -176,6 +180,45 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
     if reduction != "none":
         terms = combine_last(terms, directions)
     return finish(terms, return_terms)
+
+
+def _cross_entropy_terms(logits: torch.Tensor, lambda_pos: Any, lambda_ent: Any,
+                         reduction: str, directions: str,
+                         return_terms: bool) -> torch.Tensor | LossTerms:
+    """Both directions' terms, reduced and combined, from one logits matrix
+    ``(..., B, B)`` through ``F.cross_entropy`` on its rows and its columns: what a
+    hand-written CLIP loop computes, with no more autograd nodes. Per direction the
+    cross-entropy is ``positive + entropy``, ``positive = -mean(diag)`` for both, so the
+    loss is ``lambda_ent * cross + (lambda_pos - lambda_ent) * positive``; the
+    ``positive`` and ``entropy`` fields are computed beside it (off the loss's graph),
+    when asked for (``return_terms``)."""
+    b = logits.shape[-1]
+    labels = torch.arange(b, device=logits.device)
+    cross = []
+    for matrix in (logits, logits.transpose(-1, -2)):
+        if matrix.ndim == 2:
+            cross.append(F.cross_entropy(matrix, labels, reduction=reduction))
+        else:  # stacked batches: one call on all their rows
+            rows = matrix.reshape(-1, b)
+            ce = F.cross_entropy(rows, labels.repeat(len(rows) // b), reduction="none")
+            ce = ce.reshape(matrix.shape[:-1])
+            cross.append(ce.mean(-1) if reduction == "mean" else ce.sum(-1))
+    both = cross[0] + cross[1]
+    scale = 1.0 if directions == "sum" else 0.5
+    loss = both if scale == 1 else both * scale
+    if not (isinstance(lambda_ent, int | float) and lambda_ent == 1):
+        loss = loss * lambda_ent
+    balanced = isinstance(lambda_pos, int | float) and isinstance(lambda_ent, int | float) \
+        and lambda_pos == lambda_ent
+    if balanced and not return_terms:
+        return loss
+    diagonal = -torch.diagonal(logits, dim1=-2, dim2=-1)
+    positive = 2 * scale * (diagonal.mean(-1) if reduction == "mean" else diagonal.sum(-1))
+    if not balanced:
+        loss = loss + (lambda_pos - lambda_ent) * positive
+    if not return_terms:
+        return loss
+    return LossTerms(loss, positive, scale * both - positive)
 
 
 def _two_view(u: torch.Tensor, v: torch.Tensor,
