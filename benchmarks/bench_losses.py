@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
+import time
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _harness import (
@@ -52,8 +55,10 @@ def pml_ntxent_bytes(b: int) -> int:
 
 
 def fwd_bwd(loss_fn, *tensors):
+    """Forward and backward with gradients for the float tensors (not labels)."""
     def run():
-        leaves = [t.detach().requires_grad_(True) for t in tensors[:2]]
+        leaves = [t.detach().requires_grad_(True) if t.is_floating_point() else t
+                  for t in tensors[:2]]
         loss_fn(*leaves, *tensors[2:]).backward()
     return run
 
@@ -107,6 +112,89 @@ def pml_bytes(loss: str, b: int) -> int:
     """PML SupCon holds about twelve (B x B) float32 matrices at its peak (measured: 806 MB
     at B = 4,096)."""
     return pml_ntxent_bytes(b) if loss == "nt_xent" else 12 * 4 * b * b
+
+
+# --------------------------------------------------------------------------------------
+# Against the plainest PyTorch form a user would write (no peer library, none of ours)
+# --------------------------------------------------------------------------------------
+
+def _plain_info_nce(u, v, t):
+    un, vn = F.normalize(u, dim=-1), F.normalize(v, dim=-1)
+    logits = un @ vn.T / t
+    return F.cross_entropy(logits, torch.arange(len(u)))
+
+
+def _plain_symmetric(u, v, t):
+    un, vn = F.normalize(u, dim=-1), F.normalize(v, dim=-1)
+    logits = un @ vn.T / t
+    labels = torch.arange(len(u))
+    return F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)
+
+
+def _plain_nt_xent(u, v, t):
+    z = F.normalize(torch.cat([u, v]), dim=-1)
+    logits = (z @ z.T / t).fill_diagonal_(float("-inf"))
+    b = len(u)
+    return F.cross_entropy(logits, (torch.arange(2 * b) + b) % (2 * b))
+
+
+def _plain_supcon(z, y, t):
+    """Khosla et al.'s loss as users write it: a masked log-softmax, the mean of the log
+    probabilities of each anchor's positives (every anchor here has some)."""
+    z = F.normalize(z, dim=-1)
+    self_mask = torch.eye(len(z), dtype=torch.bool)
+    logits = (z @ z.T / t).masked_fill(self_mask, float("-inf"))
+    log_prob = logits - torch.logsumexp(logits, dim=1, keepdim=True)
+    positives = (y[:, None] == y[None, :]) & ~self_mask
+    return -(log_prob.masked_fill(~positives, 0).sum(1) / positives.sum(1)).mean()
+
+
+def _plain_siglip(u, v, t, bias=-10.0):
+    un, vn = F.normalize(u, dim=-1), F.normalize(v, dim=-1)
+    logits = un @ vn.T / t + bias
+    signs = 2 * torch.eye(len(u)) - 1
+    return -F.logsigmoid(signs * logits).sum() / len(u)
+
+
+#: loss name -> (our call, the plain form), both on (a, b) where b is labels for SupCon
+PLAIN_FORMS = {
+    "info_nce": (lambda a, b: losses.info_nce(a, b, temperature=TEMPERATURE),
+                 lambda a, b: _plain_info_nce(a, b, TEMPERATURE)),
+    "symmetric_info_nce": (lambda a, b: losses.symmetric_info_nce(a, b, temperature=TEMPERATURE),
+                           lambda a, b: _plain_symmetric(a, b, TEMPERATURE)),
+    "nt_xent": (lambda a, b: losses.nt_xent(a, b, temperature=TEMPERATURE),
+                lambda a, b: _plain_nt_xent(a, b, TEMPERATURE)),
+    "supcon": (lambda a, b: losses.supcon(a, b, temperature=TEMPERATURE),
+               lambda a, b: _plain_supcon(a, b, TEMPERATURE)),
+    "siglip": (lambda a, b: losses.siglip(a, b, temperature=TEMPERATURE),
+               lambda a, b: _plain_siglip(a, b, TEMPERATURE)),
+}
+
+
+def plain_rows(sizes: list[int], dims: list[int], repeats: int = 31) -> list[list[str]]:
+    """Forward+backward of each loss against its plainest form, interleaved runs."""
+    rows = []
+    for b in sizes:
+        for d in dims:
+            g = torch.Generator().manual_seed(b + d)
+            u, v = torch.randn(b, d, generator=g), torch.randn(b, d, generator=g)
+            y = torch.arange(b) % max(2, b // 8)  # 8 samples per class
+            for name, (ours, plain) in PLAIN_FORMS.items():
+                second = y if name == "supcon" else v
+                agree = abs(float(ours(u, second)) - float(plain(u, second)))
+                runs = {"ours": fwd_bwd(ours, u, second), "plain": fwd_bwd(plain, u, second)}
+                times: dict[str, list[float]] = {"ours": [], "plain": []}
+                for fn in runs.values():
+                    fn()  # warm-up
+                for _ in range(repeats):  # interleaved, so drift hits both alike
+                    for key, fn in runs.items():
+                        start = time.perf_counter()
+                        fn()
+                        times[key].append(time.perf_counter() - start)
+                t_ours, t_plain = (statistics.median(times[k]) for k in ("ours", "plain"))
+                rows.append([f"{name} B={b} d={d}", fmt_seconds(t_ours), fmt_seconds(t_plain),
+                             f"{t_ours / t_plain:5.2f}x", f"{agree:.1e}"])
+    return rows
 
 
 def large_row(loss: str, b: int, d: int, chunk: int, pml, device: str) -> list[str]:
@@ -212,6 +300,11 @@ def main(argv: list[str] | None = None) -> str:
                         help="embedding width d")
     parser.add_argument("--threads", type=int, default=2,
                         help="torch threads on the CPU")
+    parser.add_argument("--plain", type=int, nargs="*", default=[256, 1024],
+                        help="batch sizes of the table against the plain PyTorch forms "
+                             "(none: skip it)")
+    parser.add_argument("--plain-dims", type=int, nargs="+", default=[32, 128],
+                        help="embedding widths of that table")
     args = parser.parse_args(argv)
     sized = "--sizes" in (sys.argv[1:] if argv is None else argv)  # a run of chosen sizes
     if args.large is None:
@@ -219,13 +312,22 @@ def main(argv: list[str] | None = None) -> str:
     if args.siglip is None:
         args.siglip = [] if sized else [1024, 4096, 8192, 16384]
     set_threads(args.threads)
+    text = ""
+    if args.plain:
+        header = ["case", "skcontrast", "plain torch", "ours/plain", "|Δloss|"]
+        text = (f"forward+backward against the plainest PyTorch form (F.cross_entropy on one "
+                f"logits matrix; a masked log-softmax for SupCon; logsigmoid for SigLIP), "
+                f"CPU, {torch.get_num_threads()} threads, median of interleaved runs\n"
+                + table(plain_rows(args.plain, args.plain_dims), header) + "\n\n")
+        print(text, flush=True)
     pml = import_pml("losses")
     rows = [bench_ntxent(b, args.dim, pml) for b in args.sizes]
     rows += [bench_supcon(b, args.dim, pml) for b in args.sizes]
     header = ["case", "skcontrast", "peak mem", "PML", "PML peak", "PML/ours", "|Δloss|"]
-    text = (f"forward+backward, d={args.dim}, CPU, {torch.get_num_threads()} threads, "
-            f"torch {torch.__version__}\n" + table(rows, header))
-    print(text, flush=True)
+    section = (f"forward+backward, d={args.dim}, CPU, {torch.get_num_threads()} threads, "
+               f"torch {torch.__version__}\n" + table(rows, header))
+    print(section, flush=True)
+    text += section
     if args.large:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         names = list(args.large_losses) + (["info_nce"] if device == "cuda" else [])

@@ -116,6 +116,9 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
     u, v = check_views(u, v, normalize=normalize)
     chunk = resolve_chunk_size(chunk_size, u.shape[-2], v.shape[-2])
+    if chunk is None and denominator is None and reduction != "none":
+        return _cross_entropy_terms(similarity(u, v, temperature), lambda_pos, lambda_ent,
+                                    reduction, None, return_terms)
     positive, entropy = _one_sided_terms(u, v, temperature, chunk)
     entropy = estimate_entropy(entropy, u.shape[-2], denominator)
     terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
@@ -183,29 +186,30 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
 
 
 def _cross_entropy_terms(logits: torch.Tensor, lambda_pos: Any, lambda_ent: Any,
-                         reduction: str, directions: str,
+                         reduction: str, directions: str | None,
                          return_terms: bool) -> torch.Tensor | LossTerms:
-    """Both directions' terms, reduced and combined, from one logits matrix
-    ``(..., B, B)`` through ``F.cross_entropy`` on its rows and its columns: what a
-    hand-written CLIP loop computes, with no more autograd nodes. Per direction the
-    cross-entropy is ``positive + entropy``, ``positive = -mean(diag)`` for both, so the
-    loss is ``lambda_ent * cross + (lambda_pos - lambda_ent) * positive``; the
+    """The reduced terms of InfoNCE from one logits matrix ``(..., B, B)``, through
+    ``F.cross_entropy``: what a hand-written loop computes, with no more autograd nodes.
+    ``directions=None``: its rows (:func:`info_nce`); ``'sum'`` or ``'mean'``: its rows
+    and its columns, combined so (:func:`symmetric_info_nce`). Per direction the
+    cross-entropy is ``positive + entropy`` with ``positive = -mean(diag)`` for both, so
+    the loss is ``lambda_ent * cross + (lambda_pos - lambda_ent) * positive``; the
     ``positive`` and ``entropy`` fields are computed beside it (off the loss's graph),
     when asked for (``return_terms``)."""
     b = logits.shape[-1]
     labels = torch.arange(b, device=logits.device)
-    cross = []
-    for matrix in (logits, logits.transpose(-1, -2)):
+    matrices = (logits,) if directions is None else (logits, logits.transpose(-1, -2))
+    cross: Any = 0
+    for matrix in matrices:
         if matrix.ndim == 2:
-            cross.append(F.cross_entropy(matrix, labels, reduction=reduction))
+            cross = cross + F.cross_entropy(matrix, labels, reduction=reduction)
         else:  # stacked batches: one call on all their rows
             rows = matrix.reshape(-1, b)
             ce = F.cross_entropy(rows, labels.repeat(len(rows) // b), reduction="none")
             ce = ce.reshape(matrix.shape[:-1])
-            cross.append(ce.mean(-1) if reduction == "mean" else ce.sum(-1))
-    both = cross[0] + cross[1]
-    scale = 1.0 if directions == "sum" else 0.5
-    loss = both if scale == 1 else both * scale
+            cross = cross + (ce.mean(-1) if reduction == "mean" else ce.sum(-1))
+    scale = 0.5 if directions == "mean" else 1.0
+    loss = cross if scale == 1 else cross * scale
     if not (isinstance(lambda_ent, int | float) and lambda_ent == 1):
         loss = loss * lambda_ent
     balanced = isinstance(lambda_pos, int | float) and isinstance(lambda_ent, int | float) \
@@ -213,12 +217,13 @@ def _cross_entropy_terms(logits: torch.Tensor, lambda_pos: Any, lambda_ent: Any,
     if balanced and not return_terms:
         return loss
     diagonal = -torch.diagonal(logits, dim1=-2, dim2=-1)
-    positive = 2 * scale * (diagonal.mean(-1) if reduction == "mean" else diagonal.sum(-1))
+    positive = (diagonal.mean(-1) if reduction == "mean" else diagonal.sum(-1)) \
+        * (scale * len(matrices))
     if not balanced:
         loss = loss + (lambda_pos - lambda_ent) * positive
     if not return_terms:
         return loss
-    return LossTerms(loss, positive, scale * both - positive)
+    return LossTerms(loss, positive, scale * cross - positive)
 
 
 def _two_view(u: torch.Tensor, v: torch.Tensor,

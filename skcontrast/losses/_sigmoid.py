@@ -114,6 +114,27 @@ def sigmoid_negative_sums(a: torch.Tensor, b: torch.Tensor, temperature: Any, bi
     return F.softplus(logits).masked_fill(own, 0.0).sum(-1)
 
 
+def _dense_terms(logits: torch.Tensor, lambda_pos: Any, lambda_ent: Any, reduction: str,
+                 return_terms: bool) -> torch.Tensor | LossTerms:
+    """SigLIP's reduced loss from one logits matrix, as a hand-written loop computes it:
+    ``softplus(l_ij)`` summed over each row, less ``l_ii`` (``softplus(-x) =
+    softplus(x) - x``), so the positive's term is in the row sum; the balance weights
+    and the separate terms are added only when they change something or are asked for."""
+    rows = F.softplus(logits).sum(-1)
+    diagonal = torch.diagonal(logits, dim1=-2, dim2=-1)
+    reduce = torch.mean if reduction == "mean" else torch.sum
+    balanced = isinstance(lambda_pos, int | float) and isinstance(lambda_ent, int | float) \
+        and lambda_pos == lambda_ent
+    if balanced and not return_terms:
+        loss = reduce(rows - diagonal, dim=-1)
+        return loss if lambda_ent == 1 else loss * lambda_ent
+    positive_rows = F.softplus(-diagonal)
+    positive = reduce(positive_rows, dim=-1)
+    entropy = reduce(rows - diagonal, dim=-1) - positive
+    loss = lambda_pos * positive + lambda_ent * entropy
+    return LossTerms(loss, positive, entropy) if return_terms else loss
+
+
 def siglip(u: Any, v: Any, *, temperature: Any = 0.1, bias: Any = -10.0,
            lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
            reduction: str = "mean", symmetric: bool = False, return_terms: bool = False,
@@ -174,6 +195,9 @@ def siglip(u: Any, v: Any, *, temperature: Any = 0.1, bias: Any = -10.0,
     u, v = check_views(u, v, normalize=normalize)
     b = u.shape[-2]
     chunk = resolve_chunk_size(chunk_size, b, b)
+    if chunk is None and not symmetric and reduction != "none":
+        return _dense_terms(torch.matmul(u / temperature, v.transpose(-1, -2)) + bias,
+                            lambda_pos, lambda_ent, reduction, return_terms)
     positive = F.softplus(-((u * v).sum(-1) / temperature + bias))
     entropy = sigmoid_negative_sums(u, v, temperature, bias, chunk)
     if symmetric:
