@@ -49,6 +49,7 @@ import time
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from skorch.callbacks import Callback
 from torch import nn
 
@@ -90,8 +91,21 @@ def plain_module(module: nn.Module | None, view_shape: tuple[int, ...], seed: in
     return encoders, torch.optim.Adam(encoders.parameters(), lr=LR)
 
 
+def library_loss(z: torch.Tensor) -> torch.Tensor:
+    """The library's symmetric InfoNCE (what the estimator computes)."""
+    return symmetric_info_nce(z[:, 0], z[:, 1], temperature=TEMPERATURE)
+
+
+def plain_loss(z: torch.Tensor) -> torch.Tensor:
+    """Symmetric InfoNCE as a user writes it: F.cross_entropy on one logits matrix."""
+    u, v = F.normalize(z[:, 0], dim=-1), F.normalize(z[:, 1], dim=-1)
+    logits = u @ v.T / TEMPERATURE
+    labels = torch.arange(len(z), device=z.device)
+    return F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)
+
+
 def plain_epoch(module: nn.Module, optimizer: torch.optim.Optimizer, data: torch.Tensor,
-                batches, precision: str) -> None:
+                batches, precision: str, loss_fn=library_loss) -> None:
     """One epoch of the minimal loop: forward, symmetric InfoNCE, backward, step."""
     autocast = contextlib.nullcontext() if precision == "float32" else torch.autocast(
         data.device.type, dtype=getattr(torch, precision))
@@ -100,11 +114,54 @@ def plain_epoch(module: nn.Module, optimizer: torch.optim.Optimizer, data: torch
         pairs = data[index]
         with autocast:
             z = module((pairs[:, 0], pairs[:, 1]))
-        z = z.float()
-        loss = symmetric_info_nce(z[:, 0], z[:, 1], temperature=TEMPERATURE)
+        loss = loss_fn(z.float())
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+
+
+def fit_length_rows(name: str, X: torch.Tensor, module: nn.Module | None, batch_size: int,
+                    device: str, lengths: tuple[int, int] = (2, 8), runs: int = 3,
+                    seed: int = 0) -> list[list[str]]:
+    """Whole fits of two lengths, the estimator's and two plain loops' (the library's loss,
+    and F.cross_entropy on one logits matrix), each loop with its own setup (module,
+    optimizer, data on the device, selector): per epoch = the difference of the two
+    lengths' times over the difference of epochs, setup = what is left of the shorter
+    fit. Median over ``runs`` interleaved runs, the ratio's min-max beside it."""
+    def plain_fit(epochs: int, loss_fn) -> None:
+        encoders, optimizer = plain_module(module, tuple(X.shape[2:]), seed, device)
+        selector = ShuffledBatchSelector(batch_size, random_state=seed + 1)
+        data, placeholder = X.to(device), np.zeros((len(X), 1), dtype=np.float32)
+        for _ in range(epochs):
+            plain_epoch(encoders, optimizer, data, selector.split(placeholder), "float32",
+                        loss_fn)
+        synchronize(device)
+
+    fits = {"ContrastiveEmbedder.fit": lambda e: estimator(
+                module, batch_size, e, seed, "float32", device).fit(X),
+            "plain loop, the library's loss": lambda e: plain_fit(e, library_loss),
+            "plain loop, F.cross_entropy": lambda e: plain_fit(e, plain_loss)}
+    seconds: dict[tuple[str, int], list[float]] = {(k, e): [] for k in fits for e in lengths}
+    fits["ContrastiveEmbedder.fit"](1)  # warm-up
+    for _ in range(runs):
+        for epochs in lengths:
+            for label, fit in fits.items():
+                start = time.perf_counter()
+                fit(epochs)
+                seconds[label, epochs].append(time.perf_counter() - start)
+    short, long = lengths
+    per_epoch = {label: [(b - a) / (long - short) for a, b in
+                         zip(seconds[label, short], seconds[label, long], strict=True)]
+                 for label in fits}
+    rows = []
+    plain = per_epoch["plain loop, F.cross_entropy"]
+    for label in fits:
+        epoch = statistics.median(per_epoch[label])
+        setup = statistics.median(seconds[label, short]) - short * epoch
+        ratios = [a / b for a, b in zip(per_epoch[label], plain, strict=True)]
+        rows.append([name, label, f"{epoch:.3f} s", f"{setup:.2f} s",
+                     f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"])
+    return rows
 
 
 def estimator(module: nn.Module | None, batch_size: int, epochs: int, seed: int,
@@ -346,6 +403,10 @@ def main(argv: list[str] | None = None) -> str:
                         help="gradient caching: step time and the largest batch in budget")
     parser.add_argument("--budget-gib", type=float, default=4.0,
                         help="memory budget of the largest-batch table, GiB")
+    parser.add_argument("--fit-lengths", type=int, nargs=2, default=[2, 8],
+                        help="the two fit lengths (epochs) of the whole-fit table")
+    parser.add_argument("--only-fit-lengths", action="store_true",
+                        help="only the whole-fit table against the plain loops")
     parser.add_argument("--probe", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:  # one step in a fresh process (see largest_batches)
@@ -362,6 +423,19 @@ def main(argv: list[str] | None = None) -> str:
     X = torch.from_numpy(X)
     images = torch.from_numpy(rng.random((args.images_n, 1, 3, 32, 32), dtype=np.float32))
     images = torch.cat([images, images + 0.1 * torch.randn_like(images)], dim=1)
+    lengths_text = (
+        f"Whole fits of {args.fit_lengths[0]} and {args.fit_lengths[1]} epochs on {{where}}, "
+        "each with its own setup; per epoch from the difference of the two lengths, setup "
+        "what is left of the shorter; 'vs plain' against the plain loop with "
+        "F.cross_entropy, median (min-max) over 3 interleaved runs. MLP as below.\n")
+    length_rows = fit_length_rows("MLP", X, None, 256, device, tuple(args.fit_lengths))
+    where = torch.cuda.get_device_name() if device.startswith("cuda") else \
+        f"CPU, {torch.get_num_threads()} threads"
+    lengths_text = lengths_text.format(where=where) + table(
+        length_rows, ["model", "training", "per epoch", "setup", "vs plain"]) + "\n\n"
+    print(lengths_text, flush=True)
+    if args.only_fit_lengths:
+        return lengths_text
     rows, ratios, checks = [], {}, {}
     cases = [("MLP", X, None, 256, "float32"), ("CNN", images, small_cnn(), 512, "float32"),
              ("CNN", images, small_cnn(), 512, "bfloat16")]
@@ -397,9 +471,7 @@ def main(argv: list[str] | None = None) -> str:
                                         device)
     if args.caching:
         rows += caching_rows(min(args.images_n, 20_000), args.epochs, device)
-    where = torch.cuda.get_device_name() if device.startswith("cuda") else \
-        f"CPU, {torch.get_num_threads()} threads"
-    text = ""
+    text = lengths_text
     if rows:
         text += (f"Time per epoch on {where}; median of {args.epochs} epochs after a warm-up "
                  f"epoch; 'vs plain' is the median (min-max) over {args.runs} runs of the "

@@ -7,6 +7,7 @@ have to read a traceback into library internals to learn what went wrong.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Mapping
 from typing import Any
@@ -66,16 +67,20 @@ def check_real(value: Any, name: str, *, low: float | None = None, high: float |
     NaN and infinities are refused whatever the bounds. ``low_open``/``high_open``
     exclude the bound itself. The message names the argument, the value and the range.
     """
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value[()]
-    bounds = _interval(low, high, low_open, high_open)
-    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be {_kind(bounds)}; got {describe(value)}")
-    number = float(value)
-    if not np.isfinite(number) or \
+    if type(value) is float or type(value) is int:  # the common case, checked fast
+        number = float(value)
+    else:
+        if isinstance(value, np.ndarray) and value.ndim == 0:
+            value = value[()]
+        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+            bounds = _interval(low, high, low_open, high_open)
+            raise ValueError(f"{name} must be {_kind(bounds)}; got {describe(value)}")
+        number = float(value)
+    if not math.isfinite(number) or \
             (low is not None and (number < low or (low_open and number == low))) or \
             (high is not None and (number > high or (high_open and number == high))):
-        raise ValueError(f"{name} must be {_kind(bounds)}; got {value!r}")
+        raise ValueError(f"{name} must be {_kind(_interval(low, high, low_open, high_open))}; "
+                         f"got {value!r}")
     return number
 
 

@@ -419,23 +419,25 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
                    **fit_params: Any) -> None:
         per_batch = bool(self.verbose)
         first = len(self.history[-1]["batches"])
-        pending, sizes = [], []
+        pending: list[torch.Tensor] = []
+        sizes: list[int] = []
         try:
             for batch in iterator:
                 self.notify("on_batch_begin", batch=batch, training=training)
                 step = step_fn(batch, **fit_params)
-                values = torch.stack([step["loss"].detach(), step["positive"],
-                                      step["entropy"]])
+                values = (step["loss"].detach(), step["positive"], step["entropy"])
                 sizes.append(batch_length(batch.views))
                 if per_batch:
-                    self._record_batch(values.tolist(), sizes[-1], prefix, first + len(sizes) - 1)
+                    self._record_batch(torch.stack(values).tolist(), sizes[-1], prefix,
+                                       first + len(sizes) - 1)
                     self.check_finite(prefix, first + len(sizes) - 1)
                 else:
-                    pending.append(values)
+                    pending.extend(values)  # read from the device once, after the epoch
                 self.notify("on_batch_end", batch=batch, training=training, **step)
         finally:
             if pending:
-                for i, row in enumerate(torch.stack(pending).tolist()):
+                rows = torch.stack(pending).view(-1, 3).tolist()
+                for i, row in enumerate(rows):
                     self._record_batch(row, sizes[i], prefix, first + i)
         self.history.record(prefix + "_batch_count", len(sizes))
         self.check_finite(prefix, first, first + len(sizes))

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
+from skorch import NeuralNet
 from skorch.utils import TeeGenerator
 
 from .._validation import describe
@@ -307,19 +308,31 @@ class TrainingStep(_Net):
                     generator.set_state(saved)
 
     def train_step(self, batch: Any, **fit_params: Any) -> dict:
+        """skorch's step without its closure, which only optimizers that evaluate the loss
+        several times need (``LBFGS``: then skorch's own step runs): zero the gradients,
+        take the loss and its gradients once, tell the callbacks that watch gradients
+        (if any: building their parameter generator costs every step otherwise), step
+        every optimizer (through the gradient scaler in float16)."""
+        optimizers = [getattr(self, name + "_") for name in self._optimizers]
         scaler = self.grad_scaler_
-        if scaler is None:
+        if scaler is None and any(isinstance(o, torch.optim.LBFGS) for o in optimizers):
             return super().train_step(batch, **fit_params)
         self._zero_grad_optimizer()
         step = self.train_step_single(batch, **fit_params)
-        optimizers = [getattr(self, name + "_") for name in self._optimizers]
+        if scaler is not None:
+            for optimizer in optimizers:
+                scaler.unscale_(optimizer)  # callbacks (e.g. gradient clipping) see true grads
+        if self._listening("on_grad_computed") or \
+                type(self).on_grad_computed is not NeuralNet.on_grad_computed:
+            self.notify("on_grad_computed", named_parameters=TeeGenerator(
+                self.get_all_learnable_params()), batch=batch, training=True)
         for optimizer in optimizers:
-            scaler.unscale_(optimizer)  # callbacks (e.g. gradient clipping) see true grads
-        self.notify("on_grad_computed", named_parameters=TeeGenerator(
-            self.get_all_learnable_params()), batch=batch, training=True)
-        for optimizer in optimizers:
-            scaler.step(optimizer)
-        scaler.update()
+            if scaler is None:
+                optimizer.step()
+            else:
+                scaler.step(optimizer)
+        if scaler is not None:
+            scaler.update()
         return step
 
     def get_loss(self, y_pred: torch.Tensor, y_true: Any, X: Any = None,
@@ -330,7 +343,9 @@ class TrainingStep(_Net):
             y_true = y_true.to(y_pred.device, non_blocking=True)
         terms = self.criterion_(y_pred.float(), y_true, index=index,
                                 remember=training and index is not None)
-        self._batch_terms = terms
+        # the step reads the terms back; past skorch's __setattr__, which checks every
+        # attribute set on a net for parameters and costs a small model's step about 1%
+        object.__setattr__(self, "_batch_terms", terms)
         if training and index is not None:
             self.remember_embeddings(y_pred, index)
         return terms.loss

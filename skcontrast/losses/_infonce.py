@@ -216,14 +216,14 @@ def _cross_entropy_terms(logits: torch.Tensor, lambda_pos: Any, lambda_ent: Any,
         and lambda_pos == lambda_ent
     if balanced and not return_terms:
         return loss
-    diagonal = -torch.diagonal(logits, dim1=-2, dim2=-1)
+    diagonal = torch.diagonal(logits, dim1=-2, dim2=-1)
     positive = (diagonal.mean(-1) if reduction == "mean" else diagonal.sum(-1)) \
-        * (scale * len(matrices))
+        * (-scale * len(matrices))
     if not balanced:
         loss = loss + (lambda_pos - lambda_ent) * positive
     if not return_terms:
         return loss
-    return LossTerms(loss, positive, scale * cross - positive)
+    return LossTerms(loss, positive, (cross if scale == 1 else scale * cross) - positive)
 
 
 def _two_view(u: torch.Tensor, v: torch.Tensor,
