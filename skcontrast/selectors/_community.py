@@ -9,10 +9,12 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+import torch
+from joblib import Parallel, delayed
 
 from .._validation import check_choice, check_int, check_positive
 from ._base import BatchSelector, check_batch_size, check_embeddings, n_partition_batches, partition
-from ._graph import SEARCHES, rank_window, unit_rows
+from ._graph import SEARCHES, rank_window, shard_rows, unit_rows
 
 #: igraph draws from one process-wide generator; seeding it is made atomic.
 _IGRAPH_RNG = threading.Lock()
@@ -51,7 +53,10 @@ def communities(graph: sp.csr_matrix, *, resolution: float, seed: int) -> np.nda
     community number."""
     igraph = _igraph()
     upper = sp.triu(graph, k=1).tocoo()
-    g = igraph.Graph(n=graph.shape[0], edges=np.column_stack([upper.row, upper.col]))
+    edges = np.column_stack([upper.row, upper.col])
+    del upper
+    g = igraph.Graph(n=graph.shape[0], edges=edges)
+    del edges
     with _IGRAPH_RNG:
         igraph.set_random_number_generator(random.Random(seed))
         try:
@@ -60,6 +65,18 @@ def communities(graph: sp.csr_matrix, *, resolution: float, seed: int) -> np.nda
         finally:
             igraph.set_random_number_generator(random)
     return np.asarray(found.membership, dtype=np.int64)
+
+
+def _shard_communities(Z: np.ndarray, p: int, q: int, search: str, probes: int,
+                       resolution: float, seed: int) -> np.ndarray:
+    """Steps 1-3 on the unit rows of one shard (a job of its own: only this shard's
+    window, graph and communities are in memory)."""
+    rng = np.random.default_rng(seed)
+    window = rank_window(torch.from_numpy(Z), p, q, search=search, probes=probes,
+                         random_state=rng)
+    graph = window_graph(window)
+    del window, Z
+    return communities(graph, resolution=resolution, seed=int(rng.integers(2**31)))
 
 
 def community_order(labels: np.ndarray, batch_size: int, rng: np.random.Generator
@@ -101,7 +118,13 @@ class CommunityBatchSelector(BatchSelector):
     An epoch is an equal-size partition: every sample is in exactly one batch (the last
     holds ``n mod batch_size``, or is left out with ``drop_last=True``). The neighbour
     search is exact up to 50,000 samples and by cells above (``search``), in row blocks
-    either way, so ``n = 1,000,000`` fits in memory.
+    either way. Above ``shard_size`` samples the graph is built and split into
+    communities **shard by shard** (:func:`~skcontrast.selectors._graph.shard_rows`:
+    equal shards of neighbouring samples), so an epoch's memory is that of one shard:
+    ``n = 1,000,000`` at ``d = 128`` in well under 2 GB. Shards run through joblib
+    (``n_jobs``), so a Dask joblib backend spreads them over a cluster; each is seeded
+    from the epoch's draws in shard order, so the batches do not depend on ``n_jobs`` or
+    the backend.
 
     Parameters
     ----------
@@ -116,6 +139,10 @@ class CommunityBatchSelector(BatchSelector):
         Neighbour search: every pair, or the samples of the nearest cells of a spherical
         k-means (``probes`` of about ``sqrt(n)`` cells); 'auto' is exact up to 50,000.
     probes : int, default=8
+    shard_size : int or None, default=125_000
+        Most samples per shard (``None``: the whole data set as one graph).
+    n_jobs : int or None, default=None
+        Shards processed in parallel (joblib).
     drop_last : bool, default=False
     random_state : int, numpy Generator or None, default=None
 
@@ -139,6 +166,7 @@ class CommunityBatchSelector(BatchSelector):
 
     def __init__(self, batch_size: int = 32, *, p: int = 10, q: int = 40,
                  resolution: float = 1.0, search: str = "auto", probes: int = 8,
+                 shard_size: int | None = 125_000, n_jobs: int | None = None,
                  drop_last: bool = False, random_state: Any = None) -> None:
         self.batch_size = batch_size
         self.p = p
@@ -146,6 +174,8 @@ class CommunityBatchSelector(BatchSelector):
         self.resolution = resolution
         self.search = search
         self.probes = probes
+        self.shard_size = shard_size
+        self.n_jobs = n_jobs
         self.drop_last = drop_last
         self.random_state = random_state
 
@@ -167,14 +197,26 @@ class CommunityBatchSelector(BatchSelector):
                            random_state=random_state)
 
     def communities(self, X: Any, random_state: Any = None) -> np.ndarray:
-        """The community of every sample of ``X`` (the selector's steps 1-3)."""
+        """The community of every sample of ``X`` (the selector's steps 1-3), shard by
+        shard above ``shard_size`` samples (communities numbered across shards)."""
         rng = np.random.default_rng(random_state)
         X = check_embeddings(X)
         p, q = self._check_window(len(X))
-        window = rank_window(unit_rows(X), p, q, search=self.search, probes=self.probes,
-                             random_state=rng)
-        return communities(window_graph(window), resolution=float(self.resolution),
-                           seed=int(rng.integers(2**31)))
+        shard_size = None if self.shard_size is None else check_int(
+            self.shard_size, "shard_size", minimum=q + 1)
+        Z = unit_rows(X)
+        shards = shard_rows(Z, shard_size, rng)
+        seeds = rng.integers(2**63, size=len(shards))
+        jobs = (delayed(_shard_communities)(Z[torch.from_numpy(rows)].numpy(), p, q,
+                                            self.search, self.probes,
+                                            float(self.resolution), int(seed))
+                for rows, seed in zip(shards, seeds, strict=True))
+        labels = np.empty(len(Z), dtype=np.int64)
+        offset = 0
+        for rows, found in zip(shards, Parallel(n_jobs=self.n_jobs)(jobs), strict=True):
+            labels[rows] = found + offset
+            offset += int(found.max()) + 1
+        return labels
 
     def _select(self, X, y, groups, rng, loss=None):
         b = check_batch_size(self.batch_size, len(X))

@@ -30,10 +30,15 @@ SEARCHES = ("auto", "exact", "cells")
 
 
 def unit_rows(X: np.ndarray) -> torch.Tensor:
-    """The first view of checked embeddings, L2-normalised, as float32 (zero rows stay 0)."""
+    """The first view of checked embeddings, L2-normalised, as float32 (zero rows stay 0),
+    written block by block into one array (no full-size intermediate copy)."""
     u = X[:, 0] if X.ndim == 3 else X
-    z = torch.as_tensor(np.ascontiguousarray(u), dtype=torch.float32)
-    return torch.nn.functional.normalize(z, dim=1)
+    out = torch.empty(u.shape, dtype=torch.float32)
+    step = _rows_per_block(u.shape[1])
+    for s in range(0, len(u), step):
+        block = torch.as_tensor(np.ascontiguousarray(u[s:s + step]), dtype=torch.float32)
+        out[s:s + step] = torch.nn.functional.normalize(block, dim=1)
+    return out
 
 
 def _rows_per_block(width: int) -> int:
@@ -131,6 +136,34 @@ def _cell_window(Z: torch.Tensor, start: int, stop: int, *, probes: int,
             top = torch.topk(sims, stop, dim=1).indices[:, start:]
             out[part] = cand[top.numpy()]
     return out
+
+
+def shard_rows(Z: torch.Tensor, shard_size: int | None,
+               rng: np.random.Generator) -> list[np.ndarray]:
+    """The rows of ``Z`` in shards of at most ``shard_size`` (sorted indices), shards of
+    neighbouring rows: a spherical k-means of ``ceil(n / shard_size)`` centres, and the
+    rows assigned to them in equal numbers at the least total cosine distance (the exact
+    equal-size assignment of :func:`~skcontrast.selectors.balanced_assignment`). One
+    shard of all rows when ``shard_size`` is ``None`` or at least ``n``.
+
+    Nearest neighbours mostly fall in the same shard, so a graph built within shards
+    keeps most of the graph of the whole; every step costs the memory of one shard.
+    """
+    from ._assignment import balanced_assignments
+
+    n = len(Z)
+    if shard_size is None or shard_size >= n:
+        return [np.arange(n)]
+    k = -(-n // shard_size)
+    centres, _ = spherical_cells(Z, k, rng)
+    cost = torch.cat([1 - Z[s:s + _rows_per_block(k)] @ centres.T
+                      for s in range(0, n, _rows_per_block(k))]).double()
+    capacity = torch.full((1, k), n // k, dtype=torch.long)
+    capacity[0, :n % k] += 1
+    labels = balanced_assignments(cost[None], capacity)[0].numpy()
+    del cost
+    order = np.argsort(labels, kind="stable")
+    return np.split(order, np.cumsum(np.bincount(labels, minlength=k))[:-1])
 
 
 #: Most rows of candidate_graph that share one draw of candidates (one matrix product).

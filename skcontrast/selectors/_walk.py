@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
+from joblib import Parallel, delayed
 
 from .._validation import check_int, check_real
-from ._base import BatchSelector, check_batch_size, n_partition_batches
-from ._graph import candidate_graph, unit_rows
+from ._base import BatchSelector, check_batch_size, n_partition_batches, partition
+from ._graph import candidate_graph, shard_rows, unit_rows
 
 #: A walk that claims no new sample in this many steps jumps to a random unclaimed one.
 PATIENCE = 16
@@ -25,6 +27,16 @@ def batch_sizes(n: int, batch_size: int, drop_last: bool) -> np.ndarray:
     if n % batch_size and not drop_last:
         sizes.append(n % batch_size)
     return np.asarray(sizes, dtype=np.int64)
+
+
+def _shard_walks(Z: np.ndarray, n_candidates: int, n_neighbours: int, batch_size: int,
+                 restart: float, seed: int) -> list[np.ndarray]:
+    """The walks of one shard (a job of its own): its proximity graph and batches of
+    ``batch_size`` and a short last one, as positions in the shard."""
+    rng = np.random.default_rng(seed)
+    graph = candidate_graph(torch.from_numpy(Z), min(n_candidates, len(Z) - 1),
+                            min(n_neighbours, len(Z) - 1), rng)
+    return walk_batches(graph, batch_sizes(len(Z), batch_size, False), restart, rng)
 
 
 def walk_batches(graph: np.ndarray, sizes: np.ndarray, restart: float,
@@ -116,6 +128,15 @@ class RandomWalkBatchSelector(BatchSelector):
         Neighbours kept per sample (the paper's ``K``).
     restart : float in [0, 1), default=0.2
         Probability of returning to the start at each step (the paper's ``alpha``).
+    shard_size : int or None, default=None
+        Above this many samples, the graph and the walks are made shard by shard
+        (:func:`~skcontrast.selectors._graph.shard_rows`: equal shards of neighbouring
+        samples), each shard's short last batch pooled with the others' at the end of the
+        epoch; ``None``: one graph of all samples.
+    n_jobs : int or None, default=None
+        Shards processed in parallel (joblib; a Dask backend spreads them over a
+        cluster). Each shard is seeded from the epoch's draws in shard order, so the
+        batches do not depend on ``n_jobs``.
     drop_last : bool, default=False
     random_state : int, numpy Generator or None, default=None
 
@@ -134,12 +155,15 @@ class RandomWalkBatchSelector(BatchSelector):
     _adaptive = True
 
     def __init__(self, batch_size: int = 32, *, n_candidates: int = 1000,
-                 n_neighbours: int = 100, restart: float = 0.2, drop_last: bool = False,
-                 random_state: Any = None) -> None:
+                 n_neighbours: int = 100, restart: float = 0.2,
+                 shard_size: int | None = None, n_jobs: int | None = None,
+                 drop_last: bool = False, random_state: Any = None) -> None:
         self.batch_size = batch_size
         self.n_candidates = n_candidates
         self.n_neighbours = n_neighbours
         self.restart = restart
+        self.shard_size = shard_size
+        self.n_jobs = n_jobs
         self.drop_last = drop_last
         self.random_state = random_state
 
@@ -163,8 +187,24 @@ class RandomWalkBatchSelector(BatchSelector):
         b = check_batch_size(self.batch_size, n)
         m, k = self._check_graph(n)
         restart = _check_probability(self.restart, "restart")
-        graph = candidate_graph(unit_rows(X), m, k, rng)
-        return walk_batches(graph, batch_sizes(n, b, self.drop_last), restart, rng)
+        shard_size = None if self.shard_size is None else check_int(
+            self.shard_size, "shard_size", minimum=b)
+        Z = unit_rows(X)
+        shards = shard_rows(Z, shard_size, rng)
+        if len(shards) == 1:
+            return walk_batches(candidate_graph(Z, m, k, rng), batch_sizes(n, b, self.drop_last),
+                                restart, rng)
+        seeds = rng.integers(2**63, size=len(shards))
+        jobs = (delayed(_shard_walks)(Z[torch.from_numpy(rows)].numpy(), m, k, b, restart,
+                                      int(seed)) for rows, seed in zip(shards, seeds, strict=True))
+        full, rest = [], []
+        for rows, batches in zip(shards, Parallel(n_jobs=self.n_jobs)(jobs), strict=True):
+            for batch in batches:  # shard positions -> sample indices
+                (full if len(batch) == b else rest).append(rows[batch])
+        # each shard's short last batch: pooled, shuffled and cut like a partition's end
+        tail = partition(rng.permutation(np.concatenate(rest)), b, self.drop_last) \
+            if rest else []
+        return [full[i] for i in rng.permutation(len(full))] + tail
 
     def _n_batches(self, n, y):
         return n_partition_batches(n, check_batch_size(self.batch_size, n), self.drop_last)
