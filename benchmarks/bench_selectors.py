@@ -219,7 +219,9 @@ def graph_rows(sizes: list[int]) -> list[list[str]]:
         shuffled = list(ShuffledBatchSelector(BATCH, random_state=0).split(X))
         reference = mean_loss(X, shuffled)
         cases = {
-            "community (B3)": CommunityBatchSelector(BATCH, random_state=0),
+            "community (B3), shards of 125,000": CommunityBatchSelector(BATCH, random_state=0),
+            "community (B3), one graph": CommunityBatchSelector(BATCH, shard_size=None,
+                                                                random_state=0),
             "random walk (ProSampler)": RandomWalkBatchSelector(BATCH, random_state=0),
             "shuffled + neighbour guard m=5": TemperedSelector(
                 ShuffledBatchSelector(BATCH, random_state=0), exclude_neighbours=5,

@@ -138,32 +138,51 @@ def _cell_window(Z: torch.Tensor, start: int, stop: int, *, probes: int,
     return out
 
 
+def _balanced_axis(sample: torch.Tensor, rng: np.random.Generator,
+                   iterations: int = 10) -> torch.Tensor:
+    """The axis of a balanced spherical 2-means of ``sample``: from a 2-means, each step
+    splits the sample at the median of its projection and moves the two centres to the
+    halves' means, so that the halves, not the nearest centres, decide them (a cluster
+    that the plain 2-means leaves alone with one centre is not cut by the median)."""
+    centres, _ = spherical_cells(sample, 2, rng)
+    for _ in range(iterations):
+        side = sample @ (centres[0] - centres[1])
+        first = side >= side.median()
+        centres = torch.nn.functional.normalize(
+            torch.stack([sample[first].mean(0), sample[~first].mean(0)]), dim=1)
+    return centres[0] - centres[1]
+
+
 def shard_rows(Z: torch.Tensor, shard_size: int | None,
                rng: np.random.Generator) -> list[np.ndarray]:
     """The rows of ``Z`` in shards of at most ``shard_size`` (sorted indices), shards of
-    neighbouring rows: a spherical k-means of ``ceil(n / shard_size)`` centres, and the
-    rows assigned to them in equal numbers at the least total cosine distance (the exact
-    equal-size assignment of :func:`~skcontrast.selectors.balanced_assignment`). One
+    neighbouring rows, by recursive balanced bisection: each group of rows over the size
+    is split in two halves along the axis joining the centres of a spherical 2-means (of
+    a sample of the group), the rows nearest the first centre to one half, so that all
+    shards have the same size (to within one) and every step costs O(n) memory. One
     shard of all rows when ``shard_size`` is ``None`` or at least ``n``.
 
     Nearest neighbours mostly fall in the same shard, so a graph built within shards
-    keeps most of the graph of the whole; every step costs the memory of one shard.
+    keeps most of the graph of the whole; each shard costs the memory of its own graph.
     """
-    from ._assignment import balanced_assignments
-
     n = len(Z)
     if shard_size is None or shard_size >= n:
         return [np.arange(n)]
-    k = -(-n // shard_size)
-    centres, _ = spherical_cells(Z, k, rng)
-    cost = torch.cat([1 - Z[s:s + _rows_per_block(k)] @ centres.T
-                      for s in range(0, n, _rows_per_block(k))]).double()
-    capacity = torch.full((1, k), n // k, dtype=torch.long)
-    capacity[0, :n % k] += 1
-    labels = balanced_assignments(cost[None], capacity)[0].numpy()
-    del cost
-    order = np.argsort(labels, kind="stable")
-    return np.split(order, np.cumsum(np.bincount(labels, minlength=k))[:-1])
+    done, todo = [], [np.arange(n)]
+    while todo:
+        rows = todo.pop(0)
+        if len(rows) <= shard_size:
+            done.append(np.sort(rows))
+            continue
+        axis = _balanced_axis(Z[torch.from_numpy(rng.choice(
+            rows, size=min(len(rows), 4096), replace=False))], rng)
+        step = _rows_per_block(Z.shape[1])
+        side = torch.cat([Z[torch.from_numpy(rows[s:s + step])] @ axis
+                          for s in range(0, len(rows), step)])
+        order = torch.argsort(side, descending=True, stable=True).numpy()
+        half = -(-len(rows) // 2)
+        todo += [rows[order[:half]], rows[order[half:]]]
+    return done
 
 
 #: Most rows of candidate_graph that share one draw of candidates (one matrix product).
