@@ -58,6 +58,10 @@ def _aliases(name: str) -> list[str]:
     return [name]
 
 
+#: skorch's hooks of a net that do nothing and run every step: skipped unless overridden.
+_EMPTY_HOOKS = frozenset({"on_batch_end", "on_grad_computed"})
+
+
 def _stream(*key: int) -> int:
     """A 63-bit seed drawn from ``key`` (independent streams for different keys)."""
     return int(np.random.SeedSequence(list(key)).generate_state(1, dtype=np.uint64)[0]
@@ -233,8 +237,11 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
 
     def notify(self, method_name: str, **cb_kwargs: Any) -> None:
         """skorch's ``notify``, remembering which callback stopped training, if one did
-        (skorch's callbacks stop it by raising ``KeyboardInterrupt``)."""
-        getattr(self, method_name)(self, **cb_kwargs)
+        (skorch's callbacks stop it by raising ``KeyboardInterrupt``). The net's own hook
+        runs unless it is one of skorch's empty per-step hooks (:data:`_EMPTY_HOOKS`)."""
+        if method_name not in _EMPTY_HOOKS or \
+                getattr(type(self), method_name) is not getattr(NeuralNet, method_name):
+            getattr(self, method_name)(self, **cb_kwargs)
         for name, callback in self._listening(method_name):
             try:
                 getattr(callback, method_name)(self, **cb_kwargs)

@@ -194,8 +194,9 @@ def _cross_entropy_terms(logits: torch.Tensor, lambda_pos: Any, lambda_ent: Any,
     and its columns, combined so (:func:`symmetric_info_nce`). Per direction the
     cross-entropy is ``positive + entropy`` with ``positive = -mean(diag)`` for both, so
     the loss is ``lambda_ent * cross + (lambda_pos - lambda_ent) * positive``; the
-    ``positive`` and ``entropy`` fields are computed beside it (off the loss's graph),
-    when asked for (``return_terms``)."""
+    ``positive`` and ``entropy`` fields are computed beside it when asked for
+    (``return_terms``): with equal weights they are values without a graph of their own
+    (the loss carries the gradient), else ``positive`` is on the loss's graph."""
     b = logits.shape[-1]
     labels = torch.arange(b, device=logits.device)
     matrices = (logits,) if directions is None else (logits, logits.transpose(-1, -2))
@@ -216,14 +217,16 @@ def _cross_entropy_terms(logits: torch.Tensor, lambda_pos: Any, lambda_ent: Any,
         and lambda_pos == lambda_ent
     if balanced and not return_terms:
         return loss
-    diagonal = torch.diagonal(logits, dim1=-2, dim2=-1)
-    positive = (diagonal.mean(-1) if reduction == "mean" else diagonal.sum(-1)) \
-        * (-scale * len(matrices))
-    if not balanced:
-        loss = loss + (lambda_pos - lambda_ent) * positive
-    if not return_terms:
-        return loss
-    return LossTerms(loss, positive, (cross if scale == 1 else scale * cross) - positive)
+    with torch.set_grad_enabled(torch.is_grad_enabled() and not balanced):
+        # off the loss's graph when the weights are equal: values to report, not to train
+        diagonal = torch.diagonal(logits, dim1=-2, dim2=-1)
+        positive = (diagonal.mean(-1) if reduction == "mean" else diagonal.sum(-1)) \
+            * (-scale * len(matrices))
+        if not balanced:
+            loss = loss + (lambda_pos - lambda_ent) * positive
+        if not return_terms:
+            return loss
+        return LossTerms(loss, positive, (cross if scale == 1 else scale * cross) - positive)
 
 
 def _two_view(u: torch.Tensor, v: torch.Tensor,
