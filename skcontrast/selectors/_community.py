@@ -119,9 +119,9 @@ class CommunityBatchSelector(BatchSelector):
     holds ``n mod batch_size``, or is left out with ``drop_last=True``). The neighbour
     search is exact up to 50,000 samples and by cells above (``search``), in row blocks
     either way. Above ``shard_size`` samples the graph is built and split into
-    communities **shard by shard** (:func:`~skcontrast.selectors._graph.shard_rows`:
-    equal shards of neighbouring samples), so an epoch's memory is that of one shard:
-    ``n = 1,000,000`` at ``d = 128`` in well under 2 GB. Shards run through joblib
+    communities **shard by shard** (equal shards of neighbouring samples, by recursive
+    balanced bisection), so an epoch's memory is that of one shard: ``n = 1,000,000`` at
+    ``d = 128`` in about 1.3 GB (6 GB as one graph). Shards run through joblib
     (``n_jobs``), so a Dask joblib backend spreads them over a cluster; each is seeded
     from the epoch's draws in shard order, so the batches do not depend on ``n_jobs`` or
     the backend.

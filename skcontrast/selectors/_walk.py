@@ -129,10 +129,10 @@ class RandomWalkBatchSelector(BatchSelector):
     restart : float in [0, 1), default=0.2
         Probability of returning to the start at each step (the paper's ``alpha``).
     shard_size : int or None, default=None
-        Above this many samples, the graph and the walks are made shard by shard
-        (:func:`~skcontrast.selectors._graph.shard_rows`: equal shards of neighbouring
-        samples), each shard's short last batch pooled with the others' at the end of the
-        epoch; ``None``: one graph of all samples.
+        Above this many samples, the graph and the walks are made shard by shard (equal
+        shards of neighbouring samples, by recursive balanced bisection), each shard's
+        short last batch pooled with the others' at the end of the epoch; ``None``: one
+        graph of all samples.
     n_jobs : int or None, default=None
         Shards processed in parallel (joblib; a Dask backend spreads them over a
         cluster). Each shard is seeded from the epoch's draws in shard order, so the
