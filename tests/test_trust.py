@@ -263,6 +263,23 @@ def test_a_tempered_refresh_period_resumes_exactly(adaptive):
             epochs[stop:]
 
 
+def test_a_selectors_state_travels_with_a_saved_model_and_a_warm_start(pairs, tmp_path):
+    import skcontrast
+    from skcontrast.selectors import SpectralBatchSelector, TemperedSelector
+
+    selector = TemperedSelector(SpectralBatchSelector(8), refresh_every=3,
+                                exclude_neighbours=1)
+    est = ContrastiveEmbedder(**{**SMALL, "batch_size": None}, selector=selector).fit(pairs[0])
+    state = est.net_.selector.state_dict()
+    assert state["chosen"]["epoch"] == 0 and state["neighbours"]["m"] == 1
+    loaded = skcontrast.load(est.save(tmp_path / "m"))
+    assert loaded.net_.selector.state_dict() == state
+    warm = ContrastiveEmbedder(**{**SMALL, "batch_size": None, "max_epochs": 4},
+                               selector=selector).fit(pairs[0])
+    est.set_params(warm_start=True).fit(pairs[0])  # 2 + 2 epochs, the period resumed
+    np.testing.assert_allclose(est.transform(pairs[0]), warm.transform(pairs[0]), atol=1e-6)
+
+
 # 2, 3. Exports load and equal transform, or are refused --------------------------------
 
 class _TokenMean(torch.nn.Module):
