@@ -29,7 +29,7 @@ from skorch.history import History
 from .._validation import first_non_finite
 from ..exceptions import TrainingDivergedError, TrainingInterrupted
 from ._modules import ContrastiveCriterion
-from ._step import TrainingStep, batch_length, batch_norms, plain_temperature
+from ._step import TrainingStep, batch_length, batch_norms, plain_temperature, seed_torch
 from ._supply import BatchSupply
 
 
@@ -390,7 +390,7 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
         super().on_epoch_begin(net, dataset_train=dataset_train, dataset_valid=dataset_valid,
                                **kwargs)
         epoch = len(self.history) - 1  # skorch has opened this epoch's row
-        torch.manual_seed(_stream(self.seed, 5, epoch))
+        seed_torch(_stream(self.seed, 5, epoch))
         if self.augmentation is not None:
             self.augmentation.seed(self.compute_device, _stream(self.seed, 2, epoch))
         memory = self.memory_state
@@ -444,13 +444,15 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
         finally:
             if pending:
                 rows = torch.stack(pending).view(-1, 3).tolist()
+                records = self.history[-1]["batches"]  # skorch's lookup, once per epoch
                 for i, row in enumerate(rows):
-                    self._record_batch(row, sizes[i], prefix, first + i)
+                    self._record_batch(row, sizes[i], prefix, first + i, records)
         self.history.record(prefix + "_batch_count", len(sizes))
         self.check_finite(prefix, first, first + len(sizes))
 
-    def _record_batch(self, values: list[float], size: int, prefix: str, position: int) -> None:
-        row = self.history[-1]["batches"][position]
+    def _record_batch(self, values: list[float], size: int, prefix: str, position: int,
+                      records: list | None = None) -> None:
+        row = (self.history[-1]["batches"] if records is None else records)[position]
         row[prefix + "_loss"], row[prefix + "_positive"], row[prefix + "_entropy"] = values
         row[prefix + "_batch_size"] = size
 
