@@ -14,11 +14,11 @@ import torch
 from torch import nn
 
 import skcontrast
-from skcontrast import ContrastiveEmbedder, SupConEmbedder
+from skcontrast import ContrastiveEmbedder, SupConEmbedder, WarmupCosine
 from skcontrast._estimators._persist import allowed_objects
 from skcontrast.datasets import GaussianNoise, digit_cnn, make_paired_gaussians
 from skcontrast.memory import SogCLRMemory
-from skcontrast.selectors import OSGDSelector, ShuffledBatchSelector
+from skcontrast.selectors import ClassBalancedSelector, OSGDSelector, ShuffledBatchSelector
 
 SMALL = {"n_components": 4, "hidden_layer_sizes": (8,), "max_epochs": 2, "lr": 1e-2,
          "random_state": 0, "device": "cpu"}
@@ -268,3 +268,16 @@ def test_the_librarys_own_digit_augmentation_is_restored(tmp_path):
         again = skcontrast.load(folder)
     for a, b in zip(again.transform_pairs(images), est.transform_pairs(images), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_a_model_trained_on_class_balanced_batches_loads_without_its_labels(pairs, tmp_path):
+    # small_classes='repeat' counts an epoch's batches from the labels, which a loaded
+    # model does not have; it needs no count until it trains again (with its labels)
+    X, y = pairs
+    selector = ClassBalancedSelector(8, 4, small_classes="repeat", random_state=0)
+    est = SupConEmbedder(**SMALL, selector=selector, lr_schedule=WarmupCosine()).fit(X[:, 0], y)
+    assert est.net_.selector.n_balanced_ >= 1
+    again = skcontrast.load(est.save(tmp_path / "m"))
+    np.testing.assert_array_equal(again.transform(X[:, 0]), est.transform(X[:, 0]))
+    again.set_params(warm_start=True).fit(X[:, 0], y)
+    assert again.net_.selector.current_epoch == 4

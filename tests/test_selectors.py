@@ -22,6 +22,7 @@ from skcontrast.selectors import (
     BatchSelector,
     BcSSelector,
     BindingSelector,
+    ClassBalancedSelector,
     ExhaustiveBatchSelector,
     FixedBatchSelector,
     FullBatchSelector,
@@ -700,3 +701,144 @@ def test_osgd_ranks_a_single_sample_batch_last():
     assert [len(b) for b in batches] == [4, 4, 4, 4]  # the singleton scored NaN, dropped
     scores = selector.score(X, [[0, 1], [2]])
     assert np.isfinite(scores[0]) and np.isnan(scores[1])
+
+
+# --------------------------------------------------------------------------------------
+# ClassBalancedSelector: P classes x K samples
+# --------------------------------------------------------------------------------------
+
+def class_profile(batch, y):
+    """Sorted per-class counts of one batch."""
+    return sorted(np.bincount(y[batch]).compress(np.bincount(y[batch]) > 0).tolist())
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@given(counts=st.lists(st.integers(1, 13), min_size=1, max_size=7),
+       k=st.integers(2, 4), p=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_class_balanced_batches_are_a_partition_with_k_per_class(drop_last, counts, k, p, seed):
+    y = np.repeat(np.arange(len(counts)), counts)
+    b = p * k
+    if b < 2 or b > len(y):
+        return
+    sel = ClassBalancedSelector(b, k, drop_last=drop_last, random_state=seed)
+    batches = list(sel.split(np.zeros((len(y), 3)), y))
+    flat = np.concatenate(batches)
+    assert len(flat) == len(set(flat.tolist()))  # disjoint
+    if not drop_last:
+        assert sorted(flat.tolist()) == list(range(len(y)))  # every sample once
+    else:
+        assert len(y) - len(flat) < b  # at most one short batch left out
+    assert len(batches) == sel.get_n_splits(np.zeros((len(y), 3)), y)
+    for batch in batches[:sel.n_balanced_]:
+        assert class_profile(batch, y) == [k] * p  # P classes, K samples each
+    assert all(len(batch) == b for batch in batches[:-1])
+    # the balanced batches run out only when fewer than P classes have K samples left
+    left = np.bincount(y[np.concatenate(batches[sel.n_balanced_:])], minlength=len(counts)) \
+        if len(batches) > sel.n_balanced_ else np.zeros(len(counts), int)
+    assert np.count_nonzero(left >= k) < p or drop_last
+
+
+def test_class_balanced_uses_every_class_that_has_k_samples():
+    y = np.repeat(np.arange(8), 8)
+    sel = ClassBalancedSelector(8, 4, random_state=0)
+    batches = list(sel.split(np.zeros((64, 2)), y))
+    assert sel.n_balanced_ == 8 and len(batches) == 8  # 64 = 8 batches, all balanced
+    assert all(class_profile(b, y) == [4, 4] for b in batches)
+    # most-stocked classes first: three classes of two groups each make three balanced
+    # batches (taking the same two classes twice would strand the third one's groups)
+    y3 = np.repeat(np.arange(3), 8)
+    for seed in range(20):
+        sel = ClassBalancedSelector(8, 4, random_state=seed)
+        list(sel.split(np.zeros((24, 2)), y3))
+        assert sel.n_balanced_ == 3
+
+
+def test_class_balanced_is_reproducible_and_reshuffles_each_epoch():
+    y = np.repeat(np.arange(5), 9)
+    X = np.zeros((45, 2))
+    a = ClassBalancedSelector(6, 3, random_state=4)
+    b = ClassBalancedSelector(6, 3, random_state=4)
+    first = [list(map(list, a.split(X, y))) for _ in range(2)]
+    assert first == [list(map(list, b.split(X, y))) for _ in range(2)]
+    assert first[0] != first[1]
+
+
+def test_class_balanced_small_classes_pool_or_repeat():
+    y = np.array([0] * 8 + [1] * 8 + [2] * 2 + [3])  # classes 2 and 3 are under K=4
+    X = np.zeros((len(y), 2))
+    pooled = ClassBalancedSelector(8, 4, random_state=0)
+    batches = list(pooled.split(X, y))
+    assert pooled.partitions and pooled.n_balanced_ == 2  # classes 0 and 1, twice
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(y)))
+    assert set(y[np.concatenate(batches[2:])].tolist()) == {2, 3}
+
+    repeat = ClassBalancedSelector(8, 4, small_classes="repeat", random_state=0)
+    batches = list(repeat.split(X, y))
+    assert not repeat.partitions
+    assert all(class_profile(b, y) == [4, 4] for b in batches)  # 24 = 3 balanced batches
+    assert repeat.n_balanced_ == len(batches) == repeat.get_n_splits(X, y) == 3
+    small = np.concatenate([b[y[b] >= 2] for b in batches])
+    assert set(small.tolist()) == {16, 17, 18}  # repeats only of their own samples
+
+
+def test_class_balanced_hard_classes_batches_nearest_centroids():
+    # Four classes in two far-apart pairs: a hard batch of P=2 classes takes a pair.
+    rng = np.random.default_rng(0)
+    centres = np.array([[1, 0.1, 0], [1, -0.1, 0], [-1, 0, 0.1], [-1, 0, -0.1]])
+    y = np.repeat(np.arange(4), 8)
+    X = centres[y] + 0.01 * rng.normal(size=(32, 3))
+    hard = ClassBalancedSelector(8, 4, hard_classes=True, random_state=1)
+    for _ in range(3):
+        batches = list(hard.split(X, y))
+        assert hard.n_balanced_ == 4
+        assert {frozenset(y[b].tolist()) for b in batches} == {frozenset({0, 1}),
+                                                                frozenset({2, 3})}
+    easy = [frozenset(y[b].tolist())
+            for seed in range(10)
+            for b in ClassBalancedSelector(8, 4, random_state=seed).split(X, y)]
+    assert {frozenset({0, 2}), frozenset({1, 3})} & set(easy)  # random pairs cross over
+
+
+def test_class_balanced_batch_profile_matches_pytorch_metric_learning():
+    pytest.importorskip("pytorch_metric_learning")
+    from pytorch_metric_learning.samplers import MPerClassSampler
+
+    y = np.repeat(np.arange(6), 12)
+    ours = list(ClassBalancedSelector(12, 4, random_state=0).split(np.zeros((72, 2)), y))
+    torch.manual_seed(0)
+    peer = list(MPerClassSampler(y, m=4, batch_size=12, length_before_new_iter=72))
+    peer_batches = [np.array(peer[i:i + 12]) for i in range(0, 72, 12)]
+    # the same batch profile: 3 classes x 4 samples ...
+    assert [class_profile(b, y) for b in ours] == [class_profile(b, y) for b in peer_batches]
+    # ... but ours is a partition of the epoch, the peer's draws with replacement
+    assert sorted(np.concatenate(ours).tolist()) == list(range(72))
+
+
+def test_class_balanced_in_sampler_and_tempered():
+    from skcontrast.selectors import SelectorSampler, TemperedSelector
+
+    y = np.repeat(np.arange(4), 6)
+    sampler = SelectorSampler(ClassBalancedSelector(6, 3, random_state=0), 24, labels=y)
+    batches = [np.asarray(b) for b in sampler]
+    assert len(batches) == len(sampler) == 4
+    assert all(class_profile(b, y) == [3, 3] for b in batches)
+    tempered = TemperedSelector(ClassBalancedSelector(6, 3, random_state=0), random_share=0.5,
+                                random_state=0)
+    assert sorted(np.concatenate(list(tempered.split(np.zeros((24, 2)), y))).tolist()) == \
+        list(range(24))
+
+
+def test_class_balanced_bad_arguments():
+    X, y = np.zeros((12, 2)), np.repeat([0, 1, 2], 4)
+    with pytest.raises(ValueError, match="needs the labels y"):
+        list(ClassBalancedSelector(4, 2).split(X))
+    with pytest.raises(ValueError, match=r"batch_size=6 must be a multiple of samples_per_class=4"):
+        list(ClassBalancedSelector(6, 4).split(X, y))
+    with pytest.raises(ValueError, match="samples_per_class"):
+        list(ClassBalancedSelector(4, 1).split(X, y))
+    with pytest.raises(ValueError, match="small_classes"):
+        list(ClassBalancedSelector(4, 2, small_classes="drop").split(X, y))
+    with pytest.raises(ValueError, match="hard_classes must be True or False"):
+        list(ClassBalancedSelector(4, 2, hard_classes="yes").split(X, y))
+    with pytest.raises(ValueError, match="y has 11 labels but X has 12"):
+        list(ClassBalancedSelector(4, 2).split(X, y[:11]))

@@ -155,7 +155,8 @@ class NetBuilder(ParameterChecks):
         self._check_params()
         seed = self._seed() if seed is None else seed
         net = self._make_net(self._factory(spec, shared), self._loss(), None,
-                             resolve_device(device), seed, n_samples, spec.items_paired)
+                             resolve_device(device), seed, n_samples, spec.items_paired,
+                             trains=False)
         return net.initialize()
 
     def check_saved_shapes(self, spec: InputSpec, n_samples: int, shared: bool,
@@ -217,8 +218,8 @@ class NetBuilder(ParameterChecks):
                   seed: int,
                   n: int, items_paired: bool, valid: ViewData | None = None,
                   extra: list | None = None, kept: np.ndarray | None = None,
-                  n_rows: int | None = None, held_out_rows: np.ndarray | None = None
-                  ) -> SelectorNet:
+                  n_rows: int | None = None, held_out_rows: np.ndarray | None = None,
+                  trains: bool = True) -> SelectorNet:
         selector = self._fitting_selector(seed, n, kept, n_rows)
         batch = selector.nominal_batch_size(n)
         if self.micro_batch_size is not None and batch is not None and \
@@ -230,7 +231,7 @@ class NetBuilder(ParameterChecks):
             # pairs and two crops add two embeddings per item
             paired = not self._labelled or items_paired or self.augmentation is not None
             self.memory.check_batch_rows(batch * (2 if paired else 1))
-        callbacks = self._callbacks(selector, n, labels, extra or [])
+        callbacks = self._callbacks(selector, n, labels, extra or [], trains)
         optimizer_params = {f"optimizer__{k}": v for k, v in
                             {**(self.optimizer_params or {}), **self._nested("optimizer__")
                              }.items()}
@@ -266,13 +267,18 @@ class NetBuilder(ParameterChecks):
             return "pairs"
         return "crops" if items_paired or self.augmentation is not None else "single"
 
-    def _callbacks(self, selector: BatchSelector, n: int, labels: Any, extra: list) -> list:
+    def _callbacks(self, selector: BatchSelector, n: int, labels: Any, extra: list,
+                   trains: bool = True) -> list:
         """The skorch callbacks of a fit: the loss terms, progress, schedule, held-out
-        score, then the user's."""
+        score, then the user's. A net that will not train (one :func:`skcontrast.load`
+        fills; a warm start builds its own) needs no batch count, which may need the
+        training labels."""
         callbacks: list[Any] = [
             ("train_positive", PassthroughScoring(name="train_positive", on_train=True)),
             ("train_entropy", PassthroughScoring(name="train_entropy", on_train=True)),
         ]
+        if not trains:
+            return callbacks + extra + list(self.callbacks or [])
         # the selector, not skorch's batch_size, knows how many batches an epoch has
         per_epoch = selector.get_n_splits(n, labels)
         if self.verbose:

@@ -18,6 +18,7 @@ non-adaptive selectors only use ``len(X)``.
 ``CommunityBatchSelector``   communities of a rank-window graph, cut to size (B3)
 ``RandomWalkBatchSelector``  random walks with restart on a proximity graph (ProSampler)
 ``BindingSelector``          one binding example per class in every batch (Kini et al.)
+``ClassBalancedSelector``    P classes x K samples per batch (label losses)
 ``TemperedSelector``         hardness dial, curriculum, false-negative guards, teacher
 ``PredefinedBatchSelector``  the same given batches every epoch
 ===========================  ============================================================
@@ -28,6 +29,7 @@ training loops of one's own (plain PyTorch, Lightning, Hugging Face ``Trainer``)
 
 from ._adaptive import BcSSelector, OSGDSelector, ScBSelector
 from ._assignment import balanced_assignment
+from ._balanced import ClassBalancedSelector
 from ._base import BatchSelector
 from ._basic import (
     ExhaustiveBatchSelector,
@@ -48,6 +50,7 @@ __all__ = [
     "BatchSelector",
     "BcSSelector",
     "BindingSelector",
+    "ClassBalancedSelector",
     "CommunityBatchSelector",
     "Corollary21",
     "ExhaustiveBatchSelector",
