@@ -359,3 +359,33 @@ def hard_negative(U, V, t, beta, tau_plus, negatives="both views"):
         ng = torch.maximum(ng, floor)
         total = total - torch.log(pos / (pos + ng))
     return total / len(anchors)
+
+
+def jest_brute_force(learner, reference, t, b, keep, chunk_sizes, uniforms):
+    """JEST's chunked sampler (Evans et al. 2024, Sec. 2.2, Algorithm 1) by brute force.
+
+    ``learner`` and ``reference`` are ``(U, V)`` embedding pairs of one super-batch. The
+    learnability of a set of rows is the learner's summed SigLIP loss on it minus the
+    reference's, each computed from scratch; each chunk keeps the rows with the largest
+    "learnability the row adds to the rows chosen so far + Gumbel noise" (Gumbel top-k,
+    with the given uniforms, one list per chunk).
+    """
+    def summed_loss(pair, rows):
+        U, V = pair
+        if not rows:
+            return 0.0
+        return float(siglip(U[rows], V[rows], t, b)) * len(rows)
+
+    def learnability(rows):
+        return summed_loss(learner, rows) - summed_loss(reference, rows)
+
+    n = len(learner[0])
+    chosen = []
+    for size, draws in zip(chunk_sizes, uniforms, strict=True):
+        base = learnability(chosen)
+        keys = {k: learnability(sorted([*chosen, k])) - base - math.log(-math.log(float(u)))
+                for k, u in enumerate(draws) if k not in chosen}
+        new = sorted(keys, key=keys.get, reverse=True)[:size]
+        assert len(new) == size and n >= len(chosen) + size
+        chosen += new
+    return chosen

@@ -114,6 +114,17 @@ def sigmoid_negative_sums(a: torch.Tensor, b: torch.Tensor, temperature: Any, bi
     return F.softplus(logits).masked_fill(own, 0.0).sum(-1)
 
 
+def sigmoid_pair_losses(logits: torch.Tensor) -> torch.Tensor:
+    """The term of every pair in SigLIP's sum (Zhai et al., Eq. 1), before the ``1/B``:
+    ``softplus(-l_ii)`` for the positives on the diagonal, ``softplus(l_ij)`` for the
+    negatives; shape of ``logits`` (``(..., B, B)``). A sub-batch's summed loss is the
+    sum of its block, which is what JEST samples over
+    (:func:`~skcontrast.selectors.jest_select`)."""
+    own = torch.eye(logits.shape[-2], logits.shape[-1], dtype=torch.bool,
+                    device=logits.device)
+    return F.softplus(torch.where(own, -logits, logits))
+
+
 def _dense_terms(logits: torch.Tensor, lambda_pos: Any, lambda_ent: Any, reduction: str,
                  return_terms: bool) -> torch.Tensor | LossTerms:
     """SigLIP's reduced loss from one logits matrix, as a hand-written loop computes it:

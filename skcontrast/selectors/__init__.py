@@ -25,6 +25,8 @@ non-adaptive selectors only use ``len(X)``.
 
 :class:`SelectorSampler` makes any of them a ``torch.utils.data`` batch sampler, for
 training loops of one's own (plain PyTorch, Lightning, Hugging Face ``Trainer``).
+:func:`jest_select` keeps the most learnable rows of a super-batch at a training step
+(JEST), for loops of one's own.
 """
 
 from ._adaptive import BcSSelector, OSGDSelector, ScBSelector
@@ -41,6 +43,7 @@ from ._basic import (
 )
 from ._binding import BindingSelector, Corollary21, batch_interaction_graph, check_corollary_2_1
 from ._community import CommunityBatchSelector
+from ._jest import jest_select
 from ._sampler import SelectorSampler
 from ._spectral import SpectralBatchSelector, spectral_batches
 from ._tempered import TemperedSelector
@@ -68,5 +71,6 @@ __all__ = [
     "balanced_assignment",
     "batch_interaction_graph",
     "check_corollary_2_1",
+    "jest_select",
     "spectral_batches",
 ]

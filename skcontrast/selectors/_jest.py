@@ -1,0 +1,144 @@
+"""JEST's joint sampling of a sub-batch from a super-batch (Evans et al., NeurIPS 2024).
+
+A sub-batch ``S`` of a super-batch is scored by its *learnability*: the learner's loss on
+``S`` minus a reference model's. With SigLIP's pairwise sigmoid loss (their Eq. 1 and
+Sec. 2), a sub-batch's summed loss is the sum of its block of the pair-loss matrix, so
+its learnability is ``sum_{i, j in S} A_ij`` with ``A = L_learner - L_reference``.
+Scoring every sub-batch is out of reach; JEST samples it in ``n_chunks`` chunks (their
+Sec. 2.2 and Algorithm 1): the first chunk from the softmax of each example's own score
+``A_ii``, each later chunk from the softmax of the score an example adds to what is
+already chosen, ``A_kk + sum_{j in S} (A_kj + A_jk)``, without replacement.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .._validation import as_float_tensor, check_choice, check_int, describe
+from ..losses._sigmoid import sigmoid_pair_losses
+
+#: What a sub-batch is scored by: JEST's learnability, the learner's loss alone (hardest
+#: first), or the reference's loss negated (what the reference finds easy).
+SCORES = ("learnability", "hard", "easy_reference")
+
+
+def chunk_sizes(keep: int, n_chunks: int) -> list[int]:
+    """``keep`` rows in ``n_chunks`` chunks as equal as they can be, the larger first."""
+    base, extra = divmod(keep, n_chunks)
+    return [base + (1 if c < extra else 0) for c in range(n_chunks)]
+
+
+def pair_scores(learner_logits: Any, reference_logits: Any = None,
+                score: str = "learnability") -> torch.Tensor:
+    """The ``(S, S)`` matrix whose block sum over a sub-batch is its score.
+
+    ``'learnability'``: learner minus reference pair losses; ``'hard'``: the learner's;
+    ``'easy_reference'``: the reference's, negated.
+    """
+    check_choice(score, "score", SCORES)
+    learner = _square(learner_logits, "learner_logits") if score != "easy_reference" else None
+    reference = None
+    if score != "hard":
+        if reference_logits is None:
+            raise ValueError(f"score={score!r} needs reference_logits (a reference model's "
+                             "logits of the same super-batch); score='hard' uses the "
+                             "learner's alone")
+        reference = _square(reference_logits, "reference_logits")
+        if learner is not None and reference.shape != learner.shape:
+            raise ValueError(f"reference_logits has shape {tuple(reference.shape)} but "
+                             f"learner_logits {tuple(learner.shape)}: both score the same "
+                             "super-batch")
+    if reference is None:
+        assert learner is not None
+        return sigmoid_pair_losses(learner)
+    if learner is None:
+        return -sigmoid_pair_losses(reference)
+    return sigmoid_pair_losses(learner) - sigmoid_pair_losses(reference.to(learner))
+
+
+def _square(logits: Any, name: str) -> torch.Tensor:
+    x = as_float_tensor(logits, name).detach()
+    if x.ndim != 2 or x.shape[0] != x.shape[1] or x.shape[0] < 2:
+        raise ValueError(f"{name} must be the (S, S) logits of a super-batch of S >= 2 "
+                         f"pairs (positives on the diagonal); got {describe(logits)}")
+    if not torch.isfinite(x).all():
+        raise ValueError(f"{name} contains {int((~torch.isfinite(x)).sum())} NaN or "
+                         "infinite value(s)")
+    return x
+
+
+def jest_select(learner_logits: Any, reference_logits: Any, keep: int, n_chunks: int = 16,
+                generator: torch.Generator | None = None, *,
+                score: str = "learnability") -> torch.Tensor:
+    r"""Sample ``keep`` rows of a super-batch by JEST's chunked joint sampling.
+
+    Evans et al., *Data curation via joint example selection further accelerates
+    multimodal learning* (NeurIPS 2024), Sec. 2.2 and Algorithm 1. With
+    :math:`A = L^{\text{learner}} - L^{\text{ref}}` the pairwise sigmoid losses of the
+    two models' logits (SigLIP, Zhai et al. Eq. 1; the positive pairs on the diagonal),
+    the learnability of a sub-batch :math:`S` is :math:`\sum_{i,j \in S} A_{ij}`, the
+    difference of the two models' summed SigLIP losses on :math:`S`. The first of the
+    ``n_chunks`` chunks is drawn from :math:`\mathrm{softmax}(A_{kk})`; each later one
+    from :math:`\mathrm{softmax}(A_{kk} + \sum_{j \in S}(A_{kj} + A_{jk}))` over the
+    rows not yet chosen (the learnability each would add), without replacement, by
+    Gumbel top-k (the same law as drawing one at a time).
+
+    Parameters
+    ----------
+    learner_logits : tensor or array of shape (S, S)
+        The learner's logits of the super-batch, ``u_i . v_j / t + b`` (no gradient is
+        needed: the selection is detached).
+    reference_logits : tensor or array of shape (S, S) or None
+        The reference model's; ``None`` only with ``score='hard'``.
+    keep : int
+        Rows to keep, ``1 <= keep <= S`` (``S (1 - f)`` for filter ratio ``f``).
+    n_chunks : int, default=16
+        Chunks of the sampler, ``1 <= n_chunks <= keep``; the chunk sizes differ by at
+        most one, the larger first (the paper uses 16 equal chunks).
+    generator : torch.Generator or None, default=None
+        The source of the Gumbel noise, on the logits' device (one draw of ``S``
+        uniforms per chunk); ``None``: torch's global generator.
+    score : {'learnability', 'hard', 'easy_reference'}, default='learnability'
+        Learner minus reference (JEST), the learner's loss alone (hard examples), or
+        minus the reference's (what the reference finds easy, the paper's "easy
+        reference" ablation).
+
+    Returns
+    -------
+    torch.Tensor of shape (keep,), int64
+        Row indices of the super-batch in the order they were drawn.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skcontrast.selectors import jest_select
+    >>> g = torch.Generator().manual_seed(0)
+    >>> learner, reference = 5 * torch.eye(8) - 2, 5 * torch.eye(8) - 2
+    >>> learner[3, 3] = -5.0  # pair 3 is unlearned by the learner, learned by the reference
+    >>> 3 in jest_select(learner, reference, keep=2, n_chunks=1, generator=g).tolist()
+    True
+    """
+    scores = pair_scores(learner_logits, reference_logits, score)
+    size = scores.shape[0]
+    keep = check_int(keep, "keep", minimum=1, maximum=size)
+    n_chunks = check_int(n_chunks, "n_chunks", minimum=1, maximum=keep)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator or None; got "
+                         f"{describe(generator)}")
+    device = scores.device if generator is None else generator.device
+    gains = torch.diagonal(scores).clone()
+    chosen = torch.zeros(size, dtype=torch.bool, device=scores.device)
+    kept = []
+    tiny = torch.finfo(scores.dtype).tiny
+    for size_c in chunk_sizes(keep, n_chunks):
+        uniform = torch.rand(size, generator=generator, dtype=scores.dtype, device=device)
+        gumbel = -torch.log(-torch.log(uniform.to(scores.device).clamp_min(tiny)))
+        logits = gains.masked_fill(chosen, float("-inf")) + gumbel
+        new = torch.topk(logits, size_c).indices
+        chosen[new] = True
+        kept.append(new)
+        # the score each row would add, now that ``new`` is in the sub-batch
+        gains += scores[new].sum(0) + scores[:, new].sum(1)
+    return torch.cat(kept)
