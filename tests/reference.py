@@ -389,3 +389,37 @@ def jest_brute_force(learner, reference, t, b, keep, chunk_sizes, uniforms):
         assert len(new) == size and n >= len(chosen) + size
         chosen += new
     return chosen
+
+
+def summed_pair_loss(loss, U, V, rows):
+    """A loss object's mean loss on the pairs ``rows`` times their number, in float64
+    (0 for fewer than two pairs: nothing to contrast)."""
+    if len(rows) < 2:
+        return 0.0
+    return float(loss(U[list(rows)], V[list(rows)])) * len(rows)
+
+
+def jest_generic_brute_force(loss, learner, reference, keep, chunk_sizes, uniforms):
+    """JEST's sampler with any pair loss, scoring sub-batches directly: the first chunk by
+    each row's share of the super-batch's summed loss (whole less without it), later
+    chunks by the summed loss of the chosen rows plus the candidate less that of the
+    chosen rows; learner minus reference. Gumbel top-k with the given uniforms."""
+    n = len(learner[0])
+
+    def score(rows):
+        out = summed_pair_loss(loss, *learner, rows)
+        return out - (summed_pair_loss(loss, *reference, rows) if reference else 0.0)
+
+    everyone = list(range(n))
+    chosen = []
+    for c, (size, draws) in enumerate(zip(chunk_sizes, uniforms, strict=True)):
+        if c == 0:
+            gains = {k: score(everyone) - score([j for j in everyone if j != k])
+                     for k in everyone}
+        else:
+            base = score(chosen)
+            gains = {k: score(sorted([*chosen, k])) - base
+                     for k in everyone if k not in chosen}
+        keys = {k: g - math.log(-math.log(float(draws[k]))) for k, g in gains.items()}
+        chosen += sorted(keys, key=keys.get, reverse=True)[:size]
+    return chosen

@@ -26,8 +26,10 @@ from skcontrast.selectors import (
     ExhaustiveBatchSelector,
     FixedBatchSelector,
     FullBatchSelector,
+    JESTSelector,
     OSGDSelector,
     RandomBatchSelector,
+    RhoLossSelector,
     ScBSelector,
     ShuffledBatchSelector,
     SpectralBatchSelector,
@@ -431,3 +433,91 @@ def test_transform_views_gives_a_pipeline_one_view_both_or_their_mean(views, wid
     with pytest.raises(ValueError, match="transform_views='concat' combines the two views"):
         ContrastiveEmbedder(transform_views="concat", augmentation=GaussianNoise(0.1),
                             max_epochs=1).fit(X[:, 0])
+
+
+# --------------------------------------------------------------------------------------
+# Step-level curation (JEST, RHO-LOSS)
+# --------------------------------------------------------------------------------------
+
+def test_a_curating_selector_trains_on_the_rows_it_keeps(pairs):
+    X, _ = pairs
+    class TrainedRows(Callback):  # what reached the loss at each step
+        def initialize(self):
+            self.rows = []
+            return self
+
+        def on_batch_end(self, net, batch=None, training=None, **step):
+            if training:
+                self.rows.append(step["y_pred"].shape[0])
+
+    sel, trained = JESTSelector(16, 0.75, score="hard", random_state=0), TrainedRows()
+    est = ContrastiveEmbedder(**{**SMALL, "batch_size": None}, selector=sel,
+                              callbacks=[trained]).fit(X)
+    steps = est.history_[-1]["batches"]
+    assert trained.rows[-7:] == [len(s["kept"]) for s in steps]
+    assert len(steps) == sel.get_n_splits(len(X)) == 7  # super-batches: 6 x 64 + 16
+    for step in steps:
+        assert step["train_batch_size"] == len(step["kept"]) == len(set(step["kept"]))
+    # the learner embeds each super-batch; 16 of 64 train, 4 of the last 16
+    assert [s["selection_rows"] for s in steps] == [64] * 6 + [16]
+    assert [s["train_batch_size"] for s in steps] == [16] * 6 + [4]
+    assert est.history_[-1]["selection_rows"] == 400
+
+
+def test_curation_keeps_what_the_reference_finds_easy(pairs):
+    # half of the rows have reference views pointing apart (a high reference loss):
+    # 'easy_reference' keeps the other half
+    X, _ = pairs
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=(len(X), 1, 6)).repeat(2, axis=1)
+    bad = np.zeros(len(X), dtype=bool)
+    bad[rng.permutation(len(X))[:len(X) // 2]] = True
+    ref[bad, 1] *= -1
+    sel = JESTSelector(8, 0.5, n_chunks=2, score="easy_reference", reference=ref,
+                       random_state=0)
+    est = ContrastiveEmbedder(**{**SMALL, "batch_size": None}, selector=sel).fit(X)
+    kept = np.concatenate([s["kept"] for s in est.history_[-1]["batches"]])
+    assert bad[kept].mean() < 0.1  # shuffled batches: 0.5
+    assert est.history_[-1]["selection_rows"] == sum(
+        len(b) for b in sel.split(np.zeros((len(X), 1))))  # no reference forward pass
+
+
+def test_jest_with_a_fitted_reference_in_a_grid_search(pairs):
+    X, _ = pairs
+    reference = ContrastiveEmbedder(**SMALL).fit(X[:100])
+    est = ContrastiveEmbedder(**{**SMALL, "batch_size": None},
+                              selector=JESTSelector(8, reference=reference, random_state=0))
+    search = GridSearchCV(est, {"selector__filter_ratio": [0.5, 0.75]}, cv=2).fit(X)
+    assert search.best_estimator_.selector.reference is reference
+    steps = search.best_estimator_.history_[-1]["batches"]
+    ratio = search.best_params_["selector__filter_ratio"]
+    assert steps[0]["selection_rows"] == 2 * round(8 / (1 - ratio))  # learner + reference
+
+
+def test_rho_loss_with_a_label_loss_and_two_crops():
+    X, y = make_paired_gaussians(120, 6, n_clusters=4, random_state=1)
+    single = X[:, 0]
+    reference = SupConEmbedder(**SMALL).fit(single, y)
+    sel = RhoLossSelector(8, 0.5, reference=reference, random_state=0)
+    for augmentation in (None, GaussianNoise(0.1)):
+        est = SupConEmbedder(**{**SMALL, "batch_size": None}, selector=sel,
+                             augmentation=augmentation).fit(single, y)
+        steps = est.history_[-1]["batches"]
+        assert all(s["train_batch_size"] == len(s["kept"]) for s in steps)
+        assert steps[0]["train_batch_size"] == 8 and steps[0]["selection_rows"] == 32
+
+
+def test_a_model_trained_with_fixed_reference_embeddings_saves_and_continues(pairs, tmp_path):
+    import skcontrast
+
+    X, _ = pairs
+    ref = np.random.default_rng(1).normal(size=(len(X), 2, 4))
+    params = {**SMALL, "batch_size": None,
+              "selector": JESTSelector(8, 0.5, reference=ref, random_state=0),
+              "validation_fraction": 0.25}
+    first = ContrastiveEmbedder(**params).fit(X)  # held-out rows: the reference follows
+    again = skcontrast.load(first.save(tmp_path / "m"))
+    np.testing.assert_array_equal(again.selector.reference, ref)
+    np.testing.assert_allclose(again.transform(X), first.transform(X))
+    again.set_params(warm_start=True).fit(X)
+    assert len(again.history_) == 4

@@ -1,15 +1,28 @@
-"""Step-level curation: JEST's joint sampler (Evans et al., NeurIPS 2024)."""
+"""Step-level curation: JEST's joint sampler (Evans et al., NeurIPS 2024), the curating
+selectors (JEST, RHO-LOSS) and their references."""
 
 import math
+import pickle
 
 import numpy as np
 import pytest
 import torch
 from conftest import requires_cuda
-from reference import jest_brute_force
+from reference import jest_brute_force, jest_generic_brute_force, summed_pair_loss
+from sklearn.base import clone
 
-from skcontrast.losses import siglip
-from skcontrast.selectors import jest_select
+from skcontrast.datasets import make_paired_gaussians
+from skcontrast.losses import SigLIP, SupCon, SymmetricInfoNCE, siglip
+from skcontrast.selectors import (
+    BindingSelector,
+    CurationBatch,
+    JESTSelector,
+    RhoLossSelector,
+    SelectorSampler,
+    TemperedSelector,
+    jest_select,
+)
+from skcontrast.selectors._curation import leave_one_out, subset_losses
 from skcontrast.selectors._jest import chunk_sizes, pair_scores
 
 
@@ -153,3 +166,194 @@ def test_cuda_logits_with_a_cpu_generator_keep_the_cpu_rows():
     on_device = jest_select(L.cuda(), R.cuda(), 16, 4,
                             torch.Generator(device="cuda").manual_seed(0))
     assert len(set(on_device.tolist())) == 16
+
+
+# --------------------------------------------------------------------------------------
+# Curating selectors: super-batches, the step hook, references
+# --------------------------------------------------------------------------------------
+
+def unit_pairs(n, k=4, seed=0):
+    z = torch.randn(n, 2, k, generator=torch.Generator().manual_seed(seed))
+    return torch.nn.functional.normalize(z, dim=-1)
+
+
+def copy_generator(selector):
+    g = torch.Generator()
+    g.set_state(selector._generator.get_state())
+    return g
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize(("n", "b", "f"), [(100, 8, 0.5), (64, 16, 0.75), (37, 4, 0.9),
+                                           (20, 5, 0.0)])
+def test_super_batches_partition_the_epoch(n, b, f, drop_last):
+    sel = JESTSelector(b, f, score="hard", drop_last=drop_last, random_state=0)
+    batches = list(sel.split(np.zeros((n, 1))))
+    size = sel.super_batch_size(n)
+    assert size == min(n, max(b, round(b / (1 - f))))
+    assert len(batches) == sel.get_n_splits(n)
+    assert all(len(batch) == size for batch in batches[:-1])
+    flat = np.concatenate(batches)
+    assert len(set(flat.tolist())) == len(flat)
+    if not drop_last:
+        assert sorted(flat.tolist()) == list(range(n))
+    assert sel.nominal_batch_size(n) == b
+    assert sel.kept_rows(size, n) == b  # a whole super-batch keeps batch_size rows
+    assert sel.kept_rows(size // 2, n) == max(2, round(size // 2 * b / size))
+
+
+def test_jest_curate_keeps_distinct_rows_reproducibly():
+    z = unit_pairs(32)
+    runs = []
+    for seed in (0, 0, 1):
+        sel = JESTSelector(8, 0.75, score="hard", random_state=seed)
+        batch = next(iter(sel.split(np.zeros((32, 1)))))
+        kept = sel.curate(CurationBatch(z, torch.as_tensor(batch)))
+        assert kept.dtype == torch.int64 and len(set(kept.tolist())) == 8
+        runs.append(kept.tolist())
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+
+
+def test_jest_with_siglip_is_the_papers_sampler_on_the_two_models_logits():
+    loss = SigLIP(temperature=0.5, bias=-2.0)
+    z, zr = unit_pairs(24, seed=0), unit_pairs(24, seed=1)
+    sel = JESTSelector(8, 2 / 3, n_chunks=4, reference=zr.numpy(), loss=loss,
+                       random_state=0)
+    batch = torch.as_tensor(next(iter(sel.split(np.zeros((24, 1))))))
+    g = copy_generator(sel)
+    kept = sel.curate(CurationBatch(z, batch))
+    L = z[:, 0] @ z[:, 1].T / 0.5 - 2.0
+    R = zr[batch, 0] @ zr[batch, 1].T / 0.5 - 2.0
+    assert kept.tolist() == jest_select(L, R, 8, 4, g).tolist()
+
+
+@pytest.mark.parametrize("score", ["learnability", "hard"])
+def test_jest_with_any_loss_equals_a_brute_force_sampler(score):
+    loss = SymmetricInfoNCE(temperature=0.3)
+    n, keep, n_chunks = 12, 6, 3
+    z, zr = unit_pairs(n, seed=2).double(), unit_pairs(n, seed=3).double()
+    reference = zr.numpy() if score == "learnability" else None
+    sel = JESTSelector(keep, 0.5, n_chunks=n_chunks, score=score, reference=reference,
+                       loss=loss, random_state=0)
+    batch = torch.as_tensor(next(iter(sel.split(np.zeros((n, 1))))))
+    g = copy_generator(sel)
+    kept = sel.curate(CurationBatch(z, batch))
+    sizes = chunk_sizes(keep, n_chunks)
+    uniforms = [torch.rand(n, generator=g).tolist() for _ in sizes]
+    ref_pair = (zr[batch, 0], zr[batch, 1]) if reference is not None else None
+    expected = jest_generic_brute_force(loss, (z[:, 0], z[:, 1]), ref_pair, keep, sizes,
+                                        uniforms)
+    assert kept.tolist() == expected
+
+
+def test_subset_losses_and_leave_one_out_are_summed_losses():
+    loss = SymmetricInfoNCE(temperature=0.2)
+    z = unit_pairs(7, seed=4).double()
+    rows = np.array([[0, 1, 2], [3, 5, 6]])
+    got = subset_losses(z, None, loss, rows)
+    for r, value in zip(rows, got, strict=True):
+        assert float(value) == pytest.approx(summed_pair_loss(loss, z[:, 0], z[:, 1], r))
+    share = leave_one_out(z, None, loss)
+    whole = summed_pair_loss(loss, z[:, 0], z[:, 1], range(7))
+    for i in range(7):
+        rest = [j for j in range(7) if j != i]
+        assert float(share[i]) == pytest.approx(whole - summed_pair_loss(loss, z[:, 0],
+                                                                         z[:, 1], rest))
+    assert subset_losses(z, None, loss, np.array([[3]])).tolist() == [0.0]
+
+
+def test_subset_losses_of_a_label_loss_count_both_crops():
+    loss = SupCon(temperature=0.5)
+    z = unit_pairs(6, seed=5).double()  # two crops of six items
+    y = torch.tensor([0, 0, 1, 1, 2, 2])
+    rows = np.array([[0, 1, 2, 3]])
+    crops = z[rows[0]].reshape(-1, 4)
+    direct = float(loss(crops, y[rows[0]].repeat_interleave(2))) * 4
+    assert float(subset_losses(z, y, loss, rows)[0]) == pytest.approx(direct)
+
+
+def test_rho_loss_keeps_the_largest_reducible_losses():
+    loss = SymmetricInfoNCE(temperature=0.3)
+    z, zr = unit_pairs(16, seed=6).double(), unit_pairs(16, seed=7).double()
+    sel = RhoLossSelector(4, 0.75, reference=zr, loss=loss, random_state=0)
+    batch = torch.as_tensor(next(iter(sel.split(np.zeros((16, 1))))))
+    kept = sel.curate(CurationBatch(z, batch))
+    reducible = leave_one_out(z, None, loss) - leave_one_out(zr[batch], None, loss)
+    assert set(kept.tolist()) == set(torch.topk(reducible, 4).indices.tolist())
+    # without a reference: the learner's loss alone
+    alone = RhoLossSelector(4, 0.75, loss=loss, random_state=0)
+    list(alone.split(np.zeros((16, 1))))
+    assert set(alone.curate(CurationBatch(z, batch)).tolist()) == \
+        set(torch.topk(leave_one_out(z, None, loss), 4).indices.tolist())
+
+
+def test_a_reference_model_embeds_the_views_on_a_copy():
+    encoder = torch.nn.Linear(3, 4)
+    encoder.train()
+    views = (torch.randn(8, 3), torch.randn(8, 3))
+    sel = JESTSelector(4, 0.5, reference=encoder, random_state=0)
+    list(sel.split(np.zeros((8, 1))))
+    out = sel.reference_embeddings(CurationBatch(unit_pairs(8), torch.arange(8), None, views))
+    with torch.no_grad():
+        expected = torch.stack([encoder(views[0]), encoder(views[1])], dim=1)
+    torch.testing.assert_close(out, expected)
+    assert encoder.training and encoder.weight.requires_grad  # the user's object untouched
+    assert sel.scores_with_model
+    with pytest.raises(ValueError, match="views=None"):
+        sel.reference_embeddings(CurationBatch(unit_pairs(8), torch.arange(8)))
+
+
+def test_fixed_reference_embeddings_are_read_by_row():
+    table = unit_pairs(20, seed=8)
+    sel = JESTSelector(4, 0.5, reference=table.numpy(), random_state=0)
+    index = torch.tensor([3, 17, 5, 0])
+    out = sel.reference_embeddings(CurationBatch(unit_pairs(4), index))
+    torch.testing.assert_close(out, table[index])
+    assert not sel.scores_with_model
+    short = JESTSelector(4, 0.5, reference=table[:10].numpy())
+    with pytest.raises(ValueError, match="reference embeddings hold 10 rows"):
+        short.reference_embeddings(CurationBatch(unit_pairs(4), index))
+
+
+def test_clone_and_pickle_keep_the_reference():
+    from skcontrast import ContrastiveEmbedder
+
+    fitted = ContrastiveEmbedder(n_components=2, hidden_layer_sizes=(4,), max_epochs=1,
+                                 random_state=0).fit(make_paired_gaussians(20, 4)[0])
+    sel = JESTSelector(4, 0.5, reference=fitted, random_state=0)
+    twin = clone(sel)
+    assert twin.reference is fitted and twin.get_params()["batch_size"] == 4
+    restored = pickle.loads(pickle.dumps(sel))
+    assert hasattr(restored.reference, "net_")
+    with pytest.raises(ValueError, match="reference ContrastiveEmbedder is not fitted"):
+        list(JESTSelector(4, reference=ContrastiveEmbedder()).split(np.zeros((8, 1))))
+
+
+def test_curating_selectors_are_refused_where_rows_cannot_be_kept():
+    sel = JESTSelector(4, 0.5, score="hard", random_state=0)
+    with pytest.raises(ValueError, match="TemperedSelector cannot wrap JESTSelector"):
+        list(TemperedSelector(sel).split(np.zeros((16, 1))))
+    with pytest.raises(ValueError, match="BindingSelector cannot wrap JESTSelector"):
+        list(BindingSelector(sel).split(np.zeros((16, 1)), np.repeat([0, 1], 8)))
+    with pytest.raises(ValueError, match="curating selectors are single-process"):
+        SelectorSampler(sel, 16, num_replicas=2, rank=0)
+    with pytest.raises(ValueError, match="call split"):
+        JESTSelector(4, score="hard").curate(CurationBatch(unit_pairs(8), torch.arange(8)))
+    with pytest.raises(ValueError, match="score='learnability' needs a reference"):
+        list(JESTSelector(4).split(np.zeros((8, 1))))
+    with pytest.raises(ValueError, match="filter_ratio"):
+        list(JESTSelector(4, 1.0, score="hard").split(np.zeros((8, 1))))
+    with pytest.raises(ValueError, match="reference must be a fitted estimator"):
+        list(RhoLossSelector(4, reference="model.pt").split(np.zeros((8, 1))))
+
+
+def test_a_plain_loop_curates_the_super_batches_of_a_selector_sampler():
+    sel = JESTSelector(4, 0.5, score="hard", random_state=0)
+    sampler = SelectorSampler(sel, 16)
+    seen = []
+    for batch in sampler:
+        z = unit_pairs(len(batch), seed=len(seen))
+        kept = sel.curate(CurationBatch(z, torch.as_tensor(batch)))
+        seen.append(np.asarray(batch)[kept.numpy()])
+    assert [len(s) for s in seen] == [4, 4]
+    assert len(set(np.concatenate(seen).tolist())) == 8

@@ -103,7 +103,9 @@ class NetBuilder(ParameterChecks):
                     params[key.rpartition("__")[0]] if "__" in key else selector,
                     PredefinedBatchSelector):
                 updates[key] = predefined_on_rows(value, rows, n_rows)
-            elif name == "teacher" and value is not None and rows is not None:
+            elif name in ("teacher", "reference") and value is not None and \
+                    rows is not None and not isinstance(value, torch.nn.Module) and \
+                    not hasattr(value, "net_"):  # fixed embeddings, one per row of X
                 teacher = value.detach().cpu().numpy() if hasattr(value, "detach") \
                     else np.asarray(value)
                 if len(teacher) == n_rows:  # rows of X -> the rows the fit trains on
@@ -242,6 +244,12 @@ class NetBuilder(ParameterChecks):
         placement: dict[str, Any] = {"device": device}
         if self.accelerator is not None:
             from ._distributed import DistributedSelectorNet
+
+            if selector.curates:
+                raise ValueError(f"{type(selector).__name__} keeps rows of each super-batch "
+                                 "from the embeddings of all of it; data-parallel training "
+                                 "(accelerator=) with a curating selector is not supported "
+                                 "yet: train in one process")
 
             # the accelerator's print shows the table on process 0 only, and only verbose
             sink = self.accelerator.print if self.verbose else print

@@ -428,12 +428,16 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
         first = len(self.history[-1]["batches"])
         pending: list[torch.Tensor] = []
         sizes: list[int] = []
+        kept: list[tuple[int, torch.Tensor]] = []  # rows a curating selector kept
         try:
             for batch in iterator:
                 self.notify("on_batch_begin", batch=batch, training=training)
                 step = step_fn(batch, **fit_params)
                 values = (step["loss"].detach(), step["positive"], step["entropy"])
-                sizes.append(batch_length(batch.views))
+                if "kept" in step:  # the super-batch's size, and the rows that trained
+                    kept.append((batch_length(batch.views), step["kept"]))
+                sizes.append(len(step["kept"]) if "kept" in step
+                             else batch_length(batch.views))
                 if per_batch:
                     self._record_batch(torch.stack(values).tolist(), sizes[-1], prefix,
                                        first + len(sizes) - 1)
@@ -447,8 +451,25 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
                 records = self.history[-1]["batches"]  # skorch's lookup, once per epoch
                 for i, row in enumerate(rows):
                     self._record_batch(row, sizes[i], prefix, first + i, records)
+            if kept:
+                self._record_curation(kept, first)
         self.history.record(prefix + "_batch_count", len(sizes))
         self.check_finite(prefix, first, first + len(sizes))
+
+    def _record_curation(self, kept: list[tuple[int, torch.Tensor]], first: int) -> None:
+        """Per step of a curating selector: the training rows kept (``'kept'``) and the
+        rows embedded to choose them (``'selection_rows'``: the super-batch, once by the
+        learner and once more by a reference model), read from the device once."""
+        records = self.history[-1]["batches"]
+        rows = torch.cat([k for _, k in kept]).tolist()
+        passes = 2 if self.selector.scores_with_model else 1
+        start = 0
+        for i, (size, k) in enumerate(kept):
+            row = records[first + i]
+            row["kept"] = rows[start:start + len(k)]
+            row["selection_rows"] = size * passes
+            start += len(k)
+        self.history.record("selection_rows", passes * sum(size for size, _ in kept))
 
     def _record_batch(self, values: list[float], size: int, prefix: str, position: int,
                       records: list | None = None) -> None:

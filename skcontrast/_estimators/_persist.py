@@ -139,8 +139,14 @@ def _encode(value: Any) -> Any:
         return _encode_array(value)
     allowed = allowed_objects()
     if isinstance(value, BaseEstimator) and path_of(type(value)) in allowed:
-        return {"estimator": path_of(type(value)),
-                "params": _encode(value.get_params(deep=False))}
+        params = {}
+        for name, inner in value.get_params(deep=False).items():
+            try:
+                params[name] = _encode(inner)
+            except Unstorable as exc:  # say where it is: the whole object is passed back
+                raise Unstorable(f"a {type(value).__name__} whose {name} is "
+                                 f"{exc.args[0]}") from None
+        return {"estimator": path_of(type(value)), "params": {"dict": params}}
     if isinstance(value, _field_objects()):
         return {"object": path_of(type(value)), "state": _encode(dict(vars(value)))}
     recipe = getattr(value, "_skcontrast_recipe", None)

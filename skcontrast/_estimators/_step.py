@@ -22,6 +22,7 @@ from skorch import NeuralNet
 from skorch.utils import TeeGenerator
 
 from .._validation import describe
+from ..selectors import CurationBatch
 
 PRECISIONS = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -72,6 +73,15 @@ def split_rows(x: Any, size: int) -> list[Any]:
         return [dict(zip(pieces, row, strict=True))
                 for row in zip(*pieces.values(), strict=True)]
     return list(x.split(size))
+
+
+def take_rows(x: Any, positions: torch.Tensor) -> Any:
+    """Rows ``positions`` of a batch (a tensor, a dict of them, or a tuple per view)."""
+    if isinstance(x, tuple | list):
+        return tuple(take_rows(t, positions) for t in x)
+    if isinstance(x, Mapping):
+        return {k: take_rows(t, positions) for k, t in x.items()}
+    return x[positions.to(x.device)]
 
 
 def rng_states(device: torch.device) -> tuple[Any, Any]:
@@ -196,6 +206,10 @@ class TrainingStep(_Net):
         Xi = to_device(Xi, self.compute_device, self.image_normalization)
         if self.augmentation is not None:
             Xi = (self.augment(Xi), self.augment(Xi))
+        kept = None
+        if self.selector.curates:
+            Xi, yi, index = self.curate(Xi, yi, index)
+            kept = index
         micro = self.micro_batch_size
         if micro is not None and batch_length(Xi) > micro:
             loss, y_pred = self.cached_step(Xi, yi, index, micro, **fit_params)
@@ -205,8 +219,30 @@ class TrainingStep(_Net):
             loss = self.get_loss(y_pred, yi, X=Xi, training=True, index=index)
             self.backward(loss)
         terms = self._batch_terms
-        return {"loss": loss, "y_pred": y_pred, "positive": terms.positive.detach(),
+        step = {"loss": loss, "y_pred": y_pred, "positive": terms.positive.detach(),
                 "entropy": terms.entropy.detach()}
+        if kept is not None:
+            step["kept"] = kept
+        return step
+
+    def curate(self, Xi: Any, yi: Any, index: torch.Tensor) -> tuple[Any, Any, torch.Tensor]:
+        """The rows of a super-batch a curating selector keeps (``selector.curate``),
+        judged by the learner's embeddings of it, computed without gradient in inference
+        mode (the selector may add a reference's)."""
+        module = self.module_
+        was_training = module.training
+        module.eval()
+        try:
+            with torch.no_grad(), self.autocast():
+                embeddings = self.infer(Xi).float()
+        finally:
+            module.train(was_training)
+        labels = None if yi is None else yi.to(embeddings.device, non_blocking=True)
+        positions = self.selector.curate(CurationBatch(
+            embeddings, index, labels, Xi, self.criterion_.live_loss()))
+        rows = positions.to(index.device)
+        return take_rows(Xi, positions), None if yi is None else yi[rows.to(yi.device)], \
+            index[rows]
 
     def augment(self, x: torch.Tensor) -> torch.Tensor:
         """One random view of a batch; the first of a fit is checked to keep its shape."""

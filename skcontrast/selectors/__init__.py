@@ -19,6 +19,8 @@ non-adaptive selectors only use ``len(X)``.
 ``RandomWalkBatchSelector``  random walks with restart on a proximity graph (ProSampler)
 ``BindingSelector``          one binding example per class in every batch (Kini et al.)
 ``ClassBalancedSelector``    P classes x K samples per batch (label losses)
+``JESTSelector``             keep the most learnable sub-batch of each super-batch (JEST)
+``RhoLossSelector``          keep the rows of largest reducible loss (RHO-LOSS)
 ``TemperedSelector``         hardness dial, curriculum, false-negative guards, teacher
 ``PredefinedBatchSelector``  the same given batches every epoch
 ===========================  ============================================================
@@ -43,6 +45,7 @@ from ._basic import (
 )
 from ._binding import BindingSelector, Corollary21, batch_interaction_graph, check_corollary_2_1
 from ._community import CommunityBatchSelector
+from ._curation import CurationBatch, JESTSelector, RhoLossSelector
 from ._jest import jest_select
 from ._sampler import SelectorSampler
 from ._spectral import SpectralBatchSelector, spectral_batches
@@ -56,13 +59,16 @@ __all__ = [
     "ClassBalancedSelector",
     "CommunityBatchSelector",
     "Corollary21",
+    "CurationBatch",
     "ExhaustiveBatchSelector",
     "FixedBatchSelector",
     "FullBatchSelector",
+    "JESTSelector",
     "OSGDSelector",
     "PredefinedBatchSelector",
     "RandomBatchSelector",
     "RandomWalkBatchSelector",
+    "RhoLossSelector",
     "ScBSelector",
     "SelectorSampler",
     "ShuffledBatchSelector",

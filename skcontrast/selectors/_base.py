@@ -116,6 +116,16 @@ def n_partition_batches(n: int, batch_size: int, drop_last: bool) -> int:
     return n // batch_size if drop_last else -(-n // batch_size)
 
 
+def refuse_curating(base: Any, wrapper: Any) -> None:
+    """A wrapper edits whole batches; a curating selector's are super-batches of which
+    each step keeps rows, which the wrapper would train on whole."""
+    if getattr(base, "curates", False):
+        raise ValueError(f"{type(wrapper).__name__} cannot wrap {type(base).__name__}: its "
+                         "batches are super-batches of which each training step keeps "
+                         "rows (curate), and the wrapper would train on them whole; use it "
+                         "on its own")
+
+
 class BatchSelector(BaseEstimator):
     """Base class of batch selectors: the mini-batches of one epoch per ``split`` call.
 
@@ -137,6 +147,9 @@ class BatchSelector(BaseEstimator):
     """
 
     _adaptive = False
+    #: Whether the batches are super-batches of which each training step keeps rows
+    #: (:meth:`curate`; see :class:`~skcontrast.selectors.JESTSelector`).
+    curates = False
 
     @property
     def partitions(self) -> bool:

@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from .._validation import check_int, describe, encode_labels, plain_label
-from ._base import BatchSelector, check_index_batches
+from ._base import BatchSelector, check_index_batches, refuse_curating
 from ._basic import ShuffledBatchSelector
 
 
@@ -161,6 +161,7 @@ class BindingSelector(BatchSelector):
         if not isinstance(self.base_selector, BatchSelector):
             raise ValueError(f"base_selector must be a BatchSelector; got "
                              f"{describe(self.base_selector)}")
+        refuse_curating(self.base_selector, self)
         return self.base_selector
 
     def epoch_batches(self, X: Any, y: Any = None, groups: Any = None, *,

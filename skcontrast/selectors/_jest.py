@@ -12,6 +12,7 @@ already chosen, ``A_kk + sum_{j in S} (A_kj + A_jk)``, without replacement.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -124,21 +125,43 @@ def jest_select(learner_logits: Any, reference_logits: Any, keep: int, n_chunks:
     size = scores.shape[0]
     keep = check_int(keep, "keep", minimum=1, maximum=size)
     n_chunks = check_int(n_chunks, "n_chunks", minimum=1, maximum=keep)
+    check_generator(generator)
+    scores_t = scores
+
+    def add(gains: torch.Tensor, chosen: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        # the score each row would add, now that ``new`` is in the sub-batch
+        return gains + scores_t[new].sum(0) + scores_t[:, new].sum(1)
+
+    return gumbel_chunks(torch.diagonal(scores).clone(), add, chunk_sizes(keep, n_chunks),
+                         generator)
+
+
+def check_generator(generator: Any) -> torch.Generator | None:
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ValueError(f"generator must be a torch.Generator or None; got "
                          f"{describe(generator)}")
-    device = scores.device if generator is None else generator.device
-    gains = torch.diagonal(scores).clone()
-    chosen = torch.zeros(size, dtype=torch.bool, device=scores.device)
+    return generator
+
+
+def gumbel_chunks(gains: torch.Tensor,
+                  update: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+                  sizes: list[int], generator: torch.Generator | None) -> torch.Tensor:
+    """JEST's chunked sampler over any score: chunk ``c`` draws ``sizes[c]`` rows without
+    replacement from ``softmax(gains)`` over the rows not chosen yet (Gumbel top-k, one
+    draw of ``len(gains)`` uniforms per chunk from ``generator``, on its device), then
+    ``gains = update(gains, chosen, new)`` gives each row's score given the rows chosen
+    so far (``chosen``, a mask that already includes the chunk ``new``)."""
+    size = len(gains)
+    device = gains.device if generator is None else generator.device
+    chosen = torch.zeros(size, dtype=torch.bool, device=gains.device)
     kept = []
-    tiny = torch.finfo(scores.dtype).tiny
-    for size_c in chunk_sizes(keep, n_chunks):
-        uniform = torch.rand(size, generator=generator, dtype=scores.dtype, device=device)
-        gumbel = -torch.log(-torch.log(uniform.to(scores.device).clamp_min(tiny)))
-        logits = gains.masked_fill(chosen, float("-inf")) + gumbel
-        new = torch.topk(logits, size_c).indices
+    tiny = torch.finfo(gains.dtype).tiny
+    for c, size_c in enumerate(sizes):
+        uniform = torch.rand(size, generator=generator, dtype=gains.dtype, device=device)
+        gumbel = -torch.log(-torch.log(uniform.to(gains.device).clamp_min(tiny)))
+        new = torch.topk(gains.masked_fill(chosen, float("-inf")) + gumbel, size_c).indices
         chosen[new] = True
         kept.append(new)
-        # the score each row would add, now that ``new`` is in the sub-batch
-        gains += scores[new].sum(0) + scores[:, new].sum(1)
+        if c + 1 < len(sizes):
+            gains = update(gains, chosen, new)
     return torch.cat(kept)

@@ -172,6 +172,11 @@ class SelectorSampler(Sampler[list[int]]):
         return np.concatenate([batch, np.resize(batch, pad)])
 
     def _check_batch_size(self, world: int) -> None:
+        if world > 1 and self.selector.curates:
+            raise ValueError(f"{type(self.selector).__name__} keeps rows of each super-batch "
+                             "from the embeddings of all of it, which a process holding a "
+                             "slice does not have: curating selectors are single-process "
+                             "for now")
         size = self.selector.nominal_batch_size(self.n_samples)
         if world > 1 and size is not None and size < world:
             raise ValueError(f"{type(self.selector).__name__}'s batch size {size} is below the "

@@ -16,6 +16,7 @@ from ._base import (
     check_index_batches,
     n_partition_batches,
     partition,
+    refuse_curating,
 )
 from ._graph import rank_window, unit_rows
 from ._guards import guard_batches, mix_random, neighbour_pairs
@@ -106,6 +107,7 @@ class TemperedSelector(BatchSelector):
         if not isinstance(self.base_selector, BatchSelector):
             raise ValueError(f"base_selector must be a BatchSelector; got "
                              f"{describe(self.base_selector)}")
+        refuse_curating(self.base_selector, self)
         return self.base_selector
 
     def _period_start(self, epoch: int) -> int:

@@ -1,0 +1,425 @@
+"""Step-level curation: selectors that choose which rows of a super-batch train.
+
+A *curating* selector's epoch is a partition of the samples into super-batches; at each
+training step it keeps ``batch_size`` rows of the super-batch (:meth:`curate`), judged by
+the learner's no-grad embeddings of them and, optionally, a reference model's. The
+estimators call that one hook (their training step never learns a selector's name); a
+loop of one's own calls it too, with the batches of a
+:class:`~skcontrast.selectors.SelectorSampler`.
+
+Scores are summed losses of sub-batches, ``loss(sub-batch) x its size`` (what JEST sums
+over pairs), computed with the loss being trained as it is at that step.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from sklearn.base import clone
+
+from .._validation import check_choice, check_int, check_real, describe
+from ..losses import Loss, SigLIP
+from ..losses._core import maybe_normalize
+from ._base import BatchSelector, check_batch_size, n_partition_batches, partition
+from ._jest import SCORES, chunk_sizes, gumbel_chunks, jest_select
+
+
+class CurationBatch(NamedTuple):
+    """What a curating selector sees at one training step, for a super-batch of ``S`` rows.
+
+    Attributes
+    ----------
+    embeddings : torch.Tensor
+        The learner's embeddings of the super-batch, without gradient: ``(S, 2, k)``
+        for pairs (or two crops), ``(S, k)`` for single views.
+    index : torch.Tensor of int64, shape (S,)
+        The rows of the training data the super-batch holds (for fixed reference
+        embeddings).
+    labels : torch.Tensor or None
+        The rows' labels, for a label loss.
+    views : Any
+        The super-batch as the network takes it, on its device: what a reference model
+        embeds. ``None`` when the reference is fixed embeddings (or absent).
+    loss : Loss or None
+        The loss being trained, as it is now (learned temperature included); ``None``:
+        the selector's own ``loss``, else :class:`~skcontrast.losses.SymmetricInfoNCE`.
+    """
+
+    embeddings: torch.Tensor
+    index: torch.Tensor  # type: ignore[assignment]  # a field; tuple.index is not used
+    labels: torch.Tensor | None = None
+    views: Any = None
+    loss: Loss | None = None
+
+
+def _loss_rows(embeddings: torch.Tensor, labels: torch.Tensor | None, loss: Loss
+               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, int]:
+    """What ``loss.batch_losses`` takes for a batch of these embeddings: ``(u, v)`` for
+    pairs, or rows and labels for a label loss (two crops of a row are two rows), and how
+    many of those rows an item has."""
+    if labels is not None and loss.labelled:
+        if embeddings.ndim == 3:  # two crops of each item: rows 2i and 2i + 1
+            return embeddings.reshape(-1, embeddings.shape[-1]), None, \
+                labels.repeat_interleave(2), 2
+        return embeddings, None, labels, 1
+    if embeddings.ndim == 3:
+        return embeddings[:, 0], embeddings[:, 1], None, 1
+    return embeddings, embeddings, None, 1  # a single view is its own positive
+
+
+def subset_losses(embeddings: torch.Tensor, labels: torch.Tensor | None, loss: Loss,
+                  subsets: np.ndarray) -> torch.Tensor:
+    """Summed loss (mean x size) of each row subset ``subsets`` (``(m, T)`` positions in
+    the batch) of a batch's embeddings, in vectorised calls, without gradients. A
+    subset of one row has nothing to contrast: it scores 0."""
+    if subsets.shape[1] < 2:
+        return torch.zeros(len(subsets), dtype=embeddings.dtype, device=embeddings.device)
+    u, v, y, per_item = _loss_rows(embeddings, labels, loss)
+    rows = subsets if per_item == 1 else \
+        (per_item * subsets[:, :, None] + np.arange(per_item)).reshape(len(subsets), -1)
+    with torch.no_grad():
+        values = loss.batch_losses(u, batches=rows, y=y) if y is not None \
+            else loss.batch_losses(u, v, rows)
+    return values * subsets.shape[1]
+
+
+def leave_one_out(embeddings: torch.Tensor, labels: torch.Tensor | None, loss: Loss
+                  ) -> torch.Tensor:
+    """Each row's share of the batch's summed loss: the summed loss of the batch less
+    that of the batch without the row (its loss as an anchor and as everyone's
+    negative), shape ``(S,)``."""
+    size = len(embeddings)
+    everyone = np.arange(size)
+    whole = subset_losses(embeddings, labels, loss, everyone[None])
+    without = np.stack([np.delete(everyone, i) for i in range(size)])
+    return whole - subset_losses(embeddings, labels, loss, without)
+
+
+class CuratingSelector(BatchSelector):
+    """Base of the selectors that keep rows of each super-batch at each training step.
+
+    An epoch shuffles the samples into super-batches of ``round(batch_size / (1 -
+    filter_ratio))`` rows (``get_n_splits`` counts them: one per training step); each
+    step keeps ``batch_size`` of them (a last, shorter super-batch keeps the same share,
+    at least 2). Subclasses implement :meth:`_keep`.
+    """
+
+    curates = True
+
+    def __sklearn_clone__(self) -> CuratingSelector:
+        # the reference is a fitted model or fixed embeddings, shared, never refitted:
+        # scikit-learn's clone would return an unfitted copy of a fitted estimator
+        params = self.get_params(deep=False)
+        reference = params.pop("reference")
+        return type(self)(**{k: clone(v, safe=False) for k, v in params.items()},
+                          reference=reference)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_reference_module", None)  # a device copy, made again when needed
+        return state
+
+    # -- the epoch: super-batches --------------------------------------------------------
+
+    def super_batch_size(self, n: int) -> int:
+        """Rows of a super-batch for ``n`` samples."""
+        b = check_batch_size(self.batch_size, n)
+        f = check_real(self.filter_ratio, "filter_ratio", low=0.0, high=1.0,
+                       high_open=True)
+        return min(n, max(b, round(b / (1.0 - f))))
+
+    def kept_rows(self, size: int, n: int) -> int:
+        """Rows a super-batch of ``size`` rows keeps."""
+        b = check_batch_size(self.batch_size, n)
+        return min(size, max(2, round(size * b / self.super_batch_size(n))))
+
+    def _select(self, X, y, groups, rng):
+        n = len(X)
+        self._check_curation_params()
+        batches = partition(rng.permutation(n), self.super_batch_size(n), self.drop_last)
+        # the step-level draws of this epoch: reproducible from (random_state, epoch)
+        self._generator = torch.Generator().manual_seed(int(rng.integers(2**63)))
+        self._n_samples = n
+        return batches
+
+    def _n_batches(self, n, y):
+        return n_partition_batches(n, self.super_batch_size(n), self.drop_last)
+
+    def nominal_batch_size(self, n: int) -> int | None:
+        """The rows that train at a step (``batch_size``), not the super-batch."""
+        return min(int(self.batch_size), n)
+
+    def _check_curation_params(self) -> None:
+        if not isinstance(self.drop_last, bool):
+            raise ValueError(f"drop_last must be True or False; got {describe(self.drop_last)}")
+        self._reference_kind()
+
+    # -- the step ------------------------------------------------------------------------
+
+    def curate(self, batch: CurationBatch) -> torch.Tensor:
+        """The positions (in the super-batch, int64 on its device) of the rows to train.
+
+        Call it once per super-batch of the current epoch (after ``split``), as the
+        estimators do at every training step.
+        """
+        if not isinstance(batch, CurationBatch):
+            raise ValueError(f"curate takes a CurationBatch; got {describe(batch)}")
+        z = batch.embeddings
+        if not isinstance(z, torch.Tensor) or z.ndim not in (2, 3) or len(z) < 2:
+            raise ValueError(f"CurationBatch.embeddings must be the learner's (S, 2, k) or "
+                             f"(S, k) embeddings of S >= 2 rows; got {describe(z)}")
+        if getattr(self, "_generator", None) is None:
+            raise ValueError(f"{type(self).__name__}.curate is called on the super-batches "
+                             "of an epoch: call split (or iterate a SelectorSampler) first")
+        n = getattr(self, "_n_samples", len(z))
+        keep = self.kept_rows(len(z), n)
+        loss = self.scoring_loss(batch.loss)
+        kept = self._keep(batch, keep, loss)
+        return kept.to(z.device)
+
+    @property
+    def scores_with_model(self) -> bool:
+        """Whether each step runs a reference model (a forward pass of the super-batch)."""
+        return self._reference_kind() == "model"
+
+    def _keep(self, batch: CurationBatch, keep: int, loss: Loss) -> torch.Tensor:
+        raise NotImplementedError
+
+    # -- the reference -------------------------------------------------------------------
+
+    def _reference_kind(self) -> str | None:
+        ref = self.reference
+        if ref is None:
+            return None
+        if isinstance(ref, torch.nn.Module) or hasattr(ref, "net_"):
+            return "model"
+        if hasattr(ref, "fit") and hasattr(ref, "get_params"):
+            raise ValueError(f"reference {type(ref).__name__} is not fitted: give a fitted "
+                             "estimator, a torch module or fixed embeddings of the rows")
+        if isinstance(ref, torch.Tensor | np.ndarray) or hasattr(ref, "__array__"):
+            return "embeddings"
+        raise ValueError(f"reference must be a fitted estimator, a torch module, fixed "
+                         f"embeddings of the training rows (n, 2, k) or (n, k), or None; "
+                         f"got {describe(ref)}")
+
+    def reference_embeddings(self, batch: CurationBatch) -> torch.Tensor | None:
+        """The reference's embeddings of the super-batch (no gradient), or ``None``."""
+        kind = self._reference_kind()
+        z = batch.embeddings
+        if kind is None:
+            return None
+        if kind == "embeddings":
+            table = self.reference if isinstance(self.reference, torch.Tensor) \
+                else torch.as_tensor(np.asarray(self.reference))
+            index = batch.index.to("cpu", torch.long)
+            if len(table) <= int(index.max()):
+                raise ValueError(f"reference embeddings hold {len(table)} rows but the "
+                                 f"batch names row {int(index.max())}: give one embedding "
+                                 "per training row")
+            out = table.detach()[index.to(table.device)]
+            return out.to(z.device, torch.float32)
+        if batch.views is None:
+            raise ValueError("a reference model embeds the super-batch's views; the "
+                             "CurationBatch has none (views=None)")
+        module = self._device_reference(z.device)
+        with torch.no_grad():
+            out = _embed_views(module, batch.views, wrapped=hasattr(self.reference, "net_"))
+        return out.float()
+
+    def _device_reference(self, device: torch.device) -> torch.nn.Module:
+        """A copy of the reference's network on ``device`` in inference mode (the user's
+        own object is never moved nor switched to eval mode)."""
+        cached = getattr(self, "_reference_module", None)
+        if cached is not None and cached[0] == device:
+            return cached[1]
+        ref = self.reference
+        module = ref.net_.module_ if hasattr(ref, "net_") else ref
+        copied = copy.deepcopy(module).to(device).eval()
+        for p in copied.parameters():
+            p.requires_grad_(False)
+        self._reference_module = (device, copied)
+        return copied
+
+
+def _embed_views(module: torch.nn.Module, views: Any, wrapped: bool) -> torch.Tensor:
+    """A reference's embeddings of a batch: a fitted estimator's network takes the views
+    as the learner's does; a plain encoder embeds each view, stacked on axis 1."""
+    if wrapped or isinstance(views, torch.Tensor | dict):
+        return module(views)
+    return torch.stack([module(v) for v in views], dim=1)
+
+
+class JESTSelector(CuratingSelector):
+    r"""JEST: keep the jointly most learnable sub-batch of each super-batch.
+
+    Evans et al., *Data curation via joint example selection further accelerates
+    multimodal learning* (NeurIPS 2024), Sec. 2 and Algorithm 1. Each training step
+    embeds a super-batch of ``batch_size / (1 - filter_ratio)`` rows without gradient
+    and keeps ``batch_size`` of them, drawn in ``n_chunks`` chunks from the softmax of
+    the score each row adds to the rows already drawn, where the score of a sub-batch
+    is
+
+    - ``'learnability'``: the learner's summed loss on it minus the reference's (hard
+      for the learner, easy for the reference);
+    - ``'hard'``: the learner's summed loss alone (no reference);
+    - ``'easy_reference'``: minus the reference's (what the reference finds easy).
+
+    The loss is the one being trained, as it is at that step (``loss=None``), or this
+    selector's own. With :class:`~skcontrast.losses.SigLIP` it decomposes over pairs and
+    the sampler is the paper's (:func:`jest_select` on the two models' logits). Any other
+    loss is scored on sub-batches directly: the first chunk by each row's share of the
+    super-batch's loss (:func:`leave_one_out`), each later chunk by the summed loss of
+    the chosen rows plus the candidate, less that of the chosen rows.
+
+    Parameters
+    ----------
+    batch_size : int, default=32
+        Rows that train at each step.
+    filter_ratio : float, default=0.5
+        ``f`` in [0, 1): the share of each super-batch left out (0.5: a super-batch of
+        twice the batch size).
+    n_chunks : int, default=16
+        Chunks of the sampler (at most the rows kept; fewer are used when fewer rows are
+        kept).
+    score : {'learnability', 'hard', 'easy_reference'}, default='learnability'
+    reference : fitted estimator, torch module, array or None, default=None
+        The reference model: a fitted skcontrast estimator (its network embeds the
+        super-batch as the learner's does), a torch module (an encoder applied to each
+        view, on the training device), or fixed embeddings of the training rows
+        (``(n, 2, k)`` pairs, ``(n, k)`` single views), e.g. a pre-trained model's,
+        which cost no forward pass. Kept as it is by :func:`sklearn.base.clone`.
+    loss : Loss, str or None, default=None
+        What to score with; ``None``: the loss being trained.
+    drop_last : bool, default=False
+        Leave out the last, shorter super-batch.
+    random_state : int, numpy Generator or None, default=None
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skcontrast.selectors import CurationBatch, JESTSelector
+    >>> sel = JESTSelector(batch_size=4, filter_ratio=0.5, score="hard", random_state=0)
+    >>> super_batches = list(sel.split(torch.zeros(16, 1)))
+    >>> [len(b) for b in super_batches]
+    [8, 8]
+    >>> z = torch.nn.functional.normalize(torch.randn(8, 2, 3), dim=-1)
+    >>> kept = sel.curate(CurationBatch(z, torch.as_tensor(super_batches[0])))
+    >>> len(kept)
+    4
+    """
+
+    def __init__(self, batch_size: int = 32, filter_ratio: float = 0.5, *,
+                 n_chunks: int = 16, score: str = "learnability", reference: Any = None,
+                 loss: Any = None, drop_last: bool = False, random_state: Any = None) -> None:
+        self.batch_size = batch_size
+        self.filter_ratio = filter_ratio
+        self.n_chunks = n_chunks
+        self.score = score
+        self.reference = reference
+        self.loss = loss
+        self.drop_last = drop_last
+        self.random_state = random_state
+
+    def _check_curation_params(self) -> None:
+        super()._check_curation_params()
+        check_int(self.n_chunks, "n_chunks", minimum=1)
+        check_choice(self.score, "score", SCORES)
+        if self.score != "hard" and self.reference is None:
+            raise ValueError(f"score={self.score!r} needs a reference (a fitted estimator, "
+                             "a torch module or fixed embeddings); score='hard' uses the "
+                             "learner alone")
+
+    @property
+    def scores_with_model(self) -> bool:
+        return self.score != "hard" and super().scores_with_model
+
+    def _keep(self, batch: CurationBatch, keep: int, loss: Loss) -> torch.Tensor:
+        n_chunks = min(int(self.n_chunks), keep)
+        learner = batch.embeddings.float() if self.score != "easy_reference" else None
+        reference = self.reference_embeddings(batch) if self.score != "hard" else None
+        if isinstance(loss, SigLIP):
+            logits = [None if z is None else _siglip_logits(z, loss)
+                      for z in (learner, reference)]
+            return jest_select(logits[0], logits[1], keep, n_chunks, self._generator,
+                               score=self.score)
+        models = [(z, sign) for z, sign in ((learner, 1.0), (reference, -1.0)) if z is not None]
+
+        def first() -> torch.Tensor:
+            return sum((sign * leave_one_out(z, batch.labels, loss) for z, sign in models),
+                       torch.zeros(len(batch.embeddings), device=batch.embeddings.device))
+
+        def summed(rows: np.ndarray) -> torch.Tensor:
+            return sum((sign * subset_losses(z, batch.labels, loss, rows)
+                        for z, sign in models),
+                       torch.zeros(len(rows), device=batch.embeddings.device))
+
+        def update(gains: torch.Tensor, chosen: torch.Tensor, new: torch.Tensor
+                   ) -> torch.Tensor:
+            picked = np.flatnonzero(chosen.cpu().numpy())
+            others = np.flatnonzero(~chosen.cpu().numpy())
+            grown = np.concatenate([np.broadcast_to(picked, (len(others), len(picked))),
+                                    others[:, None]], axis=1)
+            out = torch.full_like(gains, float("-inf"))
+            out[torch.as_tensor(others, device=gains.device)] = \
+                summed(grown) - summed(picked[None])
+            return out
+
+        return gumbel_chunks(first(), update, chunk_sizes(keep, n_chunks), self._generator)
+
+
+def _siglip_logits(z: torch.Tensor, loss: Loss) -> torch.Tensor:
+    """SigLIP's logits ``u . v / t + b`` of a batch of pairs (or a single view against
+    itself), with the loss's normalisation, temperature and bias."""
+    o = loss.options()
+    u, v = (z[:, 0], z[:, 1]) if z.ndim == 3 else (z, z)
+    u, v = (maybe_normalize(x, o.get("normalize", True)) for x in (u, v))
+    return u @ v.T / float(o["temperature"]) + float(o["bias"])
+
+
+class RhoLossSelector(CuratingSelector):
+    r"""RHO-LOSS: keep the rows of each super-batch with the largest reducible loss.
+
+    Mindermann et al., *Prioritized training on points that are learnable, worth
+    learning, and not yet learnt* (ICML 2022), Sec. 3 and Algorithm 1: the reducible
+    loss of a point is its training loss less its *irreducible* loss, the loss of a
+    model trained on holdout data (here: the ``reference``); each step keeps the
+    ``batch_size`` points of largest reducible loss. A contrastive loss belongs to a
+    batch, not a point: a row's loss is its share of the super-batch's summed loss
+    (:func:`leave_one_out`: its terms as an anchor and as the others' negative), so
+    RHO-LOSS is the per-row case of :class:`JESTSelector`'s learnability, the baseline
+    JEST compares with.
+
+    Parameters
+    ----------
+    batch_size : int, default=32
+    filter_ratio : float, default=0.5
+        As in :class:`JESTSelector` (the paper keeps 10%: ``filter_ratio=0.9``).
+    reference : fitted estimator, torch module, array or None, default=None
+        The irreducible-loss model (as in :class:`JESTSelector`); ``None`` ranks by the
+        learner's loss alone (the paper's "loss" baseline).
+    loss : Loss, str or None, default=None
+    drop_last : bool, default=False
+    random_state : int, numpy Generator or None, default=None
+        Shuffles the super-batches (the ranking itself is deterministic).
+    """
+
+    def __init__(self, batch_size: int = 32, filter_ratio: float = 0.5, *,
+                 reference: Any = None, loss: Any = None, drop_last: bool = False,
+                 random_state: Any = None) -> None:
+        self.batch_size = batch_size
+        self.filter_ratio = filter_ratio
+        self.reference = reference
+        self.loss = loss
+        self.drop_last = drop_last
+        self.random_state = random_state
+
+    def _keep(self, batch: CurationBatch, keep: int, loss: Loss) -> torch.Tensor:
+        score = leave_one_out(batch.embeddings.float(), batch.labels, loss)
+        reference = self.reference_embeddings(batch)
+        if reference is not None:
+            score = score - leave_one_out(reference, batch.labels, loss)
+        return torch.topk(score, keep).indices
+
