@@ -400,21 +400,28 @@ def summed_pair_loss(loss, U, V, rows):
 
 
 def jest_generic_brute_force(loss, learner, reference, keep, chunk_sizes, uniforms):
-    """JEST's sampler with any pair loss, scoring sub-batches directly: the first chunk by
-    each row's share of the super-batch's summed loss (whole less without it), later
-    chunks by the summed loss of the chosen rows plus the candidate less that of the
-    chosen rows; learner minus reference. Gumbel top-k with the given uniforms."""
+    """JEST's sampler with symmetric InfoNCE, scoring sub-batches directly: the first chunk
+    by each row's loss in the super-batch (its two anchors' terms), later chunks by the
+    summed loss of the chosen rows plus the candidate less that of the chosen rows;
+    learner minus reference. Gumbel top-k with the given uniforms."""
     n = len(learner[0])
 
     def score(rows):
         out = summed_pair_loss(loss, *learner, rows)
         return out - (summed_pair_loss(loss, *reference, rows) if reference else 0.0)
 
+    def row_loss(pair, k):  # symmetric InfoNCE: -2 l_kk + LSE_j l_kj + LSE_j l_jk
+        U, V = pair
+        t = loss.temperature
+        U, V = unit_rows(U), unit_rows(V)
+        logits = [[dot(U[i], V[j]) / t for j in range(n)] for i in range(n)]
+        return -2 * logits[k][k] + lse(logits[k]) + lse([logits[j][k] for j in range(n)])
+
     everyone = list(range(n))
     chosen = []
     for c, (size, draws) in enumerate(zip(chunk_sizes, uniforms, strict=True)):
         if c == 0:
-            gains = {k: score(everyone) - score([j for j in everyone if j != k])
+            gains = {k: row_loss(learner, k) - (row_loss(reference, k) if reference else 0.0)
                      for k in everyone}
         else:
             base = score(chosen)

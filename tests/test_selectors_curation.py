@@ -12,7 +12,20 @@ from reference import jest_brute_force, jest_generic_brute_force, summed_pair_lo
 from sklearn.base import clone
 
 from skcontrast.datasets import make_paired_gaussians
-from skcontrast.losses import SigLIP, SupCon, SymmetricInfoNCE, siglip
+from skcontrast.losses import (
+    DCL,
+    DHEL,
+    KCL,
+    ContrastiveMargin,
+    DebiasedNCE,
+    HardNegativeNCE,
+    InfoNCE,
+    NTXent,
+    SigLIP,
+    SupCon,
+    SymmetricInfoNCE,
+    siglip,
+)
 from skcontrast.selectors import (
     BindingSelector,
     CurationBatch,
@@ -22,7 +35,7 @@ from skcontrast.selectors import (
     TemperedSelector,
     jest_select,
 )
-from skcontrast.selectors._curation import leave_one_out, subset_losses
+from skcontrast.selectors._curation import leave_one_out, row_losses, subset_losses
 from skcontrast.selectors._jest import chunk_sizes, pair_scores
 
 
@@ -272,19 +285,50 @@ def test_subset_losses_of_a_label_loss_count_both_crops():
     assert float(subset_losses(z, y, loss, rows)[0]) == pytest.approx(direct)
 
 
+@pytest.mark.parametrize("loss", [SymmetricInfoNCE(0.3), InfoNCE(0.3), NTXent(0.3), DCL(0.3),
+                                  SigLIP(0.5, bias=-2.0), HardNegativeNCE(0.3),
+                                  DebiasedNCE(0.3), KCL(), DHEL(0.3), SupCon(0.3),
+                                  ContrastiveMargin(0.5)],
+                         ids=lambda loss: type(loss).__name__)
+def test_row_losses_add_up_to_the_summed_loss(loss):
+    z = unit_pairs(9, seed=9).double()
+    rows = row_losses(z, None, loss)
+    assert rows.shape == (9,)
+    whole = float(subset_losses(z, None, loss, np.arange(9)[None])[0])
+    if isinstance(loss, ContrastiveMargin):  # no per-anchor terms: leave-one-out shares
+        everyone = np.arange(9)
+        without = np.stack([np.delete(everyone, i) for i in range(9)])
+        expected = whole - subset_losses(z, None, loss, without)
+        torch.testing.assert_close(rows, expected)
+    else:
+        assert float(rows.sum()) == pytest.approx(whole, rel=1e-9, abs=1e-9)
+
+
+def test_row_losses_of_two_crops_with_labels_add_up_too():
+    z, y = unit_pairs(8, seed=10).double(), torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
+    rows = row_losses(z, y, SupCon(0.5))
+    whole = float(subset_losses(z, y, SupCon(0.5), np.arange(8)[None])[0])
+    assert float(rows.sum()) == pytest.approx(whole, rel=1e-9)
+    # a crop's terms belong to its own item: crops of item 5 pointing apart make row 5
+    # the largest (each item its own class, so its crops are each other's positive)
+    apart = z.clone()
+    apart[5, 1] = -apart[5, 0]
+    assert int(row_losses(apart, torch.arange(8), SupCon(0.5)).argmax()) == 5
+
+
 def test_rho_loss_keeps_the_largest_reducible_losses():
     loss = SymmetricInfoNCE(temperature=0.3)
     z, zr = unit_pairs(16, seed=6).double(), unit_pairs(16, seed=7).double()
     sel = RhoLossSelector(4, 0.75, reference=zr, loss=loss, random_state=0)
     batch = torch.as_tensor(next(iter(sel.split(np.zeros((16, 1))))))
     kept = sel.curate(CurationBatch(z, batch))
-    reducible = leave_one_out(z, None, loss) - leave_one_out(zr[batch], None, loss)
+    reducible = row_losses(z, None, loss) - row_losses(zr[batch], None, loss)
     assert set(kept.tolist()) == set(torch.topk(reducible, 4).indices.tolist())
     # without a reference: the learner's loss alone
     alone = RhoLossSelector(4, 0.75, loss=loss, random_state=0)
     list(alone.split(np.zeros((16, 1))))
     assert set(alone.curate(CurationBatch(z, batch)).tolist()) == \
-        set(torch.topk(leave_one_out(z, None, loss), 4).indices.tolist())
+        set(torch.topk(row_losses(z, None, loss), 4).indices.tolist())
 
 
 def test_a_reference_model_embeds_the_views_on_a_copy():
@@ -357,3 +401,12 @@ def test_a_plain_loop_curates_the_super_batches_of_a_selector_sampler():
         seen.append(np.asarray(batch)[kept.numpy()])
     assert [len(s) for s in seen] == [4, 4]
     assert len(set(np.concatenate(seen).tolist())) == 8
+
+
+@pytest.mark.parametrize("loss", [NTXent(0.3), SymmetricInfoNCE(0.3), InfoNCE(0.3),
+                                  SupCon(0.3)], ids=lambda loss: type(loss).__name__)
+def test_a_rows_loss_is_its_own(loss):
+    z = unit_pairs(10, seed=11).double()
+    z[:, 1] = z[:, 0]  # aligned views, a small loss everywhere ...
+    z[3, 1] = -z[3, 0]  # ... except pair 3's, which point apart
+    assert int(row_losses(z, None, loss).argmax()) == 3

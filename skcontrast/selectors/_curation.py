@@ -86,6 +86,32 @@ def subset_losses(embeddings: torch.Tensor, labels: torch.Tensor | None, loss: L
     return values * subsets.shape[1]
 
 
+def row_losses(embeddings: torch.Tensor, labels: torch.Tensor | None, loss: Loss
+               ) -> torch.Tensor:
+    """Each row's loss in the batch, shape ``(S,)``: the terms of its anchors (both views,
+    or both crops) from one call of the loss with ``reduction='none'``, scaled so that
+    they add up to the batch's summed loss (mean x size, as :func:`subset_losses`). A
+    loss without per-anchor terms (a margin loss) gives each row its
+    :func:`leave_one_out` share."""
+    size = len(embeddings)
+    u, v, y, per_item = _loss_rows(embeddings, labels, loss)
+    with torch.no_grad():
+        if y is not None:
+            terms = loss.label_terms(u, y, reduction="none").loss
+        else:
+            assert v is not None  # pairs, or a single view as its own positive
+            terms = loss.pair_terms(u, v, reduction="none").loss
+    if terms.shape == (size,):
+        return terms
+    if terms.shape == (2, size):  # the two directions of a symmetric loss
+        return terms.sum(0)
+    if terms.shape == (2 * size,):  # [u; v] stacked, or crops 2i and 2i + 1; a mean
+        # over 2S anchors, so S x mean is half their sum
+        pairs = terms.view(size, 2) if per_item == 2 else terms.view(2, size).T
+        return pairs.sum(1) / 2
+    return leave_one_out(embeddings, labels, loss)
+
+
 def leave_one_out(embeddings: torch.Tensor, labels: torch.Tensor | None, loss: Loss
                   ) -> torch.Tensor:
     """Each row's share of the batch's summed loss: the summed loss of the batch less
@@ -270,9 +296,10 @@ class JESTSelector(CuratingSelector):
     The loss is the one being trained, as it is at that step (``loss=None``), or this
     selector's own. With :class:`~skcontrast.losses.SigLIP` it decomposes over pairs and
     the sampler is the paper's (:func:`jest_select` on the two models' logits). Any other
-    loss is scored on sub-batches directly: the first chunk by each row's share of the
-    super-batch's loss (:func:`leave_one_out`), each later chunk by the summed loss of
-    the chosen rows plus the candidate, less that of the chosen rows.
+    loss is scored on sub-batches directly: the first chunk by each row's loss in the
+    super-batch (the terms of its anchors), each later chunk by the summed loss of the
+    chosen rows plus the candidate, less that of the chosen rows: exact, at
+    ``O(n_chunks x S x keep^2 x d)`` per step against SigLIP's ``O(S^2 d)``.
 
     Parameters
     ----------
@@ -348,7 +375,7 @@ class JESTSelector(CuratingSelector):
         models = [(z, sign) for z, sign in ((learner, 1.0), (reference, -1.0)) if z is not None]
 
         def first() -> torch.Tensor:
-            return sum((sign * leave_one_out(z, batch.labels, loss) for z, sign in models),
+            return sum((sign * row_losses(z, batch.labels, loss) for z, sign in models),
                        torch.zeros(len(batch.embeddings), device=batch.embeddings.device))
 
         def summed(rows: np.ndarray) -> torch.Tensor:
@@ -386,11 +413,11 @@ class RhoLossSelector(CuratingSelector):
     learning, and not yet learnt* (ICML 2022), Sec. 3 and Algorithm 1: the reducible
     loss of a point is its training loss less its *irreducible* loss, the loss of a
     model trained on holdout data (here: the ``reference``); each step keeps the
-    ``batch_size`` points of largest reducible loss. A contrastive loss belongs to a
-    batch, not a point: a row's loss is its share of the super-batch's summed loss
-    (:func:`leave_one_out`: its terms as an anchor and as the others' negative), so
-    RHO-LOSS is the per-row case of :class:`JESTSelector`'s learnability, the baseline
-    JEST compares with.
+    ``batch_size`` points of largest reducible loss. A row's loss is the terms of its
+    anchors (both views) in the super-batch, one call of the loss (a margin loss, which
+    has no per-anchor terms: its share of the super-batch's loss), so RHO-LOSS is the
+    per-row case of :class:`JESTSelector`'s learnability, the baseline JEST compares
+    with.
 
     Parameters
     ----------
@@ -417,9 +444,9 @@ class RhoLossSelector(CuratingSelector):
         self.random_state = random_state
 
     def _keep(self, batch: CurationBatch, keep: int, loss: Loss) -> torch.Tensor:
-        score = leave_one_out(batch.embeddings.float(), batch.labels, loss)
+        score = row_losses(batch.embeddings.float(), batch.labels, loss)
         reference = self.reference_embeddings(batch)
         if reference is not None:
-            score = score - leave_one_out(reference, batch.labels, loss)
+            score = score - row_losses(reference, batch.labels, loss)
         return torch.topk(score, keep).indices
 
