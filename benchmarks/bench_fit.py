@@ -59,9 +59,11 @@ from _harness import set_threads, table
 from skcontrast import ContrastiveEmbedder
 from skcontrast._estimators._data import View
 from skcontrast._estimators._modules import build_encoders
-from skcontrast.losses import SymmetricInfoNCE, symmetric_info_nce
+from skcontrast.losses import SigLIP, SymmetricInfoNCE, symmetric_info_nce
 from skcontrast.selectors import (
     FullBatchSelector,
+    JESTSelector,
+    RhoLossSelector,
     ShuffledBatchSelector,
     SpectralBatchSelector,
     TemperedSelector,
@@ -320,6 +322,56 @@ def compare(name: str, X: torch.Tensor, module: nn.Module | None, batch_size: in
     return rows, ratio
 
 
+def curation_rows(X: torch.Tensor, batch_size: int, ratio: float, epochs: int, device: str,
+                  runs: int) -> list[list[str]]:
+    """Time per training step of curating selectors against shuffled batches of the same
+    size and loss (equal steps), interleaved over ``runs`` fits: the step's cost of
+    choosing which rows train, by kind of reference and of loss."""
+    n = len(X)
+    rng = np.random.default_rng(1)
+    fixed = torch.nn.functional.normalize(torch.from_numpy(
+        rng.normal(size=(n, 2, K)).astype(np.float32)), dim=-1)
+    reference = estimator(None, batch_size, 1, 5, "float32", device).fit(X[:2000])
+    siglip = SigLIP(temperature=0.1, bias=-10.0)
+    nce = SymmetricInfoNCE(TEMPERATURE)
+    cases = [
+        ("shuffled", siglip, lambda: ShuffledBatchSelector(batch_size)),
+        ("JEST hard", siglip, lambda: JESTSelector(batch_size, ratio, score="hard")),
+        ("JEST, fixed reference", siglip,
+         lambda: JESTSelector(batch_size, ratio, reference=fixed)),
+        ("JEST, model reference", siglip,
+         lambda: JESTSelector(batch_size, ratio, reference=reference)),
+        ("RHO-LOSS, fixed reference", siglip,
+         lambda: RhoLossSelector(batch_size, ratio, reference=fixed)),
+        ("shuffled", nce, lambda: ShuffledBatchSelector(batch_size)),
+        ("JEST hard", nce, lambda: JESTSelector(batch_size, ratio, score="hard")),
+        ("JEST hard, 4 chunks", nce,
+         lambda: JESTSelector(batch_size, ratio, n_chunks=4, score="hard")),
+        ("RHO-LOSS, fixed reference", nce,
+         lambda: RhoLossSelector(batch_size, ratio, reference=fixed)),
+    ]
+    per_step: dict[int, list[float]] = {i: [] for i in range(len(cases))}
+    embedded: dict[int, float] = {}
+    for _ in range(runs):
+        for i, (_, loss, make) in enumerate(cases):
+            est = estimator(None, batch_size, epochs + 1, 0, "float32", device,
+                            selector=make()).set_params(loss=loss).fit(X)
+            steps = [len(row["batches"]) for row in est.history_[1:]]
+            per_step[i].append(statistics.median(
+                row["dur"] / k for row, k in zip(est.history_[1:], steps, strict=True)))
+            last = est.history_[-1]
+            trained = sum(b["train_batch_size"] for b in last["batches"])
+            embedded[i] = last["selection_rows"] / trained if "selection_rows" in last \
+                else 0.0
+    rows, base = [], 0.0
+    for i, (name, loss, _) in enumerate(cases):
+        step = statistics.median(per_step[i])
+        base = step if name == "shuffled" else base
+        rows.append([type(loss).__name__, name, f"{step * 1e3:.2f} ms",
+                     f"{embedded[i]:.1f}", f"{step / base:.2f}x"])
+    return rows
+
+
 def synthetic_images(n: int, seed: int = 0) -> torch.Tensor:
     """``n`` pairs of 3x32x32 images: an image and a noisy copy."""
     generator = torch.Generator().manual_seed(seed)
@@ -407,6 +459,13 @@ def main(argv: list[str] | None = None) -> str:
                         help="the two fit lengths (epochs) of the whole-fit table")
     parser.add_argument("--only-fit-lengths", action="store_true",
                         help="only the whole-fit table against the plain loops")
+    parser.add_argument("--curation", action=argparse.BooleanOptionalAction, default=True,
+                        help="curating selectors (JEST, RHO-LOSS): time per step against "
+                             "shuffled batches")
+    parser.add_argument("--only-curation", action="store_true",
+                        help="only the curation table")
+    parser.add_argument("--curation-n", type=int, default=5000,
+                        help="MLP pairs of the curation table")
     parser.add_argument("--probe", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:  # one step in a fresh process (see largest_batches)
@@ -423,17 +482,36 @@ def main(argv: list[str] | None = None) -> str:
     X = torch.from_numpy(X)
     images = torch.from_numpy(rng.random((args.images_n, 1, 3, 32, 32), dtype=np.float32))
     images = torch.cat([images, images + 0.1 * torch.randn_like(images)], dim=1)
+    where = torch.cuda.get_device_name() if device.startswith("cuda") else \
+        f"CPU, {torch.get_num_threads()} threads"
+    curation_text = ""
+    focused = args.only_fit_lengths or args.only_mlp or args.only_selection
+    if args.only_curation or (args.curation and not focused):
+        b, ratio = 64, 0.75
+        curation_text = (
+            f"Curating selectors inside fit ({where}): time per training step (median of "
+            f"{args.epochs} epochs after a warm-up one, median over {args.runs} "
+            f"interleaved runs) on MLP pairs (n={args.curation_n:,}), B={b} rows trained "
+            f"per step from super-batches of {round(b / (1 - ratio))} (filter ratio "
+            f"{ratio}); 'embedded' counts rows embedded to choose per row trained; 'vs "
+            "shuffled' against shuffled batches of B with the same loss (equal steps).\n")
+        curation_text += table(curation_rows(X[:args.curation_n], b, ratio, args.epochs,
+                                             device, args.runs),
+                               ["loss", "selector", "per step", "embedded",
+                                "vs shuffled"]) + "\n\n"
+        print(curation_text, flush=True)
+        if args.only_curation:
+            return curation_text
     lengths_text = (
         f"Whole fits of {args.fit_lengths[0]} and {args.fit_lengths[1]} epochs on {{where}}, "
         "each with its own setup; per epoch from the difference of the two lengths, setup "
         "what is left of the shorter; 'vs plain' against the plain loop with "
         "F.cross_entropy, median (min-max) over 3 interleaved runs. MLP as below.\n")
     length_rows = fit_length_rows("MLP", X, None, 256, device, tuple(args.fit_lengths))
-    where = torch.cuda.get_device_name() if device.startswith("cuda") else \
-        f"CPU, {torch.get_num_threads()} threads"
     lengths_text = lengths_text.format(where=where) + table(
         length_rows, ["model", "training", "per epoch", "setup", "vs plain"]) + "\n\n"
     print(lengths_text, flush=True)
+    lengths_text = curation_text + lengths_text
     if args.only_fit_lengths:
         return lengths_text
     rows, ratios, checks = [], {}, {}

@@ -45,7 +45,7 @@ from ._basic import (
 )
 from ._binding import BindingSelector, Corollary21, batch_interaction_graph, check_corollary_2_1
 from ._community import CommunityBatchSelector
-from ._curation import CurationBatch, JESTSelector, RhoLossSelector
+from ._curation import CuratingSelector, CurationBatch, JESTSelector, RhoLossSelector
 from ._jest import jest_select
 from ._sampler import SelectorSampler
 from ._spectral import SpectralBatchSelector, spectral_batches
@@ -59,6 +59,7 @@ __all__ = [
     "ClassBalancedSelector",
     "CommunityBatchSelector",
     "Corollary21",
+    "CuratingSelector",
     "CurationBatch",
     "ExhaustiveBatchSelector",
     "FixedBatchSelector",

@@ -148,7 +148,7 @@ class BatchSelector(BaseEstimator):
 
     _adaptive = False
     #: Whether the batches are super-batches of which each training step keeps rows
-    #: (:meth:`curate`; see :class:`~skcontrast.selectors.JESTSelector`).
+    #: (:meth:`~skcontrast.selectors.CuratingSelector.curate`).
     curates = False
 
     @property

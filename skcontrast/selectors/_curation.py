@@ -130,7 +130,11 @@ class CuratingSelector(BatchSelector):
     An epoch shuffles the samples into super-batches of ``round(batch_size / (1 -
     filter_ratio))`` rows (``get_n_splits`` counts them: one per training step); each
     step keeps ``batch_size`` of them (a last, shorter super-batch keeps the same share,
-    at least 2). Subclasses implement :meth:`_keep`.
+    at least 2) through :meth:`curate`, the one hook the estimators call. A selector of
+    one's own subclasses it, stores ``batch_size``, ``filter_ratio``, ``reference``,
+    ``drop_last`` and ``random_state`` (and ``loss``, if it scores with one), and
+    implements ``_keep(batch, keep, loss) -> positions``; :meth:`reference_embeddings`
+    gives the reference's embeddings of the batch.
     """
 
     curates = True
