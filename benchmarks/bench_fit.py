@@ -343,12 +343,20 @@ def curation_rows(X: torch.Tensor, batch_size: int, ratio: float, epochs: int, d
          lambda: JESTSelector(batch_size, ratio, reference=reference)),
         ("RHO-LOSS, fixed reference", siglip,
          lambda: RhoLossSelector(batch_size, ratio, reference=fixed)),
+        ("JEST hard, cached pass", siglip,
+         lambda: JESTSelector(batch_size, ratio, score="hard", selection_pass="cached")),
+        ("JEST, model reference, cached pass", siglip,
+         lambda: JESTSelector(batch_size, ratio, reference=reference,
+                              selection_pass="cached")),
         ("shuffled", nce, lambda: ShuffledBatchSelector(batch_size)),
         ("JEST hard", nce, lambda: JESTSelector(batch_size, ratio, score="hard")),
         ("JEST hard, 4 chunks", nce,
          lambda: JESTSelector(batch_size, ratio, n_chunks=4, score="hard")),
         ("RHO-LOSS, fixed reference", nce,
          lambda: RhoLossSelector(batch_size, ratio, reference=fixed)),
+        ("RHO-LOSS, model reference, cached pass", nce,
+         lambda: RhoLossSelector(batch_size, ratio, reference=reference,
+                                 selection_pass="cached")),
     ]
     per_step: dict[int, list[float]] = {i: [] for i in range(len(cases))}
     embedded: dict[int, float] = {}

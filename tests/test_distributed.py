@@ -48,7 +48,8 @@ def two_process_results(tmp_path_factory):
 @needs_accelerate
 @pytest.mark.parametrize("case", ["shuffled", "osgd, learned temperature",
                                   "supcon, spectral", "sogclr, learned temperature",
-                                  "xbm, supcon", "micro-batches, sogclr"])
+                                  "xbm, supcon", "micro-batches, sogclr",
+                                  "jest, reference model", "rho, cached, supcon"])
 @pytest.mark.slow
 def test_two_processes_make_the_single_process_update(two_process_results, case):
     """Each process trains on its half of every global batch; the embeddings are gathered
@@ -57,13 +58,16 @@ def test_two_processes_make_the_single_process_update(two_process_results, case)
     shard). A memory is updated from the gathered batch and its dataset indices, so its
     state is the single-process state on every process. With micro-batches (gradient
     caching on each process, gradients synchronised at the last one) the update is the
-    plain single-process update."""
+    plain single-process update. A curating selector keeps the rows one process keeps
+    (every process embeds a slice of the super-batch, learner and reference, and all
+    choose from the gathered embeddings), and each trains on its slice of them."""
     from distributed_fit import fit, summary
 
     assert two_process_results["world"] == 2
     got = two_process_results["results"][case]
     expected = summary(fit(case, plain=True))
     assert got["n_batches"] == expected["n_batches"]
+    assert got["kept"] == expected["kept"]
     np.testing.assert_allclose(got["losses"], expected["losses"], rtol=1e-5)
     for name, weight in expected["weights"].items():
         torch.testing.assert_close(got["weights"][name], weight, rtol=1e-5, atol=1e-6)

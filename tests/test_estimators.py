@@ -464,6 +464,30 @@ def test_a_curating_selector_trains_on_the_rows_it_keeps(pairs):
     assert est.history_[-1]["selection_rows"] == 400
 
 
+@pytest.mark.parametrize("kind", ["jest", "rho"])
+def test_a_cached_selection_pass_embeds_rows_once_and_remembers_the_trained_ones(pairs, kind):
+    X, _ = pairs
+    reference = ContrastiveEmbedder(**SMALL).fit(X[:100])
+    make = (lambda **kw: JESTSelector(16, 0.75, n_chunks=2, **kw)) if kind == "jest" \
+        else (lambda **kw: RhoLossSelector(16, 0.75, **kw))
+    class LastStep(Callback):  # the embeddings the last training step computed
+        def on_batch_end(self, net, batch=None, training=None, **step):
+            if training:
+                self.kept, self.y_pred = step["kept"], step["y_pred"].detach()
+
+    last = LastStep()
+    est = ContrastiveEmbedder(**{**SMALL, "batch_size": None, "max_epochs": 3},
+                              selector=make(reference=reference, selection_pass="cached",
+                                            random_state=0), callbacks=[last]).fit(X)
+    rows = [epoch["selection_rows"] for epoch in est.history_]
+    assert rows == [2 * len(X), 0, 0]  # learner and reference embed every row once
+    # the rows that trained last hold that step's embeddings, for the next epoch
+    table = est.net_.selector._caches["learner"][0]
+    torch.testing.assert_close(table[last.kept], last.y_pred)
+    steps = est.history_[-1]["batches"]
+    assert all(s["train_batch_size"] == len(set(s["kept"])) for s in steps)
+
+
 def test_curation_keeps_what_the_reference_finds_easy(pairs):
     # half of the rows have reference views pointing apart (a high reference loss):
     # 'easy_reference' keeps the other half

@@ -379,8 +379,6 @@ def test_curating_selectors_are_refused_where_rows_cannot_be_kept():
         list(TemperedSelector(sel).split(np.zeros((16, 1))))
     with pytest.raises(ValueError, match="BindingSelector cannot wrap JESTSelector"):
         list(BindingSelector(sel).split(np.zeros((16, 1)), np.repeat([0, 1], 8)))
-    with pytest.raises(ValueError, match="curating selectors are single-process"):
-        SelectorSampler(sel, 16, num_replicas=2, rank=0)
     with pytest.raises(ValueError, match="call split"):
         JESTSelector(4, score="hard").curate(CurationBatch(unit_pairs(8), torch.arange(8)))
     with pytest.raises(ValueError, match="score='learnability' needs a reference"):
@@ -401,6 +399,73 @@ def test_a_plain_loop_curates_the_super_batches_of_a_selector_sampler():
         seen.append(np.asarray(batch)[kept.numpy()])
     assert [len(s) for s in seen] == [4, 4]
     assert len(set(np.concatenate(seen).tolist())) == 8
+
+
+def test_every_process_curates_the_whole_super_batch_and_trains_on_its_slice():
+    # the same seed and embeddings: the same kept rows on each of two ranks, which
+    # slice them evenly between them
+    kept_by_rank = []
+    for rank in (0, 1):
+        sel = JESTSelector(4, 0.5, score="hard", random_state=0)
+        sampler = SelectorSampler(sel, 16, num_replicas=2, rank=rank)
+        rows = []
+        for step, batch in enumerate(sampler):
+            assert len(batch) == 8  # the whole super-batch
+            kept = sel.curate(CurationBatch(unit_pairs(8, seed=step), torch.as_tensor(batch)))
+            rows.append(np.asarray(batch)[sampler.rank_slice(kept)])
+        kept_by_rank.append(rows)
+    whole = JESTSelector(4, 0.5, score="hard", random_state=0)
+    for step, batch in enumerate(SelectorSampler(whole, 16)):
+        kept = whole.curate(CurationBatch(unit_pairs(8, seed=step), torch.as_tensor(batch)))
+        expected = np.asarray(batch)[kept.numpy()]
+        np.testing.assert_array_equal(
+            np.concatenate([kept_by_rank[0][step], kept_by_rank[1][step]]), expected)
+
+
+def test_a_cached_selection_pass_embeds_only_rows_never_met():
+    sel = JESTSelector(4, 0.5, score="hard", selection_pass="cached", random_state=0)
+    batches = list(sel.split(np.zeros((16, 1))))
+    index = torch.as_tensor(batches[0])
+    assert sel.stale_rows(index).tolist() == list(range(8))  # nothing met yet
+    z = unit_pairs(8)
+    got = sel.complete(index, torch.arange(8), z)
+    torch.testing.assert_close(got, z.float())
+    sel.curate(CurationBatch(got, index))
+    assert len(sel.stale_rows(index)) == 0  # met: read from the table
+    newer = unit_pairs(2, seed=5)
+    sel.remember(index[:2], newer)  # the training step's embeddings of two rows
+    torch.testing.assert_close(sel.complete(index, torch.arange(0), None)[:2], newer.float())
+    mixed = torch.as_tensor(np.concatenate([batches[0][:3], batches[1][:3]]))
+    assert sel.stale_rows(mixed).tolist() == [3, 4, 5]
+    with pytest.raises(ValueError, match="never computed"):
+        sel.complete(mixed, torch.arange(0), None)
+    fresh = JESTSelector(4, 0.5, score="hard", random_state=0)
+    list(fresh.split(np.zeros((16, 1))))
+    assert fresh.stale_rows(index).tolist() == list(range(8))
+    with pytest.raises(ValueError, match="embeds the whole super-batch"):
+        fresh.complete(index, torch.arange(2), z[:2])
+    with pytest.raises(ValueError, match="selection_pass must be one of"):
+        list(JESTSelector(4, score="hard", selection_pass="stale").split(np.zeros((8, 1))))
+    assert "_caches" not in pickle.loads(pickle.dumps(sel)).__dict__
+
+
+def test_a_cached_reference_model_embeds_each_row_once():
+    calls = []
+
+    class Counting(torch.nn.Module):
+        def forward(self, x):
+            calls.append(len(x))
+            return x[:, :3]
+
+    sel = RhoLossSelector(4, 0.5, reference=Counting(), selection_pass="cached",
+                          random_state=0)
+    X = torch.randn(16, 6)
+    for _ in range(2):  # two epochs
+        for batch in sel.split(np.zeros((16, 1))):
+            index = torch.as_tensor(batch)
+            views = (X[index], X[index] + 0.1)
+            sel.curate(CurationBatch(unit_pairs(len(batch)), index, views=views))
+    assert sum(calls) == 2 * 16  # each row's two views, once, in the first epoch
 
 
 @pytest.mark.parametrize("loss", [NTXent(0.3), SymmetricInfoNCE(0.3), InfoNCE(0.3),

@@ -245,12 +245,6 @@ class NetBuilder(ParameterChecks):
         if self.accelerator is not None:
             from ._distributed import DistributedSelectorNet
 
-            if selector.curates:
-                raise ValueError(f"{type(selector).__name__} keeps rows of each super-batch "
-                                 "from the embeddings of all of it; data-parallel training "
-                                 "(accelerator=) with a curating selector is not supported "
-                                 "yet: train in one process")
-
             # the accelerator's print shows the table on process 0 only, and only verbose
             sink = self.accelerator.print if self.verbose else print
             kind = DistributedSelectorNet

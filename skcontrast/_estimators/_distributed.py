@@ -18,6 +18,12 @@ batch is the selector's batch**:
   by the number of processes before the backward pass: DDP averages the gradients, and
   the sum of the processes' partial gradients is the gradient of the global batch's
   loss. The update therefore equals the single-process update on that batch.
+- a curating selector (:class:`~skcontrast.selectors.CuratingSelector`) is run by
+  every process (the same seed draws the same super-batches and the same step-level
+  draws); every process loads the whole super-batch, embeds a slice of the rows the
+  selection needs, and the slices are gathered, so all choose from the same
+  embeddings; process 0's choice is broadcast (the kept rows are the same everywhere
+  by construction), and each process trains on its slice of the kept rows.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from skorch.history import History
 from .._validation import check_int
 from ._net import SelectorNet
 from ._persist import write_replacing
+from ._step import batch_length, take_rows
 
 META = "skcontrast_state.json"
 CRITERION = "skcontrast_criterion.pt"
@@ -99,7 +106,32 @@ class DistributedSelectorNet(AccelerateMixin, SelectorNet):
 
     def local_part(self, batch: np.ndarray) -> np.ndarray:
         world, rank = _world()
+        if self.selector.curates:  # every process curates the whole super-batch
+            return batch
         return np.array_split(batch, world)[rank]
+
+    def embed_for_selection(self, embed: Any, part: Any) -> torch.Tensor | None:
+        """Each process embeds a slice of ``part``; the slices are gathered."""
+        world, rank = _world()
+        n = batch_length(part)
+        if world == 1 or n < world:
+            return super().embed_for_selection(embed, part)
+        own = torch.as_tensor(np.array_split(np.arange(n), world)[rank])
+        return gather_rows(embed(take_rows(part, own)).float())
+
+    def own_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        """Process 0's kept positions (the same everywhere), this process's slice."""
+        world, rank = _world()
+        if world == 1:
+            return positions
+        chosen = positions.to(self.compute_device).clone()
+        dist.broadcast(chosen, src=0)
+        positions.copy_(chosen.to(positions.device))
+        return positions[torch.as_tensor(np.array_split(np.arange(len(positions)),
+                                                        world)[rank])]
+
+    def gathered(self, rows: torch.Tensor) -> torch.Tensor:
+        return gather_rows(rows)
 
     def get_iterator(self, dataset: Any, training: bool = False) -> Any:
         # SelectorNet's iterator, not the mixin's: accelerate would shard the batch list
@@ -113,7 +145,7 @@ class DistributedSelectorNet(AccelerateMixin, SelectorNet):
     def select_batches(self) -> list[np.ndarray]:
         """Process 0 selects (on embeddings gathered shard by shard) and broadcasts."""
         world, rank = _world()
-        if world == 1:
+        if world == 1 or self.selector.curates:  # a curating selector runs everywhere
             return super().select_batches()
         if getattr(self.selector, "_adaptive", False):
             n = len(self.training_data)

@@ -434,8 +434,8 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
                 self.notify("on_batch_begin", batch=batch, training=training)
                 step = step_fn(batch, **fit_params)
                 values = (step["loss"].detach(), step["positive"], step["entropy"])
-                if "kept" in step:  # the super-batch's size, and the rows that trained
-                    kept.append((batch_length(batch.views), step["kept"]))
+                if "kept" in step:  # rows embedded to choose, and the rows that trained
+                    kept.append((step["selection_rows"], step["kept"]))
                 sizes.append(len(step["kept"]) if "kept" in step
                              else batch_length(batch.views))
                 if per_batch:
@@ -458,18 +458,18 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
 
     def _record_curation(self, kept: list[tuple[int, torch.Tensor]], first: int) -> None:
         """Per step of a curating selector: the training rows kept (``'kept'``) and the
-        rows embedded to choose them (``'selection_rows'``: the super-batch, once by the
-        learner and once more by a reference model), read from the device once."""
+        rows embedded to choose them (``'selection_rows'``: with a fresh selection pass,
+        the super-batch, once by the learner and once more by a reference model; with a
+        cached one, the rows never met before), read from the device once."""
         records = self.history[-1]["batches"]
         rows = torch.cat([k for _, k in kept]).tolist()
-        passes = 2 if self.selector.scores_with_model else 1
         start = 0
-        for i, (size, k) in enumerate(kept):
+        for i, (embedded, k) in enumerate(kept):
             row = records[first + i]
             row["kept"] = rows[start:start + len(k)]
-            row["selection_rows"] = size * passes
+            row["selection_rows"] = embedded
             start += len(k)
-        self.history.record("selection_rows", passes * sum(size for size, _ in kept))
+        self.history.record("selection_rows", sum(embedded for embedded, _ in kept))
 
     def _record_batch(self, values: list[float], size: int, prefix: str, position: int,
                       records: list | None = None) -> None:

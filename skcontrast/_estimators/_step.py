@@ -23,6 +23,7 @@ from skorch.utils import TeeGenerator
 
 from .._validation import describe
 from ..selectors import CurationBatch
+from ..selectors._curation import take_rows
 
 PRECISIONS = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -73,15 +74,6 @@ def split_rows(x: Any, size: int) -> list[Any]:
         return [dict(zip(pieces, row, strict=True))
                 for row in zip(*pieces.values(), strict=True)]
     return list(x.split(size))
-
-
-def take_rows(x: Any, positions: torch.Tensor) -> Any:
-    """Rows ``positions`` of a batch (a tensor, a dict of them, or a tuple per view)."""
-    if isinstance(x, tuple | list):
-        return tuple(take_rows(t, positions) for t in x)
-    if isinstance(x, Mapping):
-        return {k: take_rows(t, positions) for k, t in x.items()}
-    return x[positions.to(x.device)]
 
 
 def rng_states(device: torch.device) -> tuple[Any, Any]:
@@ -208,7 +200,7 @@ class TrainingStep(_Net):
             Xi = (self.augment(Xi), self.augment(Xi))
         kept = None
         if self.selector.curates:
-            Xi, yi, index = self.curate(Xi, yi, index)
+            Xi, yi, index, embedded = self.curate(Xi, yi, index)
             kept = index
         micro = self.micro_batch_size
         if micro is not None and batch_length(Xi) > micro:
@@ -222,27 +214,66 @@ class TrainingStep(_Net):
         step = {"loss": loss, "y_pred": y_pred, "positive": terms.positive.detach(),
                 "entropy": terms.entropy.detach()}
         if kept is not None:
-            step["kept"] = kept
+            step["kept"], step["selection_rows"] = kept, embedded
+            self.selector.remember(kept, self.gathered(y_pred.detach()))
         return step
 
-    def curate(self, Xi: Any, yi: Any, index: torch.Tensor) -> tuple[Any, Any, torch.Tensor]:
+    def curate(self, Xi: Any, yi: Any, index: torch.Tensor
+               ) -> tuple[Any, Any, torch.Tensor, int]:
         """The rows of a super-batch a curating selector keeps (``selector.curate``),
         judged by the learner's embeddings of it, computed without gradient in inference
-        mode (the selector may add a reference's)."""
+        mode, and a reference model's: the rows this process trains on, the dataset
+        indices of all kept rows, and how many rows were embedded to choose them.
+
+        Only the rows the selector asks for are embedded (``stale_rows``: all with a
+        fresh selection pass); in data-parallel training each process embeds a slice of
+        them and the slices are gathered, so every process chooses from the same
+        embeddings and keeps the same rows.
+        """
+        selector = self.selector
+        stale = selector.stale_rows(index)
+        embedded = len(stale)
+        fresh = self.embed_for_selection(self.selection_forward, take_rows(Xi, stale))
+        embeddings = selector.complete(index, stale, fresh)
+        reference = None
+        if selector.scores_with_model:
+            stale = selector.stale_rows(index, "reference")
+            embedded += len(stale)
+            fresh = self.embed_for_selection(
+                lambda views: selector.embed_reference(views, self.compute_device),
+                take_rows(Xi, stale))
+            reference = selector.complete(index, stale, fresh, "reference")
+        labels = None if yi is None else yi.to(embeddings.device, non_blocking=True)
+        positions = selector.curate(CurationBatch(
+            embeddings, index, labels, None, self.criterion_.live_loss(), reference))
+        own = self.own_positions(positions)
+        rows = own.to(index.device)
+        return take_rows(Xi, own), None if yi is None else yi[rows.to(yi.device)], \
+            index[positions.to(index.device)], embedded
+
+    def selection_forward(self, Xi: Any) -> torch.Tensor:
+        """The learner's embeddings of a batch for a selection: no gradient, inference
+        mode (dropout off, batch-norm statistics untouched)."""
         module = self.module_
         was_training = module.training
         module.eval()
         try:
             with torch.no_grad(), self.autocast():
-                embeddings = self.infer(Xi).float()
+                return self.infer(Xi).float()
         finally:
             module.train(was_training)
-        labels = None if yi is None else yi.to(embeddings.device, non_blocking=True)
-        positions = self.selector.curate(CurationBatch(
-            embeddings, index, labels, Xi, self.criterion_.live_loss()))
-        rows = positions.to(index.device)
-        return take_rows(Xi, positions), None if yi is None else yi[rows.to(yi.device)], \
-            index[rows]
+
+    def embed_for_selection(self, embed: Any, part: Any) -> torch.Tensor | None:
+        """``embed(part)``, or ``None`` for no rows (one process: the whole part)."""
+        return embed(part) if batch_length(part) else None
+
+    def own_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        """The kept positions this process trains on (one process: all)."""
+        return positions
+
+    def gathered(self, rows: torch.Tensor) -> torch.Tensor:
+        """Rows of every process, in process order (one process: ``rows``)."""
+        return rows
 
     def augment(self, x: torch.Tensor) -> torch.Tensor:
         """One random view of a batch; the first of a fit is checked to keep its shape."""

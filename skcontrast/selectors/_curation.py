@@ -14,6 +14,7 @@ over pairs), computed with the loss being trained as it is at that step.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -46,6 +47,10 @@ class CurationBatch(NamedTuple):
     loss : Loss or None
         The loss being trained, as it is now (learned temperature included); ``None``:
         the selector's own ``loss``, else :class:`~skcontrast.losses.SymmetricInfoNCE`.
+    reference : torch.Tensor or None
+        The reference model's embeddings of the super-batch, when the caller computed
+        them (:meth:`CuratingSelector.embed_reference`, e.g. shard by shard across
+        data-parallel processes); ``None``: the selector computes them from ``views``.
     """
 
     embeddings: torch.Tensor
@@ -53,6 +58,20 @@ class CurationBatch(NamedTuple):
     labels: torch.Tensor | None = None
     views: Any = None
     loss: Loss | None = None
+    reference: torch.Tensor | None = None
+
+
+SELECTION_PASSES = ("fresh", "cached")
+MODELS = ("learner", "reference")
+
+
+def take_rows(x: Any, positions: torch.Tensor) -> Any:
+    """Rows ``positions`` of a batch (a tensor, a dict of them, or a tuple per view)."""
+    if isinstance(x, tuple | list):
+        return tuple(take_rows(t, positions) for t in x)
+    if isinstance(x, Mapping):
+        return {k: take_rows(t, positions) for k, t in x.items()}
+    return x[positions.to(x.device)]
 
 
 def _loss_rows(embeddings: torch.Tensor, labels: torch.Tensor | None, loss: Loss
@@ -132,9 +151,20 @@ class CuratingSelector(BatchSelector):
     step keeps ``batch_size`` of them (a last, shorter super-batch keeps the same share,
     at least 2) through :meth:`curate`, the one hook the estimators call. A selector of
     one's own subclasses it, stores ``batch_size``, ``filter_ratio``, ``reference``,
-    ``drop_last`` and ``random_state`` (and ``loss``, if it scores with one), and
-    implements ``_keep(batch, keep, loss) -> positions``; :meth:`reference_embeddings`
-    gives the reference's embeddings of the batch.
+    ``drop_last`` and ``random_state`` (and ``loss``, ``selection_pass``, if it has
+    them), and implements ``_keep(batch, keep, loss) -> positions``;
+    :meth:`reference_embeddings` gives the reference's embeddings of the batch.
+
+    **The selection pass.** With ``selection_pass='fresh'`` every step embeds the whole
+    super-batch (the learner, and a reference model). With ``'cached'`` a row's
+    embeddings are taken from a table: the learner's from the row's last training step
+    (:meth:`remember`, which the estimators call with the step's embeddings) or the pass
+    that first met it, the reference model's from the first pass that met it (exact for
+    fixed views; with augmentations, that first view stands for all). A step then
+    embeds only the rows it has never met (:meth:`stale_rows`): after the first epoch, a
+    curated step costs about a training step on ``batch_size`` rows plus the scoring.
+    The learner's cached embeddings are up to a few epochs old (a row trains in about
+    ``1 - filter_ratio`` of the epochs): cheaper, and staler.
     """
 
     curates = True
@@ -150,6 +180,7 @@ class CuratingSelector(BatchSelector):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state.pop("_reference_module", None)  # a device copy, made again when needed
+        state.pop("_caches", None)  # embeddings of one fit's rows, rebuilt as it goes
         return state
 
     # -- the epoch: super-batches --------------------------------------------------------
@@ -172,6 +203,8 @@ class CuratingSelector(BatchSelector):
         batches = partition(rng.permutation(n), self.super_batch_size(n), self.drop_last)
         # the step-level draws of this epoch: reproducible from (random_state, epoch)
         self._generator = torch.Generator().manual_seed(int(rng.integers(2**63)))
+        if getattr(self, "_n_samples", None) != n:
+            self._caches: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self._n_samples = n
         return batches
 
@@ -186,6 +219,63 @@ class CuratingSelector(BatchSelector):
         if not isinstance(self.drop_last, bool):
             raise ValueError(f"drop_last must be True or False; got {describe(self.drop_last)}")
         self._reference_kind()
+        self._cached()
+
+    def _cached(self) -> bool:
+        return check_choice(getattr(self, "selection_pass", "fresh"), "selection_pass",
+                            SELECTION_PASSES) == "cached"
+
+    # -- the selection pass: what a step embeds -------------------------------------------
+
+    def stale_rows(self, index: torch.Tensor, model: str = "learner") -> torch.Tensor:
+        """Positions (int64, on the CPU) of the super-batch's rows whose embeddings by
+        ``model`` (``'learner'`` or ``'reference'``) this step must compute: all of them
+        with ``selection_pass='fresh'``, those never embedded with ``'cached'``."""
+        check_choice(model, "model", MODELS)
+        everyone = torch.arange(len(index))
+        cache = getattr(self, "_caches", {}).get(model)
+        if not self._cached() or cache is None:
+            return everyone
+        return everyone[~cache[1][index.to("cpu", torch.long)]]
+
+    def complete(self, index: torch.Tensor, positions: torch.Tensor,
+                 embeddings: torch.Tensor | None, model: str = "learner") -> torch.Tensor:
+        """The super-batch's embeddings by ``model``: ``embeddings`` of the rows
+        ``positions`` (:meth:`stale_rows`), just computed, and the others from the table
+        (``selection_pass='cached'``, which keeps the new ones)."""
+        check_choice(model, "model", MODELS)
+        if not self._cached():
+            if embeddings is None or len(embeddings) != len(index):
+                raise ValueError("selection_pass='fresh' embeds the whole super-batch: "
+                                 f"expected {len(index)} embeddings, got "
+                                 f"{0 if embeddings is None else len(embeddings)}")
+            return embeddings
+        rows = index.to("cpu", torch.long)
+        if embeddings is not None and len(positions):
+            self._store(model, rows[positions.cpu()], embeddings)
+        cache = getattr(self, "_caches", {}).get(model)
+        if cache is None or not bool(cache[1][rows].all()):
+            raise ValueError(f"the {model}'s embeddings of some rows of this super-batch were "
+                             "never computed: embed the rows stale_rows names")
+        return cache[0][rows.to(cache[0].device)].clone()
+
+    def remember(self, index: torch.Tensor, embeddings: torch.Tensor) -> None:
+        """With ``selection_pass='cached'``: the learner's embeddings of the rows
+        ``index`` that just trained (the training step's own, without gradient), for the
+        next steps that meet them. Nothing otherwise."""
+        if self._cached() and getattr(self, "_n_samples", None) is not None:
+            self._store("learner", index.to("cpu", torch.long), embeddings)
+
+    def _store(self, model: str, rows: torch.Tensor, embeddings: torch.Tensor) -> None:
+        values = embeddings.detach().float()
+        caches = self.__dict__.setdefault("_caches", {})
+        cache = caches.get(model)
+        if cache is None or cache[0].shape[1:] != values.shape[1:] \
+                or cache[0].device != values.device:
+            table = values.new_zeros((self._n_samples, *values.shape[1:]))
+            cache = caches[model] = (table, torch.zeros(self._n_samples, dtype=torch.bool))
+        cache[0][rows.to(values.device)] = values
+        cache[1][rows] = True
 
     # -- the step ------------------------------------------------------------------------
 
@@ -241,6 +331,11 @@ class CuratingSelector(BatchSelector):
         z = batch.embeddings
         if kind is None:
             return None
+        if batch.reference is not None:
+            if len(batch.reference) != len(z):
+                raise ValueError(f"CurationBatch.reference holds {len(batch.reference)} "
+                                 f"rows for a super-batch of {len(z)}")
+            return batch.reference.to(z.device, torch.float32)
         if kind == "embeddings":
             table = self.reference if isinstance(self.reference, torch.Tensor) \
                 else torch.as_tensor(np.asarray(self.reference))
@@ -254,9 +349,20 @@ class CuratingSelector(BatchSelector):
         if batch.views is None:
             raise ValueError("a reference model embeds the super-batch's views; the "
                              "CurationBatch has none (views=None)")
-        module = self._device_reference(z.device)
+        stale = self.stale_rows(batch.index, "reference")
+        fresh = self.embed_reference(take_rows(batch.views, stale), z.device) \
+            if len(stale) else None
+        return self.complete(batch.index, stale, fresh, "reference").to(z.device)
+
+    def embed_reference(self, views: Any, device: torch.device | str) -> torch.Tensor:
+        """The reference model's embeddings (float32, no gradient) of a batch's views, on
+        ``device``: what the step computes for :meth:`stale_rows` (``'reference'``)."""
+        if self._reference_kind() != "model":
+            raise ValueError(f"embed_reference needs a reference model; this selector's "
+                             f"reference is {describe(self.reference)}")
+        module = self._device_reference(torch.device(device))
         with torch.no_grad():
-            out = _embed_views(module, batch.views, wrapped=hasattr(self.reference, "net_"))
+            out = _embed_views(module, views, wrapped=hasattr(self.reference, "net_"))
         return out.float()
 
     def _device_reference(self, device: torch.device) -> torch.nn.Module:
@@ -324,6 +430,11 @@ class JESTSelector(CuratingSelector):
         which cost no forward pass. Kept as it is by :func:`sklearn.base.clone`.
     loss : Loss, str or None, default=None
         What to score with; ``None``: the loss being trained.
+    selection_pass : {'fresh', 'cached'}, default='fresh'
+        ``'fresh'``: each step embeds its whole super-batch (learner and reference
+        model); ``'cached'``: rows are scored with the learner's embeddings from their
+        last training step and the reference's from the first pass that met them, so a
+        step embeds only rows never met before (see :class:`CuratingSelector`).
     drop_last : bool, default=False
         Leave out the last, shorter super-batch.
     random_state : int, numpy Generator or None, default=None
@@ -344,13 +455,15 @@ class JESTSelector(CuratingSelector):
 
     def __init__(self, batch_size: int = 32, filter_ratio: float = 0.5, *,
                  n_chunks: int = 16, score: str = "learnability", reference: Any = None,
-                 loss: Any = None, drop_last: bool = False, random_state: Any = None) -> None:
+                 loss: Any = None, selection_pass: str = "fresh", drop_last: bool = False,
+                 random_state: Any = None) -> None:
         self.batch_size = batch_size
         self.filter_ratio = filter_ratio
         self.n_chunks = n_chunks
         self.score = score
         self.reference = reference
         self.loss = loss
+        self.selection_pass = selection_pass
         self.drop_last = drop_last
         self.random_state = random_state
 
@@ -432,18 +545,24 @@ class RhoLossSelector(CuratingSelector):
         The irreducible-loss model (as in :class:`JESTSelector`); ``None`` ranks by the
         learner's loss alone (the paper's "loss" baseline).
     loss : Loss, str or None, default=None
+    selection_pass : {'fresh', 'cached'}, default='fresh'
+        ``'fresh'``: each step embeds its whole super-batch (learner and reference
+        model); ``'cached'``: rows are scored with the learner's embeddings from their
+        last training step and the reference's from the first pass that met them, so a
+        step embeds only rows never met before (see :class:`CuratingSelector`).
     drop_last : bool, default=False
     random_state : int, numpy Generator or None, default=None
         Shuffles the super-batches (the ranking itself is deterministic).
     """
 
     def __init__(self, batch_size: int = 32, filter_ratio: float = 0.5, *,
-                 reference: Any = None, loss: Any = None, drop_last: bool = False,
-                 random_state: Any = None) -> None:
+                 reference: Any = None, loss: Any = None, selection_pass: str = "fresh",
+                 drop_last: bool = False, random_state: Any = None) -> None:
         self.batch_size = batch_size
         self.filter_ratio = filter_ratio
         self.reference = reference
         self.loss = loss
+        self.selection_pass = selection_pass
         self.drop_last = drop_last
         self.random_state = random_state
 

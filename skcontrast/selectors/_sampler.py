@@ -59,6 +59,12 @@ class SelectorSampler(Sampler[list[int]]):
     that every rank takes the same number of steps). A selector whose batch size is
     below ``R`` is refused.
 
+    A **curating selector** (:class:`~skcontrast.selectors.JESTSelector`,
+    :class:`~skcontrast.selectors.RhoLossSelector`) yields whole super-batches on every
+    process: each process embeds the super-batch (or a slice of it, gathered), calls
+    ``selector.curate`` (same seed, same embeddings: the same kept rows everywhere) and
+    trains on :meth:`rank_slice` of the kept rows.
+
     It pickles (into ``DataLoader`` workers, or with a checkpoint): the embeddings and the
     selector's epoch travel; ``embed`` must itself be picklable to be kept. For a
     checkpoint of your own, :meth:`state_dict` holds the epoch and what the selector
@@ -151,7 +157,20 @@ class SelectorSampler(Sampler[list[int]]):
         world, rank = self._replicas()
         self._check_batch_size(world)
         for batch in self.epoch_batches():
-            yield self._even(batch, world).reshape(world, -1)[rank].tolist()
+            if self.selector.curates:  # every process curates the whole super-batch
+                yield batch.tolist()
+            else:
+                yield self._even(batch, world).reshape(world, -1)[rank].tolist()
+
+    def rank_slice(self, rows: Any) -> np.ndarray:
+        """This process's contiguous slice of ``rows`` (e.g. the positions a curating
+        selector kept), evened over the processes as the global batches are (one
+        process: all of them)."""
+        world, rank = self._replicas()
+        rows = np.asarray(rows.cpu() if isinstance(rows, torch.Tensor) else rows)
+        if world == 1:
+            return rows
+        return self._even(rows, world).reshape(world, -1)[rank]
 
     def _even(self, batch: np.ndarray, world: int) -> np.ndarray:
         """``batch`` cut or padded to a non-zero multiple of ``world`` samples."""
@@ -172,11 +191,6 @@ class SelectorSampler(Sampler[list[int]]):
         return np.concatenate([batch, np.resize(batch, pad)])
 
     def _check_batch_size(self, world: int) -> None:
-        if world > 1 and self.selector.curates:
-            raise ValueError(f"{type(self.selector).__name__} keeps rows of each super-batch "
-                             "from the embeddings of all of it, which a process holding a "
-                             "slice does not have: curating selectors are single-process "
-                             "for now")
         size = self.selector.nominal_batch_size(self.n_samples)
         if world > 1 and size is not None and size < world:
             raise ValueError(f"{type(self.selector).__name__}'s batch size {size} is below the "

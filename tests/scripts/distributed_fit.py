@@ -10,6 +10,7 @@ tests/test_distributed.py compares them with single-process fits on the same glo
 batches (``fit(case)`` below, without an accelerator).
 """
 
+import functools
 import sys
 import tempfile
 
@@ -20,7 +21,13 @@ from skcontrast import AcceleratorCheckpoint, ContrastiveEmbedder, SupConEmbedde
 from skcontrast.datasets import make_paired_gaussians
 from skcontrast.losses import DCL, SymmetricInfoNCE
 from skcontrast.memory import CrossBatchMemory, SogCLRMemory
-from skcontrast.selectors import OSGDSelector, ShuffledBatchSelector, SpectralBatchSelector
+from skcontrast.selectors import (
+    JESTSelector,
+    OSGDSelector,
+    RhoLossSelector,
+    ShuffledBatchSelector,
+    SpectralBatchSelector,
+)
 
 CASES = {
     "shuffled": {"selector": lambda: ShuffledBatchSelector(16)},
@@ -35,7 +42,20 @@ CASES = {
                     "memory": CrossBatchMemory(size=40)},
     "micro-batches, sogclr": {"selector": lambda: ShuffledBatchSelector(16), "loss": "dcl",
                               "memory": SogCLRMemory(gamma=0.8), "micro_batch_size": 3},
+    "jest, reference model": {"selector": lambda: JESTSelector(
+        16, 0.5, n_chunks=2, reference=reference_model(), random_state=0), "loss": "siglip"},
+    "rho, cached, supcon": {"selector": lambda: RhoLossSelector(
+        16, 0.5, reference=reference_model(), selection_pass="cached", random_state=0),
+        "supervised": True},
 }
+
+
+@functools.cache
+def reference_model():
+    """A small reference, fitted the same way in every process (one process each)."""
+    X, _ = make_paired_gaussians(90, 6, n_clusters=3, random_state=1)
+    return ContrastiveEmbedder(n_components=3, hidden_layer_sizes=(8,), max_epochs=1,
+                               random_state=1, device="cpu").fit(X)
 
 
 def fit(case: str, accelerator=None, max_epochs: int = 2, callbacks=None, plain=False):
@@ -63,6 +83,7 @@ def summary(est) -> dict:
                 for k, v in memory.state_dict().items()},
             "temperature": est.temperature_,
             "losses": [b["train_loss"] for epoch in est.history_ for b in epoch["batches"]],
+            "kept": [b.get("kept") for epoch in est.history_ for b in epoch["batches"]],
             "n_batches": list(est.history_[:, "n_batches"])}
 
 
