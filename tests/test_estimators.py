@@ -476,9 +476,11 @@ def test_a_cached_selection_pass_embeds_rows_once_and_remembers_the_trained_ones
                 self.kept, self.y_pred = step["kept"], step["y_pred"].detach()
 
     last = LastStep()
+    # the estimator's selection_pass reaches a curating selector that leaves it None
     est = ContrastiveEmbedder(**{**SMALL, "batch_size": None, "max_epochs": 3},
-                              selector=make(reference=reference, selection_pass="cached",
-                                            random_state=0), callbacks=[last]).fit(X)
+                              selection_pass="cached", callbacks=[last],
+                              selector=make(reference=reference, random_state=0)).fit(X)
+    assert est.selector.selection_pass is None  # the user's selector is not changed
     rows = [epoch["selection_rows"] for epoch in est.history_]
     assert rows == [2 * len(X), 0, 0]  # learner and reference embed every row once
     # the rows that trained last hold that step's embeddings, for the next epoch

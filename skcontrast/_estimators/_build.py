@@ -99,6 +99,8 @@ class NetBuilder(ParameterChecks):
             name = key.rsplit("__", 1)[-1]
             if name == "random_state" and value is None:
                 updates[key] = seed + 1
+            elif name == "selection_pass" and value is None:  # a curating selector's
+                updates[key] = self.selection_pass
             elif name == "batches" and rows is not None and n_rows is not None and isinstance(
                     params[key.rpartition("__")[0]] if "__" in key else selector,
                     PredefinedBatchSelector):

@@ -109,7 +109,11 @@ class SupConEmbedder(BaseEmbedder):
         embeddings are up to an epoch old and computed in training mode, and measured
         on a CNN the batches picked from them were clearly less hard on the current
         embeddings (see the user guide, "Selectors"). The first epoch, and samples no
-        step has embedded yet, take a fresh pass.
+        step has embedded yet, take a fresh pass. A curating selector
+        (:class:`~skcontrast.selectors.JESTSelector`, ...) whose own ``selection_pass``
+        is ``None`` follows this one: ``'cached'`` scores each super-batch with the rows'
+        embeddings from their last training step (and a reference model's, computed
+        once per row) instead of embedding it at every step.
     accelerator : accelerate.Accelerator or None, default=None
         Data-parallel training on several processes, GPUs or nodes (launch the script
         with ``accelerate launch`` or ``torchrun``). The global batch stays the

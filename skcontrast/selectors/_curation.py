@@ -222,8 +222,9 @@ class CuratingSelector(BatchSelector):
         self._cached()
 
     def _cached(self) -> bool:
-        return check_choice(getattr(self, "selection_pass", "fresh"), "selection_pass",
-                            SELECTION_PASSES) == "cached"
+        chosen = getattr(self, "selection_pass", None)
+        return chosen is not None and check_choice(chosen, "selection_pass",
+                                                   SELECTION_PASSES) == "cached"
 
     # -- the selection pass: what a step embeds -------------------------------------------
 
@@ -430,11 +431,12 @@ class JESTSelector(CuratingSelector):
         which cost no forward pass. Kept as it is by :func:`sklearn.base.clone`.
     loss : Loss, str or None, default=None
         What to score with; ``None``: the loss being trained.
-    selection_pass : {'fresh', 'cached'}, default='fresh'
+    selection_pass : {'fresh', 'cached'} or None, default=None
         ``'fresh'``: each step embeds its whole super-batch (learner and reference
         model); ``'cached'``: rows are scored with the learner's embeddings from their
         last training step and the reference's from the first pass that met them, so a
         step embeds only rows never met before (see :class:`CuratingSelector`).
+        ``None``: the estimator's ``selection_pass`` (``'fresh'`` outside an estimator).
     drop_last : bool, default=False
         Leave out the last, shorter super-batch.
     random_state : int, numpy Generator or None, default=None
@@ -455,7 +457,7 @@ class JESTSelector(CuratingSelector):
 
     def __init__(self, batch_size: int = 32, filter_ratio: float = 0.5, *,
                  n_chunks: int = 16, score: str = "learnability", reference: Any = None,
-                 loss: Any = None, selection_pass: str = "fresh", drop_last: bool = False,
+                 loss: Any = None, selection_pass: str | None = None, drop_last: bool = False,
                  random_state: Any = None) -> None:
         self.batch_size = batch_size
         self.filter_ratio = filter_ratio
@@ -545,18 +547,19 @@ class RhoLossSelector(CuratingSelector):
         The irreducible-loss model (as in :class:`JESTSelector`); ``None`` ranks by the
         learner's loss alone (the paper's "loss" baseline).
     loss : Loss, str or None, default=None
-    selection_pass : {'fresh', 'cached'}, default='fresh'
+    selection_pass : {'fresh', 'cached'} or None, default=None
         ``'fresh'``: each step embeds its whole super-batch (learner and reference
         model); ``'cached'``: rows are scored with the learner's embeddings from their
         last training step and the reference's from the first pass that met them, so a
         step embeds only rows never met before (see :class:`CuratingSelector`).
+        ``None``: the estimator's ``selection_pass`` (``'fresh'`` outside an estimator).
     drop_last : bool, default=False
     random_state : int, numpy Generator or None, default=None
         Shuffles the super-batches (the ranking itself is deterministic).
     """
 
     def __init__(self, batch_size: int = 32, filter_ratio: float = 0.5, *,
-                 reference: Any = None, loss: Any = None, selection_pass: str = "fresh",
+                 reference: Any = None, loss: Any = None, selection_pass: str | None = None,
                  drop_last: bool = False, random_state: Any = None) -> None:
         self.batch_size = batch_size
         self.filter_ratio = filter_ratio
