@@ -20,7 +20,7 @@ _LAZY = {"AcceleratorCheckpoint": "._estimators", "ContrastiveEmbedder": "._esti
 
 #: The public subpackages and modules, imported on first use like the names above.
 _SUBMODULES = ("datasets", "exceptions", "geometry", "losses", "memory", "metrics",
-               "model_selection", "plotting", "selectors", "selftest", "simulation")
+               "model_selection", "plotting", "selectors", "selftest", "simulation", "text")
 
 
 __all__ = ["AcceleratorCheckpoint", "ContrastiveEmbedder", "SupConEmbedder", "WarmupCosine",

@@ -55,7 +55,7 @@ from ._persist import (
 
 #: The fitted attributes ``save`` keeps besides the net's state.
 SAVED_ATTRIBUTES = ("n_features_in_", "feature_names_in_", "view_split_", "classes_",
-                    "class_centres_", "temperature_", "n_components_")
+                    "class_centres_", "temperature_", "n_components_", "tokenizer_")
 #: The estimator classes by qualified name (``module.QualName``), each registered by
 #: defining it: what ``load`` builds.
 _KINDS: dict[str, type[BaseEmbedder]] = {}
@@ -397,7 +397,8 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
         self.temperature_ = float(temperature.detach() if isinstance(temperature, torch.Tensor)
                                   else temperature)
         for name, value in fitted.items():
-            if value is None and name in ("n_features_in_", "feature_names_in_"):
+            if value is None and name in ("n_features_in_", "feature_names_in_",
+                                          "tokenizer_"):
                 self.__dict__.pop(name, None)
             else:
                 setattr(self, name, value)

@@ -43,6 +43,11 @@ class ContrastiveEmbedder(BaseEmbedder):
       labels, if any, go through ``y`` (``skorch.helper.SliceDataset`` makes a Dataset
       splittable by ``GridSearchCV``).
 
+    - text: pairs of strings, a list of ``(anchor, positive)`` or an ``(n, 2)`` array of
+      ``str``; ``transform`` then takes a list of strings. The ``tokenizer`` turns them
+      into token ids, which a bag of n-grams embeds by default (see
+      :mod:`skcontrast.text`).
+
     Integer views (token ids) stay integers for embedding layers, and need a ``module``
     (so do ``(n, 2, L)`` integer pairs); bytes (uint8) are images, scaled to [0, 1] on
     the device; floats become float32 and must be finite. Integer 2-D features are
@@ -56,6 +61,13 @@ class ContrastiveEmbedder(BaseEmbedder):
         input, gives one encoder per view (two modalities). A factory receives the
         number of values per item, ``n_in``. Define modules on the CPU; the estimator
         moves its own copy to ``device``.
+    tokenizer : callable, Hugging Face tokenizer or None, default=None
+        For text (strings): ``tokenizer(list_of_str) -> (n, L)`` integer token ids
+        (0 is padding), or a Hugging Face tokenizer (its ``input_ids`` and
+        ``attention_mask``). ``None``: :class:`~skcontrast.text.HashingNgramTokenizer`
+        (hashed character 2-4-grams and words, no download). A text view's default
+        encoder is :class:`~skcontrast.text.NgramBagEncoder` over the ids, sized by the
+        tokenizer's ``vocabulary_size`` (a Hugging Face tokenizer's ``len``).
     n_components : int, default=32
         Embedding dimension.
     hidden_layer_sizes : tuple of int, default=(128,)
@@ -244,7 +256,7 @@ class ContrastiveEmbedder(BaseEmbedder):
 
     _labelled = False
 
-    def __init__(self, module: Any = None, *, n_components: int = 32,
+    def __init__(self, module: Any = None, *, tokenizer: Any = None, n_components: int = 32,
                  hidden_layer_sizes: tuple = (128,), loss: Any = "symmetric_info_nce",
                  batch_size: int | None = None,
                  selector: Any = None, memory: Any = None, max_epochs: int = 20,
@@ -261,6 +273,7 @@ class ContrastiveEmbedder(BaseEmbedder):
                  transform_from: str = "head", transform_views: str = "first",
                  freeze: Any = None, **kwargs: Any) -> None:
         self.module = module
+        self.tokenizer = tokenizer
         self.n_components = n_components
         self.hidden_layer_sizes = hidden_layer_sizes
         self.loss = loss
@@ -418,7 +431,9 @@ class ContrastiveEmbedder(BaseEmbedder):
         """
         check_is_fitted(self, "net_")
         index = self.input_spec_.view_index(view)
-        embedded = self._embed(read_view(X_view, self.input_spec_.views[index]), view=index)
+        embedded = self._embed(read_view(X_view, self.input_spec_.views[index],
+                                         tokenizer=getattr(self, "tokenizer_", None)),
+                               view=index)
         return self._wrap_output(embedded, X_view)
 
     def score(self, X: Any, y: Any = None) -> float:

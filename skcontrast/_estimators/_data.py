@@ -47,6 +47,13 @@ class View:
     shape: tuple[int, ...]
     integer: bool
     parts: tuple[View, ...] = ()
+    #: a text view's number of token ids (its tokenizer's vocabulary), else ``None``;
+    #: its length (``shape``) is the longest text's and may differ after fit
+    vocabulary: int | None = None
+
+    @property
+    def text(self) -> bool:
+        return self.vocabulary is not None
 
     @property
     def size(self) -> int:
@@ -54,6 +61,8 @@ class View:
         return math.prod(self.shape)
 
     def describe(self) -> str:
+        if self.text:
+            return f"text view {self.name!r} ({self.vocabulary} token ids)"
         if self.parts:
             inner = ", ".join(p.describe().removeprefix("view ") for p in self.parts)
             return f"view {self.name!r} made of {inner}"
@@ -94,7 +103,8 @@ class InputSpec:
     """How the training input was given, learned in ``fit`` and enforced afterwards.
 
     ``form`` is ``'flat'`` (scikit-learn's 2-D form, also reached from ``(n, 2, d)``
-    pairs), ``'array'`` (an N-D array or tensor), ``'dict'`` or ``'dataset'``.
+    pairs), ``'array'`` (an N-D array or tensor), ``'dict'``, ``'dataset'`` or
+    ``'text'`` (strings, tokenized by the estimator's ``tokenizer_``).
     ``views`` holds two views for paired data and one for single views (augmented or
     labelled). ``split`` is, for flat paired data, the column where view 1 starts.
     ``items_paired`` says whether each item (row, Dataset item) carries two views, which
@@ -427,9 +437,15 @@ def read_fit_input(estimator: Any, X: Any, y: Any = None, *, single: bool,
     """
     name = type(estimator).__name__
     shadow = copy.copy(estimator)
+    data: ViewData
+    if is_text(X):
+        tokenizer = resolve_tokenizer(getattr(estimator, "tokenizer", None))
+        data, spec = _read_text(tokenizer, X, None, single=single)
+        _check_length(len(data), "X", minimum=2)
+        return data, spec, {"n_features_in_": None, "feature_names_in_": None,
+                            "tokenizer_": tokenizer}
     if isinstance(X, list | tuple):  # nested lists: the array they spell, e.g. (n, 2, d)
         X = np.asarray(X)
-    data: ViewData
     if is_view_dict(X):
         if single:
             raise ValueError(f"{name} takes a dict of views only for two modalities "
@@ -446,7 +462,7 @@ def read_fit_input(estimator: Any, X: Any, y: Any = None, *, single: bool,
     flat = spec.form == "flat"
     features = {name: getattr(shadow, name, None) if flat else None
                 for name in ("n_features_in_", "feature_names_in_")}
-    return data, spec, features
+    return data, spec, {**features, "tokenizer_": None}
 
 
 def _whole_numbers(X: np.ndarray | torch.Tensor) -> bool:
@@ -472,6 +488,14 @@ def read_input(estimator: Any, X: Any, spec: InputSpec) -> ViewData:
 
 def _read_input(estimator: Any, X: Any, spec: InputSpec) -> ViewData:
     name = type(estimator).__name__
+    if spec.form == "text":
+        if not is_text(X):
+            raise ValueError(f"{name} was fitted on text; got {_form_of(X)} (pass a list of "
+                             "strings, or rows of strings as in fit)")
+        data, _ = _read_text(estimator.tokenizer_, X, spec, single=True)
+        return data
+    if is_text(X):
+        raise ValueError(f"{name} was fitted on {spec.form} input, not text; got strings")
     if isinstance(X, list | tuple):
         X = np.asarray(X)
     if spec.form == "flat":
@@ -504,8 +528,16 @@ def _read_input(estimator: Any, X: Any, spec: InputSpec) -> ViewData:
     return data
 
 
-def read_view(X: Any, view: View, name: str = "X_view") -> ViewData:
-    """One view's items alone (``transform_view``): an array, tensor or Dataset."""
+def read_view(X: Any, view: View, name: str = "X_view", tokenizer: Any = None) -> ViewData:
+    """One view's items alone (``transform_view``): an array, tensor or Dataset, or a
+    list of strings for a text view (tokenized by ``tokenizer``)."""
+    if view.text:
+        if not is_text(X):
+            raise ValueError(f"{name} for {view.describe()} must be a list of strings; got "
+                             f"{_form_of(X)}")
+        data, _ = _read_text(tokenizer, X, InputSpec("text", (view,)), single=True,
+                             name=name)
+        return data
     if is_dataset(X):
         single = InputSpec("dataset", (view,))
         return ItemViews(_check_map_style(X, name), single)
@@ -784,3 +816,147 @@ def with_labels(data: ViewData, labels: np.ndarray | None) -> ViewData:
     assert isinstance(data, ItemViews)
     return ItemViews(data.dataset, data.spec, tensor, data.pick)
 
+
+
+# --------------------------------------------------------------------------------------
+# Text: strings, tokenized
+# --------------------------------------------------------------------------------------
+
+def is_text(X: Any) -> bool:
+    """Whether ``X`` holds strings: a sequence or array of them, or rows of them."""
+    if isinstance(X, np.ndarray):
+        return X.dtype.kind in "US" or (X.dtype.kind == "O" and X.size > 0
+                                        and isinstance(X.flat[0], str))
+    if isinstance(X, list | tuple) and len(X) > 0:
+        first = X[0]
+        if isinstance(first, str):
+            return True
+        return isinstance(first, list | tuple | np.ndarray) and len(first) > 0 and \
+            isinstance(first[0], str)
+    return isinstance(X, str)
+
+
+def resolve_tokenizer(tokenizer: Any) -> Any:
+    """The tokenizer a text fit uses: the given one, or the default hashed n-grams."""
+    from ..text import HashingNgramTokenizer
+
+    if tokenizer is None:
+        return HashingNgramTokenizer()
+    if not callable(tokenizer):
+        raise ValueError(f"tokenizer must be a callable tokenizer(list_of_str) -> token ids, "
+                         f"a Hugging Face tokenizer, or None (hashed character n-grams); got "
+                         f"{describe(tokenizer)}")
+    return tokenizer
+
+
+def text_table(X: Any, name: str = "X") -> np.ndarray:
+    """``X`` as an object array of strings of shape ``(n, c)``: one column for a list of
+    strings, ``c`` for rows of ``c`` strings. Anything else, an empty string or rows of
+    unequal length is an error naming the row."""
+    if isinstance(X, str):
+        raise ValueError(f"{name} is a single string; pass a list of strings")
+    rows = list(X)
+    single = all(isinstance(r, str) for r in rows)
+    if single:
+        table = np.empty((len(rows), 1), dtype=object)
+        table[:, 0] = rows
+    else:
+        widths = set()
+        for i, row in enumerate(rows):
+            if isinstance(row, str) or not isinstance(row, Sequence | np.ndarray):
+                raise ValueError(f"{name}[{i}] is {describe(row)}; a text {name} is a list of "
+                                 "strings or of rows of strings (pairs), not a mix")
+            widths.add(len(row))
+            if len(widths) > 1:
+                raise ValueError(f"the rows of {name} must hold equally many texts; "
+                                 f"{name}[{i}] has {len(row)}, {name}[0] has {len(rows[0])}")
+        table = np.empty((len(rows), widths.pop() if rows else 0), dtype=object)
+        for i, row in enumerate(rows):
+            table[i] = list(row)
+    for (i, j), value in np.ndenumerate(table):
+        where = f"{name}[{i}]" if table.shape[1] == 1 and single else f"{name}[{i}, {j}]"
+        if not isinstance(value, str):
+            raise ValueError(f"{where} is {describe(value)}; every entry of a text {name} "
+                             "must be a string")
+        if not value.strip():
+            raise ValueError(f"{where} is an empty string ({value!r}); every text needs "
+                             "some content")
+    return table
+
+
+def _is_hf_tokenizer(tokenizer: Any) -> bool:
+    return hasattr(tokenizer, "model_input_names") and hasattr(tokenizer, "pad_token_id")
+
+
+def vocabulary_of(tokenizer: Any) -> int | None:
+    """The number of ids a tokenizer produces (``vocabulary_size``, or a Hugging Face
+    tokenizer's ``len``), ``None`` if it does not say."""
+    if _is_hf_tokenizer(tokenizer):
+        return len(tokenizer)
+    size = getattr(tokenizer, "vocabulary_size", None)
+    return None if size is None else int(size)
+
+
+def tokenize(tokenizer: Any, texts: list[str], name: str = "X") -> Any:
+    """Token ids of ``texts``: a long tensor ``(n, L)``, or a dict of them (a Hugging
+    Face tokenizer's ``input_ids``, ``attention_mask``, ...), padded to the longest."""
+    if _is_hf_tokenizer(tokenizer):
+        encoded = tokenizer(texts, padding=True, truncation=True, return_tensors="np")
+        return {k: torch.from_numpy(np.asarray(encoded[k], dtype=np.int64))
+                for k in tokenizer.model_input_names if k in encoded}
+    out = tokenizer(texts)
+    if isinstance(out, Mapping):
+        return {k: _token_matrix(v, len(texts), f"tokenizer output {k!r} for {name}")
+                for k, v in out.items()}
+    return _token_matrix(out, len(texts), f"the tokenizer's output for {name}")
+
+
+def _token_matrix(value: Any, n: int, label: str) -> torch.Tensor:
+    ids = torch.as_tensor(np.asarray(value.cpu() if isinstance(value, torch.Tensor) else value))
+    if ids.ndim != 2 or len(ids) != n or ids.is_floating_point() or ids.dtype == torch.bool:
+        raise ValueError(f"{label} must be integer token ids of shape ({n}, L); got "
+                         f"{describe(ids)}")
+    if len(ids) and int(ids.min()) < 0:
+        raise ValueError(f"{label} holds a negative token id ({int(ids.min())})")
+    return ids.long()
+
+
+def _read_text(tokenizer: Any, X: Any, spec: InputSpec | None, *, single: bool,
+               name: str = "X") -> tuple[TensorViews, InputSpec]:
+    """Strings: each column of ``X`` tokenized (all columns in one call, so that they
+    share one padded length and a shared encoder embeds them in one batch)."""
+    table = text_table(X, name)
+    n, columns = table.shape
+    if spec is None and columns > 2:
+        raise ValueError(f"{name} has rows of {columns} texts; text pairs have 2 (an anchor "
+                         "and its positive)")
+    if spec is None and single and columns != 1:
+        raise ValueError(f"{name} holds rows of {columns} texts, but this fit takes single "
+                         "texts (a list of strings)")
+    if spec is not None and columns > len(spec.views):
+        raise ValueError(f"{name} has rows of {columns} texts; the model was fitted on "
+                         f"{len(spec.views)} per item")
+    if spec is None and columns == 1 and not single:
+        raise ValueError(f"{name} is a list of single strings; contrastive training takes "
+                         "pairs of texts (rows of two strings: an anchor and its positive)")
+    tokens = tokenize(tokenizer, list(table.T.reshape(-1)), name)
+    vocabulary = vocabulary_of(tokenizer)
+    if spec is not None and vocabulary != spec.views[0].vocabulary:
+        raise ValueError(f"the tokenizer now makes {vocabulary} token ids; the model was "
+                         f"fitted with {spec.views[0].vocabulary}")
+    if vocabulary is not None:
+        largest = max(int(t.max()) for t in (tokens.values() if isinstance(tokens, Mapping)
+                                             else [tokens]))
+        if largest >= vocabulary:
+            raise ValueError(f"the tokenizer made token id {largest}, beyond its vocabulary "
+                             f"of {vocabulary} ids")
+    parts = [_index(tokens, torch.arange(c * n, (c + 1) * n)) for c in range(columns)]
+    views = []
+    for c in range(columns):
+        if isinstance(tokens, Mapping):
+            inner = tuple(View(k, tuple(t.shape[1:]), True) for k, t in tokens.items())
+            views.append(View(c, (), True, inner, vocabulary))
+        else:
+            views.append(View(c, tuple(tokens.shape[1:]), True, (), vocabulary))
+    return (TensorViews(tuple(parts)),
+            InputSpec("text", tuple(views), items_paired=columns == 2))

@@ -53,7 +53,14 @@ def _instantiate(module: Any, n_in: int, n_out: int, kwargs: dict | None = None)
 
 
 def default_encoder(view: View, hidden_layer_sizes: Sequence[int], n_out: int) -> nn.Module:
-    """The MLP for one view; N-D views are flattened first. Integer views are refused."""
+    """The MLP for one view; N-D views are flattened first. A text view gets a bag of
+    its token ids (:class:`~skcontrast.text.NgramBagEncoder`, ``hidden_layer_sizes``
+    its widths); other integer views are refused."""
+    if view.text:
+        from ..text import NgramBagEncoder
+
+        assert view.vocabulary is not None
+        return NgramBagEncoder(view.vocabulary, n_out, hidden_layer_sizes)
     if view.parts:
         raise ValueError(f"{view.describe()} goes to its encoder as keyword arguments; pass "
                          "an encoder for it (module={name: encoder, ...})")
@@ -62,7 +69,9 @@ def default_encoder(view: View, hidden_layer_sizes: Sequence[int], n_out: int) -
             f"{view.describe()} holds integers (e.g. token ids), and the default MLP "
             f"encoder takes real values: pass an encoder for it, e.g. module={{..., "
             f"{view.name!r}: nn.EmbeddingBag(vocab_size, {n_out})}} or module=(enc0, enc1), "
-            "or convert the view to float if its integers are measurements")
+            "or convert the view to float if its integers are measurements (text from a "
+            "tokenizer of your own gets the default bag encoder when the tokenizer has a "
+            "vocabulary_size attribute)")
     mlp = make_mlp(view.size, hidden_layer_sizes, n_out)
     return nn.Sequential(nn.Flatten(), mlp) if len(view.shape) > 1 else mlp
 

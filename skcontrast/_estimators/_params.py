@@ -130,6 +130,7 @@ class ParameterChecks(BaseEstimator):
 
     # The parameters both estimators' ``__init__`` store (declared for type checkers).
     module: Any
+    tokenizer: Any
     n_components: int
     hidden_layer_sizes: Any
     loss: Any

@@ -70,10 +70,11 @@ def allowed_objects() -> dict[str, Any]:
     - every ``torch.nn.Module`` class in ``torch.nn`` and every optimizer class in
       ``torch.optim`` (called with plain values only).
     """
-    from .. import datasets, losses, memory, selectors
+    from .. import datasets, losses, memory, selectors, text
     from ._schedule import WarmupCosine
 
-    chosen: list[Any] = [WarmupCosine, datasets.GaussianNoise, datasets.RandomFeatureMask,
+    chosen: list[Any] = [WarmupCosine, text.HashingNgramTokenizer, text.NgramBagEncoder,
+                         datasets.GaussianNoise, datasets.RandomFeatureMask,
                          datasets.RandomShift, datasets.Compose, datasets.digit_cnn,
                          datasets.digit_augmentation]
     chosen += [getattr(selectors, name) for name in selectors.__all__
@@ -331,7 +332,11 @@ def _read_view(spec: Any, entry: str) -> Any:
                          f"of non-negative integers; got {shape!r:.80}")
     parts = tuple(_read_view(p, f"{entry} part") for p in _expect(spec.get("parts", []), list,
                                                                   entry))
-    return View(name, tuple(shape), _expect(spec.get("integer"), bool, entry), parts)
+    vocabulary = spec.get("vocabulary")
+    if vocabulary is not None:
+        vocabulary = _natural(vocabulary, f"{entry} vocabulary")
+    return View(name, tuple(shape), _expect(spec.get("integer"), bool, entry), parts,
+                vocabulary)
 
 
 def _write_view(view: Any) -> dict:
@@ -343,7 +348,7 @@ def _write_view(view: Any) -> dict:
                          "integer name in a saved file; fit with string keys to save the "
                          "model (nothing was written)")
     return {"name": name, "shape": [int(s) for s in view.shape], "integer": view.integer,
-            "parts": [_write_view(p) for p in view.parts]}
+            "parts": [_write_view(p) for p in view.parts], "vocabulary": view.vocabulary}
 
 
 # --------------------------------------------------------------------------------------

@@ -31,7 +31,15 @@ class SupConEmbedder(BaseEmbedder):
     ----------
     module : nn.Module, nn.Module class, factory ``f(n_in, n_out)``, or None
         The encoder; ``None`` builds an MLP with ``hidden_layer_sizes`` (N-D input is
-        flattened first). Integer input (token ids) needs a module.
+        flattened first). Integer input (token ids) needs a module; text (a list of
+        strings) is tokenized and embedded by a bag of n-grams unless a module is given.
+    tokenizer : callable, Hugging Face tokenizer or None, default=None
+        For text (strings): ``tokenizer(list_of_str) -> (n, L)`` integer token ids
+        (0 is padding), or a Hugging Face tokenizer (its ``input_ids`` and
+        ``attention_mask``). ``None``: :class:`~skcontrast.text.HashingNgramTokenizer`
+        (hashed character 2-4-grams and words, no download). A text view's default
+        encoder is :class:`~skcontrast.text.NgramBagEncoder` over the ids, sized by the
+        tokenizer's ``vocabulary_size`` (a Hugging Face tokenizer's ``len``).
     n_components : int, default=32
     hidden_layer_sizes : tuple of int, default=(128,)
     loss : Loss or str, default='supcon'
@@ -186,7 +194,7 @@ class SupConEmbedder(BaseEmbedder):
 
     _labelled = True
 
-    def __init__(self, module: Any = None, *, n_components: int = 32,
+    def __init__(self, module: Any = None, *, tokenizer: Any = None, n_components: int = 32,
                  hidden_layer_sizes: tuple = (128,), loss: Any = "supcon",
                  batch_size: int | None = None,
                  selector: Any = None, memory: Any = None, max_epochs: int = 20,
@@ -201,6 +209,7 @@ class SupConEmbedder(BaseEmbedder):
                  warm_start: bool = False, projection_head: Any = None,
                  transform_from: str = "head", freeze: Any = None, **kwargs: Any) -> None:
         self.module = module
+        self.tokenizer = tokenizer
         self.n_components = n_components
         self.hidden_layer_sizes = hidden_layer_sizes
         self.loss = loss

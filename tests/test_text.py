@@ -1,0 +1,195 @@
+"""Text: the hashed n-gram tokenizer, the bag encoder, strings in the estimators."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.feature_extraction.text import HashingVectorizer
+
+import skcontrast
+from skcontrast import ContrastiveEmbedder, SupConEmbedder
+from skcontrast.text import HashingNgramTokenizer, NgramBagEncoder
+
+PAIRS = [("thumbs up", "daumen hoch"), ("red heart", "rotes herz"),
+         ("grinning face", "grinsendes gesicht"), ("flag germany", "flagge deutschland"),
+         ("woman running", "laufende frau"), ("man running", "laufender mann"),
+         ("cat face", "katzengesicht"), ("dog face", "hundegesicht")]
+SMALL = {"max_epochs": 2, "random_state": 0, "n_components": 8, "hidden_layer_sizes": (16,),
+         "batch_size": 4}
+
+
+# --------------------------------------------------------------------------------------
+# The tokenizer and the encoder
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("analyzer", ["char_wb+word", "char_wb", "char", "word"])
+def test_the_tokenizer_gives_each_texts_set_of_hashed_ngrams(analyzer):
+    texts = ["thumbs up", "Daumen hoch hoch", "旗 ドイツ", "a"]
+    tok = HashingNgramTokenizer(analyzer=analyzer, ngram_range=(2, 3), n_features=2**10)
+    ids = tok(texts)
+    assert ids.dtype == np.int64 and ids.shape[0] == 4
+    for text, row in zip(texts, ids, strict=True):
+        expected = set()
+        for kind in analyzer.split("+"):  # brute force: each n-gram hashed on its own
+            vec = HashingVectorizer(analyzer=kind, ngram_range=(1, 1) if kind == "word"
+                                    else (2, 3), n_features=2**10, alternate_sign=False,
+                                    norm=None, token_pattern=r"(?u)\b\w+\b")
+            for gram in vec.build_analyzer()(text):
+                expected.add(int(vec.transform([gram]).indices[0]) + 1
+                             if kind == "word" else None)
+                if kind != "word":
+                    one = HashingVectorizer(analyzer=lambda _, g=gram: [g], n_features=2**10,
+                                            alternate_sign=False, norm=None)
+                    expected.add(int(one.transform([""]).indices[0]) + 1)
+        expected.discard(None)
+        assert set(row[row > 0].tolist()) == expected
+        assert (row[:len(expected)] > 0).all() and (row[len(expected):] == 0).all()
+    assert tok.vocabulary_size == 2**10 + 1 and ids.max() <= 2**10
+
+
+def test_tokenizer_settings_are_checked():
+    with pytest.raises(ValueError, match="analyzer must be one of"):
+        HashingNgramTokenizer(analyzer="bpe")(["a b"])
+    with pytest.raises(ValueError, match="ngram_range must be"):
+        HashingNgramTokenizer(ngram_range=(3, 2))(["a b"])
+    with pytest.raises(ValueError, match="n_features must be >= 2"):
+        HashingNgramTokenizer(n_features=1)(["a b"])
+
+
+def test_the_bag_is_the_scaled_sum_of_its_ids_embeddings():
+    torch.manual_seed(0)
+    enc = NgramBagEncoder(50, 4).double()
+    ids = torch.tensor([[3, 7, 7, 0, 0], [1, 2, 3, 4, 5], [9, 0, 0, 0, 0]])
+    out = enc(ids)
+    for row, got in zip(ids, out, strict=True):
+        kept = row[row > 0]
+        expected = enc.bag.weight[kept].sum(0) / np.sqrt(len(kept))
+        torch.testing.assert_close(got, expected)
+    # a Hugging Face tokenizer's ids with their attention mask: the mask says what pads
+    mask = (ids > 0).long()
+    shifted = torch.where(mask.bool(), ids, torch.full_like(ids, 11))  # pad id 11
+    torch.testing.assert_close(enc(input_ids=shifted, attention_mask=mask), out)
+    with_layers = NgramBagEncoder(50, 3, (6, 5))
+    assert with_layers(ids).shape == (3, 3)
+
+
+# --------------------------------------------------------------------------------------
+# Strings in the estimators
+# --------------------------------------------------------------------------------------
+
+def test_string_pairs_in_strings_out():
+    est = ContrastiveEmbedder(**SMALL).fit(PAIRS)
+    assert isinstance(est.tokenizer_, HashingNgramTokenizer)
+    Z = est.transform(["thumbs up", "a text never seen, longer than any in training"])
+    assert Z.shape == (2, 8) and np.isfinite(Z).all()
+    np.testing.assert_allclose(np.linalg.norm(Z, axis=1), 1, atol=1e-5)
+    # an (n, 2) array of str is the same data
+    again = ContrastiveEmbedder(**SMALL).fit(np.array(PAIRS))
+    np.testing.assert_allclose(again.transform(["thumbs up"]), est.transform(["thumbs up"]),
+                               atol=1e-6)
+    V = est.transform_view(["daumen hoch"], view=1)
+    assert V.shape == (1, 8)
+    assert 0 <= est.score(PAIRS) <= 1
+    U, V = est.transform_pairs(PAIRS)
+    assert U.shape == V.shape == (8, 8)
+
+
+def test_a_text_model_saves_clones_and_pickles(tmp_path):
+    est = ContrastiveEmbedder(**SMALL).fit(PAIRS)
+    texts = ["thumbs up", "hundegesicht"]
+    again = skcontrast.load(est.save(tmp_path / "m"))
+    np.testing.assert_array_equal(again.transform(texts), est.transform(texts))
+    assert again.tokenizer_.get_params() == est.tokenizer_.get_params()
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(est)).transform(texts),
+                                  est.transform(texts))
+    tok = HashingNgramTokenizer(n_features=2**12)
+    cloned = clone(ContrastiveEmbedder(tokenizer=tok, **SMALL))
+    assert cloned.tokenizer is not tok and cloned.tokenizer.n_features == 2**12
+    # a tokenizer a file cannot hold is named before anything is written
+    def own_tokenizer(texts):
+        return tok(texts)
+
+    own_tokenizer.vocabulary_size = tok.vocabulary_size
+    own = ContrastiveEmbedder(tokenizer=own_tokenizer, **SMALL).fit(PAIRS)
+    with pytest.raises(ValueError, match="tokenizer"):
+        own.save(tmp_path / "own")
+    assert not (tmp_path / "own").exists()
+
+
+@pytest.mark.parametrize(("X", "message"), [
+    ([("a", "b"), ("c", "")], r"X\[1, 1\] is an empty string"),
+    ([("a", "b"), ("c", 5)], r"X\[1, 1\] is .*5.*must be a string"),
+    ([("a", "b"), ("c",)], r"rows of X must hold equally many texts; X\[1\] has 1"),
+    (["a b", ("c", "d")], r"X\[0\] is 'a b'; a text X is a list of strings or of rows"),
+    (["a b", "c d"], "contrastive training takes pairs of texts"),
+    ([("a", "b", "c"), ("d", "e", "f")], "text pairs have 2"),
+])
+def test_bad_text_is_named_by_row(X, message):
+    with pytest.raises(ValueError, match=message):
+        ContrastiveEmbedder(**SMALL).fit(X)
+
+
+def test_text_after_other_input_and_the_reverse_are_refused():
+    est = ContrastiveEmbedder(**SMALL).fit(PAIRS)
+    with pytest.raises(ValueError, match="fitted on text"):
+        est.transform(np.zeros((2, 5), dtype=np.float32))
+    with pytest.raises(ValueError, match="list of strings"):
+        est.transform_view(np.zeros((2, 5)), view=1)
+    X = np.random.default_rng(0).normal(size=(16, 2, 4)).astype(np.float32)
+    dense = ContrastiveEmbedder(**SMALL).fit(X)
+    with pytest.raises(ValueError, match="not text; got strings"):
+        dense.transform(["thumbs up"])
+    with pytest.raises(ValueError, match="single string; pass a list"):
+        est.transform("thumbs up")
+
+
+def test_supcon_on_labelled_strings():
+    texts = [a for a, _ in PAIRS] + [b for _, b in PAIRS]
+    y = list(range(8)) * 2
+    est = SupConEmbedder(**SMALL).fit(texts, y)
+    assert est.transform(["thumbs up"]).shape == (1, 8)
+    with pytest.raises(ValueError, match="takes single texts"):
+        SupConEmbedder(**SMALL).fit(PAIRS, y[:8])
+
+
+def test_a_tokenizer_of_ones_own():
+    vocabulary = {w: i + 1 for i, w in enumerate(sorted({w for p in PAIRS for t in p
+                                                         for w in t.split()}))}
+
+    def words(texts):
+        rows = [[vocabulary.get(w, 0) for w in t.split()] for t in texts]
+        width = max(map(len, rows))
+        return np.array([r + [0] * (width - len(r)) for r in rows])
+
+    # without a vocabulary size the default encoder cannot size its embedding
+    with pytest.raises(ValueError, match="holds integers"):
+        ContrastiveEmbedder(tokenizer=words, **SMALL).fit(PAIRS)
+    words.vocabulary_size = len(vocabulary) + 1
+    est = ContrastiveEmbedder(tokenizer=words, **SMALL).fit(PAIRS)
+    assert est.input_spec_.views[0].vocabulary == len(vocabulary) + 1
+    assert est.transform(["thumbs up"]).shape == (1, 8)
+    words.vocabulary_size = 3  # ids beyond it are refused, naming the id
+    with pytest.raises(ValueError, match="beyond its vocabulary of 3"):
+        ContrastiveEmbedder(tokenizer=words, **SMALL).fit(PAIRS)
+    with pytest.raises(ValueError, match="tokenizer must be a callable"):
+        ContrastiveEmbedder(tokenizer="bert-base", **SMALL).fit(PAIRS)
+
+
+def test_a_hugging_face_tokenizer_trained_here():
+    pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    raw.train_from_iterator([t for p in PAIRS for t in p], trainers.WordPieceTrainer(
+        vocab_size=200, special_tokens=["[PAD]", "[UNK]"]))
+    tok = PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="[PAD]", unk_token="[UNK]")
+    est = ContrastiveEmbedder(tokenizer=tok, **SMALL).fit(PAIRS)
+    view = est.input_spec_.views[0]
+    assert view.vocabulary == len(tok) and [p.name for p in view.parts][:2] == \
+        ["input_ids", "attention_mask"][:len(view.parts)]
+    Z = est.transform(["thumbs up", "red heart"])
+    assert Z.shape == (2, 8) and np.isfinite(Z).all()
