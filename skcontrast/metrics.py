@@ -100,6 +100,67 @@ def recall_at_k(U: Any, V: Any, k: int = 1, direction: str = "both") -> float:
     return float(np.mean(list(found.values())))
 
 
+def ranking_scores(ranked: Any, query_groups: Any, document_groups: Any, k: int = 10
+                   ) -> dict[str, float]:
+    """Search quality from ranked results: recall@1, recall@k, nDCG@k and MRR@k.
+
+    Document ``j`` is relevant to query ``i`` when ``document_groups[j] ==
+    query_groups[i]`` (binary relevance: the same concept, every duplicate of it
+    included). nDCG@k divides the discounted gain of the top ``k`` by that of a ranking
+    with all of the query's relevant documents first (Järvelin & Kekäläinen, 2002).
+
+    Parameters
+    ----------
+    ranked : array-like of int, shape (n_queries, K)
+        Document indices per query, best first (``K >= k``; ``-1`` marks no result), as
+        :meth:`skcontrast.text.HybridRetriever.search` returns.
+    query_groups : array-like of shape (n_queries,)
+    document_groups : array-like of shape (n_documents,)
+    k : int, default=10
+
+    Returns
+    -------
+    dict with ``'recall@1'``, ``'recall@k'``, ``'ndcg@k'`` and ``'mrr@k'`` (``k``
+    spelled out), each a mean over queries in [0, 1].
+
+    Examples
+    --------
+    >>> from skcontrast.metrics import ranking_scores
+    >>> ranking_scores([[1, 0], [1, 0]], [0, 1], [0, 1], k=2)["recall@1"]
+    0.5
+    """
+    k = check_int(k, "k", minimum=1)
+    ranked = np.asarray(ranked)
+    if ranked.ndim != 2 or ranked.dtype.kind not in "iu":
+        raise ValueError(f"ranked must be integer document indices of shape (n_queries, K); "
+                         f"got {describe(ranked)}")
+    if ranked.shape[1] < k:
+        raise ValueError(f"ranked holds {ranked.shape[1]} results per query; k={k} needs "
+                         f"at least {k}")
+    queries = np.asarray(query_groups)
+    documents = np.asarray(document_groups)
+    if len(queries) != len(ranked):
+        raise ValueError(f"query_groups has {len(queries)} entries for {len(ranked)} queries")
+    if len(ranked) and (ranked.max() >= len(documents) or ranked.min() < -1):
+        raise ValueError(f"ranked names documents outside 0..{len(documents) - 1}")
+    top = ranked[:, :k]
+    found = np.where(top >= 0, documents[np.clip(top, 0, None)] == queries[:, None], False)
+    values, counts = np.unique(documents, return_counts=True)
+    where = np.searchsorted(values, queries).clip(0, max(len(values) - 1, 0))
+    relevant = np.where(values[where] == queries, counts[where], 0) if len(values) else \
+        np.zeros(len(queries), dtype=np.int64)
+    if (relevant == 0).any():
+        raise ValueError(f"{int((relevant == 0).sum())} quer(y/ies) have no relevant document "
+                         "(no document of their group): leave them out, they cannot be found")
+    discount = 1.0 / np.log2(np.arange(2, k + 2))
+    ideal = np.cumsum(discount)[np.minimum(relevant, k) - 1]
+    first = np.where(found.any(1), found.argmax(1), k)
+    return {"recall@1": float(found[:, 0].mean()),
+            f"recall@{k}": float(found.any(1).mean()),
+            f"ndcg@{k}": float(((found * discount).sum(1) / ideal).mean()),
+            f"mrr@{k}": float(np.where(first < k, 1.0 / (first + 1), 0.0).mean())}
+
+
 class _Retrieval(NamedTuple):
     """Per query: relevant references ``R``, ``sum_{k<=R} P(k) rel(k)``, relevant items
     in the top ``R``, and whether the nearest reference is relevant."""

@@ -156,3 +156,531 @@ class NgramBagEncoder(nn.Module):
         weights = mask.to(self.bag.weight.dtype)
         count = weights.sum(dim=1, keepdim=True).clamp(min=1.0)
         return self.layers(self.bag(ids, per_sample_weights=weights) / count.sqrt())
+
+
+# --------------------------------------------------------------------------------------
+# Chunked top-k search
+# --------------------------------------------------------------------------------------
+
+def top_k_search(scores: Any, n_queries: int, n_documents: int, k: int, *,
+                 query_chunk: int = 4096, document_chunk: int = 65536
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best documents per query, in bounded memory.
+
+    ``scores(queries, documents) -> Tensor (len(queries), len(documents))`` scores a
+    block of query indices against a block of document indices (both int64 tensors); the
+    blocks are at most ``query_chunk x document_chunk``, and each query keeps a running
+    top ``k``, so memory is ``O(query_chunk x (document_chunk + k))`` whatever the
+    corpus. Ties are broken by the smaller document index (the result does not depend on
+    the chunking).
+
+    Returns
+    -------
+    values : ndarray of shape (n_queries, k), float32
+        Best first; ``-inf`` where the corpus holds fewer than ``k`` documents (a
+        document scored ``-inf`` is excluded).
+    indices : ndarray of shape (n_queries, k), int64
+        ``-1`` where there is no (or only an excluded) document.
+    """
+    k = check_int(k, "k", minimum=1)
+    query_chunk = check_int(query_chunk, "query_chunk", minimum=1)
+    document_chunk = check_int(document_chunk, "document_chunk", minimum=1)
+    values = np.full((n_queries, k), -np.inf, dtype=np.float32)
+    indices = np.full((n_queries, k), -1, dtype=np.int64)
+    for q0 in range(0, n_queries, query_chunk):
+        queries = torch.arange(q0, min(n_queries, q0 + query_chunk))
+        best_v: torch.Tensor | None = None
+        best_i: torch.Tensor | None = None
+        for d0 in range(0, n_documents, document_chunk):
+            docs = torch.arange(d0, min(n_documents, d0 + document_chunk))
+            block = scores(queries, docs).float()
+            v, i = _chunk_top(block, min(k, block.shape[1]))
+            i = i + d0
+            if best_v is not None and best_i is not None:
+                v, i = torch.cat([best_v, v], 1), torch.cat([best_i, i.to(best_i.device)], 1)
+            best_v, best_i = _ordered(v, i, k)
+        if best_v is None or best_i is None:
+            continue
+        rows = slice(q0, q0 + len(queries))
+        values[rows, :best_v.shape[1]] = best_v.cpu().numpy()
+        indices[rows, :best_i.shape[1]] = best_i.cpu().numpy()
+    indices[np.isneginf(values)] = -1  # excluded (scored -inf), or no document
+    return values, indices
+
+
+def _chunk_top(block: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``width`` best of each row of a block, ties broken by the smaller column
+    (``topk`` picks among values tied at the boundary arbitrarily: those rows are
+    sorted stably instead)."""
+    v, i = torch.topk(block, width, dim=1)
+    tied = (block >= v[:, -1:]).sum(1) > width
+    if bool(tied.any()):
+        rows = tied.nonzero().flatten()
+        sv, si = torch.sort(block[rows], dim=1, descending=True, stable=True)
+        v[rows], i[rows] = sv[:, :width], si[:, :width]
+    return v, i.long()
+
+
+def _ordered(values: torch.Tensor, indices: torch.Tensor, k: int
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` best of each row, by value (descending) then index (ascending)."""
+    order = torch.argsort(indices, dim=1, stable=True)
+    values, indices = values.gather(1, order), indices.gather(1, order)
+    order = torch.argsort(values, dim=1, descending=True, stable=True)[:, :k]
+    return values.gather(1, order), indices.gather(1, order)
+
+
+def _device(device: Any) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+# --------------------------------------------------------------------------------------
+# Hard-negative mining
+# --------------------------------------------------------------------------------------
+
+def _embed_texts(embedding: Any, texts: Any, view: int, name: str) -> np.ndarray:
+    """Embeddings of ``texts`` (strings) by a fitted estimator (its ``view``), a callable
+    ``f(texts) -> array``, or the rows themselves when they are already embeddings."""
+    from ._estimators._data import is_text
+
+    if not is_text(texts):
+        if embedding is not None:
+            raise ValueError(f"{name} are embeddings already; embedding= is for texts")
+        return _float_rows(texts, name)
+    if embedding is None:
+        raise ValueError(f"{name} are texts: give embedding= (a fitted estimator, or a "
+                         "callable texts -> array) to embed them")
+    texts = list(texts)
+    if hasattr(embedding, "transform_view") and len(embedding.input_spec_.views) > 1:
+        out = embedding.transform_view(texts, view=view)
+    elif hasattr(embedding, "transform"):
+        out = embedding.transform(texts)
+    elif callable(embedding):
+        out = embedding(texts)
+    else:
+        raise ValueError(f"embedding must be a fitted estimator, a callable texts -> array, or "
+                         f"None; got {describe(embedding)}")
+    return _float_rows(out, f"the embeddings of {name}")
+
+
+def _float_rows(x: Any, name: str) -> np.ndarray:
+    rows = np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x, dtype=np.float32)
+    if rows.ndim != 2 or not len(rows):
+        raise ValueError(f"{name} must be a non-empty 2-D array of embeddings; got "
+                         f"{describe(x)}")
+    if not np.isfinite(rows).all():
+        raise ValueError(f"{name} contain NaN or infinite values")
+    return rows
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def mine_hard_negatives(anchors: Any, positives: Any, corpus: Any = None, *,
+                        embedding: Any = None, n_negatives: int = 4,
+                        rank_window: tuple[int, int] = (0, 50),
+                        relative_margin: float | None = None,
+                        groups: Any = None, corpus_groups: Any = None,
+                        query_chunk: int = 4096, document_chunk: int = 65536,
+                        device: Any = "auto") -> Any:
+    r"""The hardest negatives of each (anchor, positive) pair in a corpus, by cosine
+    similarity of an embedding, with false-negative filters.
+
+    For anchor :math:`a_i` with positive :math:`p_i`, the corpus is ranked by
+    :math:`\cos(a_i, c_j)`; candidates that are the positive's duplicates (the same
+    text, or the same embedding row when no texts are given), the anchor's duplicates,
+    and members of the pair's group are never negatives. Of the rest, ranks
+    :math:`p+1 .. q` form the window (``rank_window=(p, q)``: skipping the ``p`` most
+    similar, as B3 does, Thirukovalluru et al. 2025, Sec. 3); with
+    ``relative_margin=m`` only candidates with :math:`\cos(a_i, c_j) < m \cos(a_i, p_i)`
+    stay (NV-Retriever's "TopK-PercPos",
+    Moreira et al. 2024, Sec. 4.1, ``m = 0.95``); the ``n_negatives`` most similar of
+    those are the negatives, hardest first.
+
+    The search is chunked (:func:`top_k_search`): memory is ``O(query_chunk x
+    document_chunk)`` whatever the corpus (``benchmarks/bench_text.py`` mines a
+    1,000,000 x 1,000,000 search). The result is deterministic (ties go to the smaller
+    corpus index).
+
+    Parameters
+    ----------
+    anchors, positives : list of str, or array-like of shape (n, d)
+        The pairs: texts (embedded by ``embedding``), or embeddings.
+    corpus : list of str, array-like of shape (m, d), or None
+        Where negatives come from; ``None``: the positives themselves (in-corpus
+        mining).
+    embedding : fitted estimator, callable or None
+        What embeds texts: a fitted skcontrast estimator (anchors by view 0, positives
+        and corpus by view 1 when it has two), a teacher ``f(texts) -> (n, d)``, or
+        ``None`` when embeddings are given.
+    n_negatives : int, default=4
+    rank_window : (int, int), default=(0, 50)
+        ``(p, q)``: candidate ranks ``p + 1 .. q`` (after the duplicates and the group's
+        members are left out).
+    relative_margin : float in (0, 1] or None, default=None
+        Keep candidates scoring below ``relative_margin`` x the positive's score.
+    groups, corpus_groups : array-like or None
+        Group ids of the pairs and of the corpus items (e.g. the concept an item names):
+        a candidate of the pair's group is never its negative. ``corpus_groups``
+        defaults to ``groups`` when the corpus is the positives.
+    query_chunk, document_chunk : int
+        Block sizes of the search.
+    device : str or torch.device, default='auto'
+        Where the similarities are computed (``'auto'``: CUDA if available).
+
+    Returns
+    -------
+    sklearn.utils.Bunch
+        ``indices`` ``(n, n_negatives)`` corpus indices, ``-1`` where fewer were found;
+        ``scores`` their similarities; ``positive_scores`` ``(n,)``; ``complete`` (the
+        pairs with all their negatives); and, for texts, ``table``: an object array
+        ``(n_complete, 2 + n_negatives)`` of (anchor, positive, negatives...) rows of the
+        complete pairs, ready for the estimators' hard-negative columns. Pairs that found
+        fewer negatives are left out of ``table`` with a warning saying how many.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skcontrast.text import mine_hard_negatives
+    >>> Z = np.eye(4)[[0, 1, 2, 3]] + 0.1
+    >>> mined = mine_hard_negatives(Z, Z, n_negatives=2, rank_window=(0, 3), device="cpu")
+    >>> mined.indices.shape
+    (4, 2)
+    """
+    import warnings
+
+    from sklearn.utils import Bunch
+
+    from ._estimators._data import is_text
+    from ._validation import check_real
+
+    n_negatives = check_int(n_negatives, "n_negatives", minimum=1)
+    window = rank_window
+    if not (isinstance(window, tuple | list) and len(window) == 2
+            and all(isinstance(w, numbers.Integral) and not isinstance(w, bool)
+                    for w in window) and window[0] >= 0
+            and window[0] + n_negatives <= window[1]):
+        raise ValueError(f"rank_window must be (p, q) with 0 <= p and p + n_negatives <= q "
+                         f"(n_negatives={n_negatives}); got {describe(rank_window)}")
+    p, q = int(window[0]), int(window[1])
+    if relative_margin is not None:
+        relative_margin = check_real(relative_margin, "relative_margin", low=0.0, high=1.0,
+                                     low_open=True)
+    texts = is_text(anchors)
+    if texts != is_text(positives) or (corpus is not None and is_text(corpus) != texts):
+        raise ValueError("anchors, positives and corpus must all be texts or all embeddings")
+    if texts:
+        from ._estimators._data import text_table
+
+        anchor_texts = text_table(anchors, "anchors")[:, 0]
+        positive_texts = text_table(positives, "positives")[:, 0]
+        corpus_texts = positive_texts if corpus is None else text_table(corpus, "corpus")[:, 0]
+    A = _embed_texts(embedding, anchors, 0, "anchors")
+    P = _embed_texts(embedding, positives, 1, "positives")
+    C = P if corpus is None else _embed_texts(embedding, corpus, 1, "corpus")
+    if len(A) != len(P):
+        raise ValueError(f"anchors ({len(A)}) and positives ({len(P)}) must pair up")
+    if A.shape[1] != C.shape[1]:
+        raise ValueError(f"anchors have {A.shape[1]} dimensions, the corpus {C.shape[1]}")
+    group_of = None if groups is None else np.asarray(groups)
+    corpus_group = np.asarray(corpus_groups) if corpus_groups is not None else (
+        group_of if corpus is None else None)
+    if (group_of is None) != (corpus_group is None):
+        raise ValueError("give groups and corpus_groups together (corpus_groups may be left "
+                         "out when the corpus is the positives)")
+    if group_of is not None and corpus_group is not None and (
+            len(group_of) != len(A) or len(corpus_group) != len(C)):
+        raise ValueError(f"groups needs one id per pair ({len(A)}) and corpus_groups one per "
+                         f"corpus item ({len(C)})")
+    where = _device(device)
+    a = _unit(torch.from_numpy(A)).to(where)
+    c = _unit(torch.from_numpy(C)).to(where)
+    positive = (a * _unit(torch.from_numpy(P)).to(where)).sum(1)
+    # duplicates of the positive (or of the anchor) in the corpus: the same text, or the
+    # same embedding row
+    if texts:
+        keys = np.unique(np.concatenate([positive_texts, anchor_texts, corpus_texts]),
+                         return_inverse=True)[1]
+    else:
+        keys = np.unique(np.concatenate([P, A, C]), axis=0, return_inverse=True)[1]
+    keys = keys.reshape(-1)
+    positive_key, anchor_key, corpus_key = keys[:len(A)], keys[len(A):2 * len(A)], \
+        keys[2 * len(A):]
+    # the most any pair loses to duplicates and its group, so that the window stays full
+    blocked = np.bincount(corpus_key, minlength=int(keys.max()) + 1)
+    lost = blocked[positive_key] + blocked[anchor_key]
+    if corpus_group is not None and group_of is not None:
+        ids, counts = np.unique(corpus_group, return_counts=True)
+        at = np.searchsorted(ids, group_of).clip(0, len(ids) - 1)
+        lost = lost + np.where(ids[at] == group_of, counts[at], 0)
+    depth = min(len(C), q + int(lost.max(initial=0)))
+    pk = torch.from_numpy(positive_key).to(where)
+    ak = torch.from_numpy(anchor_key).to(where)
+    ck = torch.from_numpy(corpus_key).to(where)
+    gq = None if group_of is None else torch.from_numpy(np.unique(
+        np.concatenate([group_of, corpus_group]), return_inverse=True)[1]).to(where)
+    n = len(A)
+
+    def scores(qi: torch.Tensor, dj: torch.Tensor) -> torch.Tensor:
+        qi, dj = qi.to(where), dj.to(where)
+        block = a[qi] @ c[dj].T
+        out = (pk[qi][:, None] == ck[dj][None, :]) | (ak[qi][:, None] == ck[dj][None, :])
+        if gq is not None:
+            out |= gq[qi][:, None] == gq[n + dj][None, :]
+        return block.masked_fill(out, float("-inf"))
+
+    values, ranked = top_k_search(scores, n, len(C), max(1, depth),
+                                  query_chunk=query_chunk, document_chunk=document_chunk)
+    valid = np.isfinite(values)
+    rank = np.cumsum(valid, axis=1)  # 1-based rank among the allowed candidates
+    keep = valid & (rank > p) & (rank <= q)
+    positive_np = positive.cpu().numpy()
+    if relative_margin is not None:
+        keep &= values < relative_margin * positive_np[:, None]
+    order = np.argsort(~keep, axis=1, kind="stable")[:, :n_negatives]
+    chosen = np.take_along_axis(keep, order, 1)
+    indices = np.where(chosen, np.take_along_axis(ranked, order, 1), -1)
+    found = np.where(chosen, np.take_along_axis(values, order, 1), np.nan)
+    complete = chosen.all(1)
+    out = Bunch(indices=indices, scores=found.astype(np.float32),
+                positive_scores=positive_np.astype(np.float32), complete=complete)
+    if not complete.all():
+        warnings.warn(f"{int((~complete).sum())} of {n} pairs found fewer than {n_negatives} "
+                      f"negatives in rank_window={tuple(rank_window)}"
+                      + (f" below relative_margin={relative_margin}" if relative_margin
+                         is not None else "")
+                      + "; they are left out of the table (widen the window, lower "
+                      "n_negatives or relax the margin)", UserWarning, stacklevel=2)
+    if texts:
+        rows = np.flatnonzero(complete)
+        table = np.empty((len(rows), 2 + n_negatives), dtype=object)
+        table[:, 0], table[:, 1] = anchor_texts[rows], positive_texts[rows]
+        table[:, 2:] = corpus_texts[indices[rows]] if len(rows) else table[:, 2:]
+        out.table = table
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Hybrid retrieval: learned + lexical
+# --------------------------------------------------------------------------------------
+
+LEXICAL = ("tfidf", "bm25")
+
+
+class HybridRetriever(BaseEstimator):
+    r"""Search that fuses a learned similarity with a lexical one.
+
+    The score of document :math:`d` for query :math:`q` is
+
+    .. math:: s(q, d) = (1 - w) \cos(f(q), f(d)) + w\, \ell(q, d)
+
+    with :math:`f` the ``estimator``'s embedding (queries by view 0, documents by view 1
+    for a paired model) and :math:`\ell` a lexical score: the cosine of TF-IDF vectors
+    (``'tfidf'``, sublinear term frequency) or BM25 (``'bm25'``, Robertson & Zaragoza,
+    2009, with ``k1`` and ``b``; divided by each query's best score so that it lies in
+    [0, 1]), on character n-grams (``analyzer='char_wb'``) or words. ``weight=1`` is the
+    lexical search alone (the baseline a text user tries first), ``weight=0`` the learned
+    one alone; ``GridSearchCV`` tunes ``weight`` by :meth:`score`.
+
+    Searches run in blocks of queries and documents (:func:`top_k_search`), so a corpus
+    of 1,000,000 documents needs memory for its embeddings and its sparse lexical
+    matrix, not for a query-by-corpus matrix.
+
+    Parameters
+    ----------
+    estimator : fitted or unfitted skcontrast estimator, or None
+        The learned embedding; ``None``: lexical search alone (``weight`` must be 1).
+    weight : float in [0, 1], default=0.5
+        The lexical score's share.
+    lexical : {'tfidf', 'bm25'}, default='tfidf'
+    analyzer : {'char_wb', 'char', 'word'}, default='char_wb'
+    ngram_range : tuple, default=(2, 4)
+        Character n-gram lengths (words: use ``(1, 1)`` or ``(1, 2)``).
+    prefit : bool, default=False
+        ``True``: ``estimator`` is fitted already and :meth:`fit` fits the lexical part
+        only (``clone`` keeps the fitted estimator, so a grid search over ``weight`` does
+        not retrain it).
+    k1, b : float, default=1.2, 0.75
+        BM25's term-frequency saturation and length normalisation.
+    query_chunk, document_chunk : int, default=1024, 65536
+        Block sizes of the search.
+
+    Examples
+    --------
+    >>> from skcontrast.text import HybridRetriever
+    >>> pairs = [("red heart", "rotes herz"), ("thumbs up", "daumen hoch")] * 4
+    >>> lexical = HybridRetriever(weight=1.0).fit(pairs)
+    >>> lexical.index(["rotes herz", "daumen hoch"]).search(["red heart"], k=1)[1]
+    array([[0]])
+    """
+
+    def __init__(self, estimator: Any = None, *, weight: float = 0.5, lexical: str = "tfidf",
+                 analyzer: str = "char_wb", ngram_range: tuple = (2, 4), prefit: bool = False,
+                 k1: float = 1.2, b: float = 0.75, query_chunk: int = 1024,
+                 document_chunk: int = 65536) -> None:
+        self.estimator = estimator
+        self.weight = weight
+        self.lexical = lexical
+        self.analyzer = analyzer
+        self.ngram_range = ngram_range
+        self.prefit = prefit
+        self.k1 = k1
+        self.b = b
+        self.query_chunk = query_chunk
+        self.document_chunk = document_chunk
+
+    def __sklearn_clone__(self) -> HybridRetriever:
+        from sklearn.base import clone
+
+        params = self.get_params(deep=False)
+        estimator = params.pop("estimator")
+        if not self.prefit and estimator is not None:
+            estimator = clone(estimator)
+        return type(self)(estimator=estimator, **params)
+
+    def _check(self) -> float:
+        from ._validation import check_real
+
+        weight = check_real(self.weight, "weight", low=0.0, high=1.0)
+        check_choice(self.lexical, "lexical", LEXICAL)
+        check_choice(self.analyzer, "analyzer", ("char_wb", "char", "word"))
+        if self.estimator is None and weight != 1.0:
+            raise ValueError(f"weight={self.weight} gives the learned similarity a share, but "
+                             "estimator is None: give an estimator, or weight=1.0 for "
+                             "lexical search alone")
+        return weight
+
+    def fit(self, X: Any, y: Any = None) -> HybridRetriever:
+        """Fit the learned part on the pairs ``X`` (unless ``prefit``) and the lexical
+        vocabulary (and document frequencies) on all their texts."""
+        from sklearn.base import clone
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        from ._estimators._data import text_table
+
+        self._check()
+        table = text_table(X, "X")
+        if self.estimator is not None:
+            if self.prefit:
+                from sklearn.utils.validation import check_is_fitted
+
+                check_is_fitted(self.estimator)
+                self.estimator_ = self.estimator
+            else:
+                self.estimator_ = clone(self.estimator).fit(X, y)
+        else:
+            self.estimator_ = None
+        low, high = _ngram_range(self.ngram_range)
+        self.vectorizer_ = TfidfVectorizer(
+            analyzer=self.analyzer, ngram_range=(low, high), sublinear_tf=True,
+            norm="l2" if self.lexical == "tfidf" else None,
+            use_idf=self.lexical == "tfidf").fit(table.reshape(-1))
+        if self.lexical == "bm25":
+            counts = self.vectorizer_.transform(table.reshape(-1))
+            frequency = np.bincount(counts.indices, minlength=counts.shape[1])
+            n = counts.shape[0]
+            self.idf_ = np.log1p((n - frequency + 0.5) / (frequency + 0.5))
+        return self
+
+    # -- the two similarities ------------------------------------------------------------
+
+    def _learned(self, texts: list[str], view: int) -> np.ndarray | None:
+        if self.estimator_ is None:
+            return None
+        est = self.estimator_
+        if view == 1 and hasattr(est, "transform_view") and len(est.input_spec_.views) > 1:
+            out = est.transform_view(texts, view=1)
+        else:
+            out = est.transform(texts)
+        return np.asarray(out, dtype=np.float32)
+
+    def _lexical_queries(self, texts: list[str]) -> Any:
+        matrix = self.vectorizer_.transform(texts)
+        if self.lexical == "bm25":
+            matrix = matrix.copy()
+            matrix.data = self.idf_[matrix.indices].astype(np.float64)  # binary query terms
+        return matrix.tocsr()
+
+    def _lexical_documents(self, texts: list[str]) -> Any:
+        if self.lexical == "tfidf":
+            return self.vectorizer_.transform(texts).tocsr()
+        # BM25's saturated term frequencies of raw counts
+        from sklearn.feature_extraction.text import CountVectorizer
+
+        counts = CountVectorizer(analyzer=self.analyzer, ngram_range=self.vectorizer_.ngram_range,
+                                 vocabulary=self.vectorizer_.vocabulary_).transform(texts)
+        counts = counts.tocsr().astype(np.float64)
+        lengths = np.asarray(counts.sum(1)).ravel()
+        average = lengths.mean() if len(lengths) else 1.0
+        row_length = np.repeat(lengths, np.diff(counts.indptr))
+        k1, b = float(self.k1), float(self.b)
+        counts.data = counts.data * (k1 + 1) / (
+            counts.data + k1 * (1 - b + b * row_length / max(average, 1e-12)))
+        return counts
+
+    def index(self, documents: Any) -> HybridRetriever:
+        """Embed and store the corpus that :meth:`search` searches."""
+        from sklearn.utils.validation import check_is_fitted
+
+        from ._estimators._data import text_table
+
+        check_is_fitted(self, "vectorizer_")
+        texts = list(text_table(documents, "documents")[:, 0])
+        learned = self._learned(texts, view=1)
+        self.documents_ = (None if learned is None else _unit(torch.from_numpy(learned)),
+                           self._lexical_documents(texts))
+        return self
+
+    def search(self, queries: Any, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best documents of the indexed corpus for each query: their fused
+        scores and indices, best first (ties: the smaller index)."""
+        from sklearn.utils.validation import check_is_fitted
+
+        from ._estimators._data import text_table
+
+        check_is_fitted(self, "documents_")
+        weight = self._check()
+        texts = list(text_table(queries, "queries")[:, 0])
+        learned = self._learned(texts, view=0)
+        q_dense = None if learned is None else _unit(torch.from_numpy(learned))
+        q_sparse = self._lexical_queries(texts)
+        d_dense, d_sparse = self.documents_
+        best = None
+        if self.lexical == "bm25" and weight > 0:  # each query's best BM25 score
+            best = top_k_search(lambda qi, dj: torch.from_numpy(
+                (q_sparse[qi.numpy()] @ d_sparse[dj.numpy()].T).toarray()),
+                len(texts), d_sparse.shape[0], 1, query_chunk=int(self.query_chunk),
+                document_chunk=int(self.document_chunk))[0][:, 0]
+            best = torch.from_numpy(np.where(best > 0, best, 1.0))
+
+        def scores(qi: torch.Tensor, dj: torch.Tensor) -> torch.Tensor:
+            out = torch.zeros(len(qi), len(dj))
+            if weight < 1 and q_dense is not None and d_dense is not None:
+                out += (1 - weight) * (q_dense[qi] @ d_dense[dj].T)
+            if weight > 0:
+                lexical = torch.from_numpy(
+                    (q_sparse[qi.numpy()] @ d_sparse[dj.numpy()].T).toarray()).float()
+                if best is not None:
+                    lexical = lexical / best[qi][:, None].float()
+                out += weight * lexical
+            return out
+
+        return top_k_search(scores, len(texts), d_sparse.shape[0], k,
+                            query_chunk=int(self.query_chunk),
+                            document_chunk=int(self.document_chunk))
+
+    def score(self, X: Any, y: Any = None) -> float:
+        """Recall@1 of the pairs ``X``: each first text searches the second texts of all
+        pairs; a pair is found when its own second text (or one equal to it, or of its
+        group ``y``) ranks first."""
+        from ._estimators._data import text_table
+        from .metrics import ranking_scores
+
+        table = text_table(X, "X")
+        groups = np.unique(table[:, 1], return_inverse=True)[1] if y is None else np.asarray(y)
+        self.index(list(table[:, 1]))
+        ranked = self.search(list(table[:, 0]), k=1)[1]
+        return ranking_scores(ranked, groups, groups, k=1)["recall@1"]

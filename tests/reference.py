@@ -430,3 +430,33 @@ def jest_generic_brute_force(loss, learner, reference, keep, chunk_sizes, unifor
         keys = {k: g - math.log(-math.log(float(draws[k]))) for k, g in gains.items()}
         chosen += sorted(keys, key=keys.get, reverse=True)[:size]
     return chosen
+
+
+def mine_brute_force(anchors, positives, corpus, n_negatives, p, q, margin=None,
+                     anchor_keys=None, positive_keys=None, corpus_keys=None,
+                     groups=None, corpus_groups=None):
+    """Hard negatives, one anchor at a time: rank the corpus by float64 cosine (ties by
+    index), leave out the positive's and the anchor's duplicates (equal keys) and the
+    pair's group, take ranks p+1..q, keep those below margin x the positive's score, and
+    the first n_negatives of them (-1 where fewer)."""
+    A, P, C = unit_rows(anchors), unit_rows(positives), unit_rows(corpus)
+    out = []
+    for i, a in enumerate(A):
+        allowed = [j for j in range(len(C))
+                   if corpus_keys[j] != positive_keys[i] and corpus_keys[j] != anchor_keys[i]
+                   and (groups is None or corpus_groups[j] != groups[i])]
+        ranked = sorted(allowed, key=lambda j, a=a: (-dot(a, C[j]), j))[p:q]
+        if margin is not None:
+            positive = dot(a, P[i])
+            ranked = [j for j in ranked if dot(a, C[j]) < margin * positive]
+        chosen = ranked[:n_negatives]
+        out.append(chosen + [-1] * (n_negatives - len(chosen)))
+    return out
+
+
+def hybrid_scores(Q, D, q_lexical, d_lexical, weight):
+    """(1 - w) cos(q, d) + w lexical(q, d), every pair in a loop."""
+    Q, D = unit_rows(Q), unit_rows(D)
+    return [[(1 - weight) * dot(q, d) + weight * float(lex)
+             for d, lex in zip(D, row, strict=True)]
+            for q, row in zip(Q, np.asarray(q_lexical @ d_lexical.T.toarray()), strict=True)]

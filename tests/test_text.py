@@ -193,3 +193,170 @@ def test_a_hugging_face_tokenizer_trained_here():
         ["input_ids", "attention_mask"][:len(view.parts)]
     Z = est.transform(["thumbs up", "red heart"])
     assert Z.shape == (2, 8) and np.isfinite(Z).all()
+
+
+# --------------------------------------------------------------------------------------
+# Chunked search, hard-negative mining
+# --------------------------------------------------------------------------------------
+
+def block(S, qi, dj):
+    return S[qi.numpy()][:, dj.numpy()]
+
+
+@pytest.mark.parametrize(("query_chunk", "document_chunk"), [(3, 4), (100, 1000), (1, 1)])
+def test_top_k_search_is_a_sort_whatever_the_chunks(query_chunk, document_chunk):
+    from skcontrast.text import top_k_search
+
+    rng = np.random.default_rng(0)
+    S = np.round(rng.normal(size=(7, 23)), 1).astype(np.float32)  # many ties
+    values, indices = top_k_search(lambda qi, dj: torch.from_numpy(S[qi.numpy()][:, dj.numpy()]), 7, 23, 5,
+                                   query_chunk=query_chunk, document_chunk=document_chunk)
+    for row, got_v, got_i in zip(S, values, indices, strict=True):
+        expected = sorted(range(23), key=lambda j, row=row: (-row[j], j))[:5]
+        assert got_i.tolist() == expected
+        np.testing.assert_array_equal(got_v, row[expected])
+    values, indices = top_k_search(lambda qi, dj: torch.from_numpy(block(S, qi, dj)), 7, 3, 5)
+    assert (indices[:, 3:] == -1).all() and np.isneginf(values[:, 3:]).all()
+
+
+def _mining_case(seed=0, n=12, m=30, d=5):
+    rng = np.random.default_rng(seed)
+    A = rng.normal(size=(n, d))
+    P = A + 0.5 * rng.normal(size=(n, d))
+    C = rng.normal(size=(m, d))
+    C[3] = P[2]  # a duplicate of pair 2's positive, and of pair 5's anchor
+    C[7] = A[5]
+    return A, P, C
+
+
+@pytest.mark.parametrize(("window", "margin", "with_groups"),
+                         [((0, 10), None, False), ((2, 12), None, True), ((0, 30), 0.9, False),
+                          ((1, 8), 0.95, True), ((0, 4), 0.2, False)])
+def test_mined_negatives_equal_the_float64_brute_force(window, margin, with_groups):
+    from reference import mine_brute_force
+
+    from skcontrast.text import mine_hard_negatives
+
+    A, P, C = _mining_case()
+    groups = np.arange(12) % 4 if with_groups else None
+    corpus_groups = np.arange(30) % 6 if with_groups else None
+    keys = np.unique(np.concatenate([P, A, C]), axis=0, return_inverse=True)[1].reshape(-1)
+    expected = mine_brute_force(A, P, C, 3, *window, margin, keys[12:24], keys[:12], keys[24:],
+                                groups, corpus_groups)
+    short = any(-1 in row for row in expected)
+    with pytest.warns(UserWarning, match="found fewer than 3") if short else _no_warning():
+        mined = mine_hard_negatives(A, P, C, n_negatives=3, rank_window=window,
+                                    relative_margin=margin, groups=groups,
+                                    corpus_groups=corpus_groups, device="cpu",
+                                    query_chunk=5, document_chunk=7)
+    assert mined.indices.tolist() == expected
+    assert 3 not in mined.indices[2] and 7 not in mined.indices[5]
+    assert (mined.complete == (mined.indices >= 0).all(1)).all()
+    found = mined.indices >= 0
+    cos = (A / np.linalg.norm(A, axis=1, keepdims=True)) @ \
+        (C / np.linalg.norm(C, axis=1, keepdims=True)).T
+    np.testing.assert_allclose(mined.scores[found],
+                               np.take_along_axis(cos, np.where(found, mined.indices, 0), 1)
+                               [found], atol=1e-5)
+
+
+class _no_warning:
+    def __enter__(self):
+        import warnings
+
+        self._catch = warnings.catch_warnings()
+        self._catch.__enter__()
+        warnings.simplefilter("error")
+
+    def __exit__(self, *exc):
+        return self._catch.__exit__(*exc)
+
+
+def test_mining_texts_gives_a_table_and_never_a_duplicate_of_the_positive():
+    from skcontrast.text import mine_hard_negatives
+
+    est = ContrastiveEmbedder(**SMALL).fit(PAIRS)
+    anchors = [a for a, _ in PAIRS]
+    positives = [b for _, b in PAIRS]
+    corpus = [*positives, "daumen hoch", "gesicht", "herz"]  # one duplicate of a positive
+    mined = mine_hard_negatives(anchors, positives, corpus, embedding=est, n_negatives=2,
+                                rank_window=(0, 6), device="cpu")
+    assert mined.table.shape == (8, 4)
+    for row, negatives in zip(mined.table, mined.indices, strict=True):
+        assert row[1] not in row[2:]
+        assert all(corpus[j] != row[1] for j in negatives)
+    # deterministic, and the same as mining the embeddings (the duplicate by content)
+    again = mine_hard_negatives(anchors, positives, corpus, embedding=est, n_negatives=2,
+                                rank_window=(0, 6), device="cpu")
+    np.testing.assert_array_equal(again.indices, mined.indices)
+    with pytest.raises(ValueError, match="rank_window must be"):
+        mine_hard_negatives(anchors, positives, embedding=est, rank_window=(3, 4))
+    with pytest.raises(ValueError, match="give embedding="):
+        mine_hard_negatives(anchors, positives)
+    with pytest.raises(ValueError, match="all be texts or all embeddings"):
+        mine_hard_negatives(anchors, np.zeros((8, 3)), embedding=est)
+
+
+# --------------------------------------------------------------------------------------
+# Hybrid retrieval
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("weight", [0.0, 0.3, 1.0])
+def test_hybrid_search_ranks_by_the_fused_score(weight):
+    from reference import hybrid_scores
+
+    from skcontrast.text import HybridRetriever
+
+    est = ContrastiveEmbedder(**SMALL).fit(PAIRS)
+    hybrid = HybridRetriever(est, weight=weight, prefit=True, query_chunk=3,
+                             document_chunk=5).fit(PAIRS)
+    queries = [a for a, _ in PAIRS]
+    documents = [b for _, b in PAIRS]
+    values, indices = hybrid.index(documents).search(queries, k=4)
+    expected = hybrid_scores(est.transform(queries), est.transform_view(documents, view=1),
+                             hybrid.vectorizer_.transform(queries),
+                             hybrid.vectorizer_.transform(documents), weight)
+    for row, got_v, got_i in zip(expected, values, indices, strict=True):
+        order = sorted(range(8), key=lambda j, row=row: (-round(row[j], 5), j))[:4]
+        np.testing.assert_allclose(got_v, [row[j] for j in got_i], atol=1e-5)
+        np.testing.assert_allclose(sorted(got_v, reverse=True), [row[j] for j in order],
+                                   atol=1e-5)
+
+
+def test_bm25_scores_follow_the_formula():
+    from skcontrast.text import HybridRetriever
+
+    docs = ["red heart red", "thumbs up", "red car", "heart of gold"]
+    hybrid = HybridRetriever(weight=1.0, lexical="bm25", analyzer="word", ngram_range=(1, 1),
+                             k1=1.5, b=0.5).fit([(d, d) for d in docs])
+    values, indices = hybrid.index(docs).search(["red heart"], k=4)
+    vocab = hybrid.vectorizer_.vocabulary_
+    n, lengths = 8, [3, 2, 2, 3]  # the fit saw each text twice
+    average = np.mean(lengths)
+    frequency = {"red": 4, "heart": 4}
+    raw = []
+    for doc, length in zip(docs, lengths, strict=True):
+        total = 0.0
+        for term in ("red", "heart"):
+            tf = doc.split().count(term)
+            idf = np.log(1 + (n - frequency[term] + 0.5) / (frequency[term] + 0.5))
+            total += idf * tf * 2.5 / (tf + 1.5 * (0.5 + 0.5 * length / average))
+        raw.append(total)
+    assert vocab and indices[0, 0] == 0
+    np.testing.assert_allclose(values[0], np.sort(raw)[::-1] / max(raw), atol=1e-6)
+
+
+def test_the_weight_is_tuned_by_grid_search_without_retraining():
+    from sklearn.model_selection import GridSearchCV
+
+    from skcontrast.text import HybridRetriever
+
+    est = ContrastiveEmbedder(**SMALL).fit(PAIRS)
+    search = GridSearchCV(HybridRetriever(est, prefit=True), {"weight": [0.0, 0.5, 1.0]},
+                          cv=2).fit(np.array(PAIRS))
+    assert search.best_estimator_.estimator_ is est  # the fitted model, not a refit
+    assert set(search.cv_results_["param_weight"]) == {0.0, 0.5, 1.0}
+    with pytest.raises(ValueError, match="estimator is None"):
+        HybridRetriever(weight=0.5).fit(PAIRS)
+    lexical_only = HybridRetriever(weight=1.0).fit(PAIRS)
+    assert 0 <= lexical_only.score(PAIRS) <= 1
