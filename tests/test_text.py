@@ -209,8 +209,9 @@ def test_top_k_search_is_a_sort_whatever_the_chunks(query_chunk, document_chunk)
 
     rng = np.random.default_rng(0)
     S = np.round(rng.normal(size=(7, 23)), 1).astype(np.float32)  # many ties
-    values, indices = top_k_search(lambda qi, dj: torch.from_numpy(S[qi.numpy()][:, dj.numpy()]), 7, 23, 5,
-                                   query_chunk=query_chunk, document_chunk=document_chunk)
+    values, indices = top_k_search(lambda qi, dj: torch.from_numpy(block(S, qi, dj)), 7, 23,
+                                   5, query_chunk=query_chunk,
+                                   document_chunk=document_chunk)
     for row, got_v, got_i in zip(S, values, indices, strict=True):
         expected = sorted(range(23), key=lambda j, row=row: (-row[j], j))[:5]
         assert got_i.tolist() == expected
