@@ -497,22 +497,13 @@ def load_emoji_names(languages: Any = ("en", "de", "ru", "ja"), *, anchor: str =
 
 
 def _emoji_table(emoji: Any, languages: list[str]) -> dict[str, dict[str, str]]:
-    """emoji -> {language: code} for fully qualified emoji and components, read from the
-    package's per-language tables (without changing the package's global data)."""
-    data = emoji.EMOJI_DATA
-    missing = [lang for lang in languages
-               if lang != "en" and not any(lang in row for row in data.values())]
-    try:  # the package loads a language into its global table on demand
-        for lang in missing:
-            emoji.config.load_language(lang)
-        table = {e: {k: v for k, v in row.items() if k in languages or k == "status"}
-                 for e, row in data.items()}
-    finally:  # and leaves it as it found it
-        for row in data.values():
-            for lang in missing:
-                row.pop(lang, None)
+    """emoji -> {language: code} for fully qualified emoji and components, from the
+    package's table (with the languages loaded, as ``emoji.config.load_language`` does)."""
+    # the package loads a language into its table on demand (once: it remembers)
+    emoji.config.load_language([lang for lang in languages if lang != "en"])
+    table = emoji.EMOJI_DATA
     keep = {emoji.STATUS["fully_qualified"], emoji.STATUS["component"]}
-    return {e: {k: v for k, v in row.items() if k != "status"}
+    return {e: {k: v for k, v in row.items() if k in languages}
             for e, row in table.items() if row.get("status") in keep}
 
 

@@ -284,7 +284,7 @@ def mine_hard_negatives(anchors: Any, positives: Any, corpus: Any = None, *,
                         rank_window: tuple[int, int] = (0, 50),
                         relative_margin: float | None = None,
                         groups: Any = None, corpus_groups: Any = None,
-                        query_chunk: int = 4096, document_chunk: int = 65536,
+                        query_chunk: int = 1024, document_chunk: int = 65536,
                         device: Any = "auto") -> Any:
     r"""The hardest negatives of each (anchor, positive) pair in a corpus, by cosine
     similarity of an embedding, with false-negative filters.
@@ -417,23 +417,36 @@ def mine_hard_negatives(anchors: Any, positives: Any, corpus: Any = None, *,
         at = np.searchsorted(ids, group_of).clip(0, len(ids) - 1)
         lost = lost + np.where(ids[at] == group_of, counts[at], 0)
     depth = min(len(C), q + int(lost.max(initial=0)))
-    pk = torch.from_numpy(positive_key).to(where)
-    ak = torch.from_numpy(anchor_key).to(where)
-    ck = torch.from_numpy(corpus_key).to(where)
-    gq = None if group_of is None else torch.from_numpy(np.unique(
-        np.concatenate([group_of, corpus_group]), return_inverse=True)[1]).to(where)
     n = len(A)
+    group_key = None if group_of is None else np.unique(
+        np.concatenate([group_of, corpus_group]), return_inverse=True)[1].reshape(-1)
+    # few exclusions per anchor: search the top ``depth`` and filter after; many (large
+    # groups): mask them inside each block instead
+    in_block = depth - q > 256
+    pk, ak, ck = (torch.from_numpy(k).to(where) for k in (positive_key, anchor_key, corpus_key))
+    gk = None if group_key is None else torch.from_numpy(group_key).to(where)
 
     def scores(qi: torch.Tensor, dj: torch.Tensor) -> torch.Tensor:
         qi, dj = qi.to(where), dj.to(where)
         block = a[qi] @ c[dj].T
+        if not in_block:
+            return block
         out = (pk[qi][:, None] == ck[dj][None, :]) | (ak[qi][:, None] == ck[dj][None, :])
-        if gq is not None:
-            out |= gq[qi][:, None] == gq[n + dj][None, :]
+        if gk is not None:
+            out |= gk[qi][:, None] == gk[n + dj][None, :]
         return block.masked_fill(out, float("-inf"))
 
-    values, ranked = top_k_search(scores, n, len(C), max(1, depth),
+    values, ranked = top_k_search(scores, n, len(C), q if in_block else max(1, depth),
                                   query_chunk=query_chunk, document_chunk=document_chunk)
+    if not in_block:  # leave out the duplicates and the group's members found
+        at = np.clip(ranked, 0, None)
+        out = (corpus_key[at] == positive_key[:, None]) | (corpus_key[at] == anchor_key[:, None])
+        if group_key is not None:
+            out |= group_key[n + at] == group_key[:n, None]
+        values = np.where(out, -np.inf, values)
+        order = np.argsort(np.isneginf(values), axis=1, kind="stable")
+        values = np.take_along_axis(values, order, 1)
+        ranked = np.take_along_axis(ranked, order, 1)
     valid = np.isfinite(values)
     rank = np.cumsum(valid, axis=1)  # 1-based rank among the allowed candidates
     keep = valid & (rank > p) & (rank <= q)
@@ -648,13 +661,13 @@ class HybridRetriever(BaseEstimator):
         q_dense = None if learned is None else _unit(torch.from_numpy(learned))
         q_sparse = self._lexical_queries(texts)
         d_dense, d_sparse = self.documents_
-        best = None
+        best: torch.Tensor | None = None
         if self.lexical == "bm25" and weight > 0:  # each query's best BM25 score
-            best = top_k_search(lambda qi, dj: torch.from_numpy(
+            top = top_k_search(lambda qi, dj: torch.from_numpy(
                 (q_sparse[qi.numpy()] @ d_sparse[dj.numpy()].T).toarray()),
                 len(texts), d_sparse.shape[0], 1, query_chunk=int(self.query_chunk),
                 document_chunk=int(self.document_chunk))[0][:, 0]
-            best = torch.from_numpy(np.where(best > 0, best, 1.0))
+            best = torch.from_numpy(np.where(top > 0, top, 1.0))
 
         def scores(qi: torch.Tensor, dj: torch.Tensor) -> torch.Tensor:
             out = torch.zeros(len(qi), len(dj))

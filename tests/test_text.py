@@ -261,6 +261,27 @@ def test_mined_negatives_equal_the_float64_brute_force(window, margin, with_grou
                                [found], atol=1e-5)
 
 
+def test_large_groups_are_masked_inside_the_search():
+    # a group of 300 corpus items: too many to search past, so they are masked in blocks
+    from reference import mine_brute_force
+
+    from skcontrast.text import mine_hard_negatives
+
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(6, 4))
+    P = A + 0.3 * rng.normal(size=(6, 4))
+    C = rng.normal(size=(600, 4))
+    groups = np.array([0, 0, 1, 1, 2, 2])
+    corpus_groups = np.where(np.arange(600) < 300, 0, 1 + np.arange(600) % 5)
+    mined = mine_hard_negatives(A, P, C, n_negatives=3, rank_window=(1, 20), groups=groups,
+                                corpus_groups=corpus_groups, device="cpu", document_chunk=64)
+    keys = np.unique(np.concatenate([P, A, C]), axis=0, return_inverse=True)[1].reshape(-1)
+    expected = mine_brute_force(A, P, C, 3, 1, 20, None, keys[6:12], keys[:6], keys[12:],
+                                groups, corpus_groups)
+    assert mined.indices.tolist() == expected
+    assert (corpus_groups[mined.indices[:2]] != 0).all()
+
+
 class _no_warning:
     def __enter__(self):
         import warnings

@@ -1,0 +1,109 @@
+"""Hard-negative mining at scale: time and peak memory of :func:`mine_hard_negatives`.
+
+Synthetic pairs (``n`` anchors, positives = anchors + noise, d = 64, the positives as the
+corpus: an ``n x n`` search), 4 negatives per anchor in the rank window (0, 30], below
+0.95 of the positive's score (NV-Retriever's filter). Beside it, at the sizes where it
+fits, the dense search a user writes first: the whole ``n x n`` similarity matrix and
+``torch.topk`` (no filters), whose memory grows as ``n^2``.
+
+    python benchmarks/bench_text.py [--sizes 10000 100000] [--device cpu|cuda]
+        [--queries 10000]  # a sample of the anchors against the whole corpus
+
+Peak memory: resident memory added on the CPU, allocated GPU memory on a GPU (see
+``_harness``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import fmt_mib, gpu_peak_mib, peak_memory_mib, table
+
+from skcontrast.text import mine_hard_negatives
+
+D = 64
+
+
+def pairs(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    anchors = rng.standard_normal((n, D), dtype=np.float32)
+    positives = anchors + 0.5 * rng.standard_normal((n, D), dtype=np.float32)
+    return anchors, positives
+
+
+def dense_top_k(anchors: np.ndarray, corpus: np.ndarray, k: int, device: str) -> np.ndarray:
+    a = torch.nn.functional.normalize(torch.from_numpy(anchors).to(device), dim=1)
+    c = torch.nn.functional.normalize(torch.from_numpy(corpus).to(device), dim=1)
+    return torch.topk(a @ c.T, k, dim=1).indices.cpu().numpy()
+
+
+def run(sizes: list[int], device: str, dense_limit: int, queries: int | None = None) -> str:
+    cuda = device.startswith("cuda")
+    peak = gpu_peak_mib if cuda else peak_memory_mib
+    rows = []
+    anchors, positives = pairs(2000)
+    mine_hard_negatives(anchors, positives, n_negatives=4, rank_window=(0, 30),
+                        relative_margin=0.95, device=device)  # warm-up
+    for n in sizes:
+        anchors, positives = pairs(n)
+        corpus = None
+        if queries is not None and queries < n:  # a sample of the pairs searches them all
+            corpus, anchors, positives = positives, anchors[:queries], positives[:queries]
+        result: dict = {}
+
+        def mine(anchors=anchors, positives=positives, corpus=corpus, result=result) -> None:
+            start = time.perf_counter()
+            mined = mine_hard_negatives(anchors, positives, corpus, n_negatives=4,
+                                        rank_window=(0, 30), relative_margin=0.95,
+                                        device=device)
+            if cuda:
+                torch.cuda.synchronize()
+            result["seconds"] = time.perf_counter() - start
+            result["complete"] = float(mined.complete.mean())
+
+        memory = peak(mine)
+        rows.append([f"{len(anchors):,} x {n:,}", "mine_hard_negatives (chunked)",
+                     f"{result['seconds']:.1f} s", fmt_mib(memory),
+                     f"{result['complete']:.3f}"])
+        if n <= dense_limit and corpus is None:
+            timing: dict = {}
+
+            def dense(anchors=anchors, positives=positives, timing=timing) -> None:
+                start = time.perf_counter()
+                dense_top_k(anchors, positives, 31, device)
+                if cuda:
+                    torch.cuda.synchronize()
+                timing["seconds"] = time.perf_counter() - start
+
+            memory = peak(dense)
+            rows.append([f"{n:,} x {n:,}", "dense n x n matrix + topk (no filters)",
+                         f"{timing['seconds']:.1f} s", fmt_mib(memory), ""])
+    header = ["search", "method", "time", "peak memory", "pairs with 4 negatives"]
+    where = torch.cuda.get_device_name() if cuda else "CPU"
+    return (f"Hard-negative mining, d={D}, 4 negatives in ranks (0, 30] below 0.95 x the "
+            f"positive's score ({where}, torch {torch.__version__})\n" + table(rows, header))
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dense-limit", type=int, default=50_000,
+                        help="largest n for the dense n x n comparison")
+    parser.add_argument("--queries", type=int, default=None,
+                        help="search with this many anchors only (the corpus stays n)")
+    args = parser.parse_args(argv)
+    text = run(args.sizes, args.device, args.dense_limit, args.queries)
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()
