@@ -460,3 +460,61 @@ def hybrid_scores(Q, D, q_lexical, d_lexical, weight):
     return [[(1 - weight) * dot(q, d) + weight * float(lex)
              for d, lex in zip(D, row, strict=True)]
             for q, row in zip(Q, np.asarray(q_lexical @ d_lexical.T.toarray()), strict=True)]
+
+
+def softmax_with_extras(kind, U, V, t, negatives=None, share=True, exclude=None,
+                        exclude_negatives=None, beta=1.0, tau_plus=0.1, hcl_negatives="both views"):
+    """InfoNCE ('info_nce'), symmetric InfoNCE ('symmetric'), NT-Xent, DCL or HCL ('hcl') of
+    one batch, anchor by anchor, with each u anchor's hard negatives (its own, or all of
+    the batch's with share) and the excluded items (exclude[i][j]: item j is not item
+    i's negative, both ways) left out of every sum."""
+    U, V = unit_rows(U), unit_rows(V)
+    b = len(U)
+    N = [] if negatives is None else [unit_rows(row) for row in negatives]
+    k = len(N[0]) if N else 0
+
+    def out(i, j):
+        return exclude is not None and i != j and (exclude[i][j] or exclude[j][i])
+
+    def extra(i):
+        if not N:
+            return []
+        pool = [N[m][c] for m in range(b) for c in range(k)] if share else \
+            [N[i][c] for c in range(k)]
+        return [vec for col, vec in enumerate(pool)
+                if exclude_negatives is None or not exclude_negatives[i][col]]
+
+    def anchor_loss(a, positive, candidates):
+        pos = dot(a, positive) / t
+        return -pos + lse([dot(a, c) / t for c in candidates])
+
+    if kind in ("info_nce", "symmetric"):
+        forward = [anchor_loss(U[i], V[i], [V[j] for j in range(b) if not out(i, j)]
+                               + extra(i)) for i in range(b)]
+        total = sum(forward) / b
+        if kind == "symmetric":
+            total += sum(anchor_loss(V[i], U[i], [U[j] for j in range(b) if not out(i, j)])
+                         for i in range(b)) / b
+        return total
+    Z = U + V
+    losses = []
+    for a in range(2 * b):
+        item, partner = a % b, (a + b) % (2 * b)
+        others = [c for c in range(2 * b) if c != a and not out(item, c % b)]
+        if kind == "hcl" and hcl_negatives == "other view":
+            if a >= b:
+                continue
+            negs = [V[j] for j in range(b) if j != item and not out(item, j)] + extra(item)
+        else:
+            negs = [Z[c] for c in others if c != partner] + (extra(item) if a < b else [])
+        if kind in ("nt_xent", "dcl"):
+            cands = negs if kind == "dcl" else [*negs, Z[partner]]
+            losses.append(anchor_loss(Z[a], Z[partner], cands))
+            continue
+        pos = dot(Z[a], Z[partner]) / t
+        n = len(negs)
+        r = sum(math.exp((1 + beta) * dot(Z[a], c) / t) for c in negs) / \
+            (sum(math.exp(beta * dot(Z[a], c) / t) for c in negs) / n)
+        ng = max((r - tau_plus * n * math.exp(pos)) / (1 - tau_plus), n * math.exp(-1 / t))
+        losses.append(-pos + math.log(math.exp(pos) + ng))
+    return sum(losses) / len(losses)

@@ -551,3 +551,106 @@ def test_gram_logsumexp_backward_twice_with_retained_graph():
     first = torch.autograd.grad(out, z, retain_graph=True)[0]
     second = torch.autograd.grad(out, z)[0]
     assert torch.equal(first, second)
+
+
+# --------------------------------------------------------------------------------------
+# Hard-negative columns and false negatives left out (dense and tiled)
+# --------------------------------------------------------------------------------------
+
+def _extras_case(seed=0, b=6, k=2, d=5):
+    g = torch.Generator().manual_seed(seed)
+    u = torch.randn(b, d, generator=g, dtype=torch.float64)
+    v = u + 0.7 * torch.randn(b, d, generator=g, dtype=torch.float64)
+    negatives = v[:, None] + 0.8 * torch.randn(b, k, d, generator=g, dtype=torch.float64)
+    exclude = torch.zeros(b, b, dtype=torch.bool)
+    exclude[0, 3] = exclude[2, 5] = exclude[1, 4] = True
+    return u, v, negatives, exclude
+
+
+@pytest.mark.parametrize("kind", ["info_nce", "symmetric", "nt_xent", "dcl", "hcl",
+                                  "hcl other view", "debiased"])
+@pytest.mark.parametrize("share", [True, False])
+@pytest.mark.parametrize("chunk_size", [None, 2])
+@pytest.mark.parametrize("parts", ["negatives", "exclude", "both"])
+def test_hard_negatives_and_exclusions_equal_the_float64_brute_force(kind, share, chunk_size,
+                                                                     parts):
+    from reference import softmax_with_extras
+
+    from skcontrast.losses import (
+        dcl,
+        debiased_nce,
+        hard_negative_nce,
+        info_nce,
+        nt_xent,
+        symmetric_info_nce,
+    )
+
+    u, v, negatives, exclude = _extras_case()
+    k = negatives.shape[1]
+    exclude_negatives = torch.zeros(6, 6 * k if share else k, dtype=torch.bool)
+    exclude_negatives[0, 1] = exclude_negatives[3, 0] = True
+    given = {"hard_negatives": negatives if parts != "exclude" else None,
+             "exclude": exclude if parts != "negatives" else None,
+             "exclude_negatives": exclude_negatives if parts == "both" else None,
+             "share_negatives": share}
+    t = 0.5
+    function, options, ref = {
+        "info_nce": (info_nce, {}, {}),
+        "symmetric": (symmetric_info_nce, {}, {}),
+        "nt_xent": (nt_xent, {}, {}),
+        "dcl": (dcl, {}, {}),
+        "hcl": (hard_negative_nce, {"beta": 0.7, "tau_plus": 0.1}, {"beta": 0.7}),
+        "hcl other view": (hard_negative_nce, {"beta": 0.7, "tau_plus": 0.1,
+                                               "negatives": "other view"},
+                           {"beta": 0.7, "hcl_negatives": "other view"}),
+        "debiased": (debiased_nce, {"tau_plus": 0.1}, {"beta": 0.0}),
+    }[kind]
+    got = function(u, v, temperature=t, chunk_size=chunk_size,
+                   **options, **given)
+    expected = softmax_with_extras(
+        "hcl" if kind.startswith(("hcl", "debiased")) else kind, u, v, t,
+        negatives=given["hard_negatives"], share=share,
+        exclude=None if given["exclude"] is None else given["exclude"].tolist(),
+        exclude_negatives=None if given["exclude_negatives"] is None
+        else given["exclude_negatives"].tolist(), **ref)
+    assert float(got) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("chunk_size", [None, 2])
+def test_leaving_items_out_has_the_gradient_of_the_masked_sum(chunk_size):
+    from skcontrast.losses import nt_xent
+
+    u, v, negatives, exclude = _extras_case(seed=1)
+    u.requires_grad_()
+    got = nt_xent(u, v, temperature=0.3, chunk_size=chunk_size, exclude=exclude,
+                  hard_negatives=negatives)
+    (grad,) = torch.autograd.grad(got, u)
+    w = u.detach().clone().requires_grad_()
+    z = torch.nn.functional.normalize(torch.cat([w, v]), dim=1)
+    n = torch.nn.functional.normalize(negatives, dim=-1).reshape(-1, 5)
+    b = 6
+    logits = z @ z.T / 0.3
+    both = exclude | exclude.T
+    item_mask = both.repeat(2, 2) | torch.eye(2 * b, dtype=torch.bool)
+    extra = torch.cat([z[:b] @ n.T / 0.3, torch.full((b, n.shape[0]), float("-inf"),
+                                                     dtype=z.dtype)])
+    full = torch.cat([logits.masked_fill(item_mask, float("-inf")), extra], dim=1)
+    positive = (z[:b] * z[b:]).sum(-1) / 0.3
+    expected = (-torch.cat([positive, positive]) + torch.logsumexp(full, dim=1)).mean()
+    (grad_expected,) = torch.autograd.grad(expected, w)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(grad, grad_expected)
+
+
+def test_bad_hard_negatives_and_exclusions_are_named():
+    from skcontrast.losses import info_nce
+
+    u, v, negatives, exclude = _extras_case()
+    with pytest.raises(ValueError, match=r"hard_negatives must have shape \(B, k, d\)"):
+        info_nce(u, v, hard_negatives=negatives[:3])
+    with pytest.raises(ValueError, match="exclude must be a boolean"):
+        info_nce(u, v, exclude=exclude.int())
+    with pytest.raises(ValueError, match="exclude_negatives applies to hard_negatives"):
+        info_nce(u, v, exclude_negatives=exclude)
+    with pytest.raises(ValueError, match="one batch of pairs"):
+        info_nce(u[None], v[None], exclude=exclude)

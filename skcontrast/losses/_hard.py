@@ -37,7 +37,8 @@ from ._core import (
     reduce_terms,
     similarity,
 )
-from ._infonce import self_logsumexp
+from ._infonce import _with_extras, self_logsumexp
+from ._negatives import check_extras
 from ._tiled import resolve_chunk_size, tiled_logsumexp
 
 NEGATIVES = ("both views", "other view")
@@ -62,7 +63,9 @@ def hard_negative_nce(u: Any, v: Any, *, temperature: Any = 0.1, beta: float = 1
                       lambda_ent: float = 1.0, normalize: bool = True,
                       reduction: str = "mean", negatives: str = "both views",
                       return_terms: bool = False,
-                      chunk_size: Any = None) -> torch.Tensor | LossTerms:
+                      chunk_size: Any = None, hard_negatives: Any = None,
+                      share_negatives: bool = True, exclude: Any = None,
+                      exclude_negatives: Any = None) -> torch.Tensor | LossTerms:
     r"""Hard-negative contrastive loss, HCL (Robinson et al., ICLR 2021; see above).
 
     Parameters
@@ -87,6 +90,10 @@ def hard_negative_nce(u: Any, v: Any, *, temperature: Any = 0.1, beta: float = 1
         ``u_i``, negatives ``v_j, j != i`` (``N = B - 1``; InfoNCE's form).
     chunk_size : int, 'auto' or None, default=None
         Tiled log-sum-exps (see :func:`info_nce`): O(B (d + chunk_size)) memory.
+    hard_negatives, share_negatives, exclude, exclude_negatives
+        As in :func:`~skcontrast.losses.info_nce`: the hard negatives join the ``u``
+        anchors' negatives (reweighted like the others), the excluded items leave every
+        anchor's, and ``N`` counts each anchor's negatives accordingly.
 
     Returns
     -------
@@ -97,25 +104,45 @@ def hard_negative_nce(u: Any, v: Any, *, temperature: Any = 0.1, beta: float = 1
     check_real(tau_plus, "tau_plus", low=0, high=1, high_open=True)
     check_choice(negatives, "negatives", NEGATIVES)
     u, v = check_views(u, v, normalize=normalize)
+    extras = check_extras(u, hard_negatives, share_negatives, exclude, exclude_negatives,
+                          normalize)
     b = u.shape[-2]
     pair = (u * v).sum(-1) / temperature
-    if negatives == "both views":
+    both = negatives == "both views"
+    if both:
         pair = torch.cat([pair, pair], dim=-1)
-        n = 2 * b - 2
+        n: Any = 2 * b - 2
     else:
         n = b - 1
-    log_r = _negative_logsumexp(u, v, temperature / (1 + beta), chunk_size, negatives)
+    offsets = ((0, 0), (0, b), (b, 0), (b, b)) if both else ((0, 0),)
+
+    def negative_lse(t: Any) -> torch.Tensor:
+        lse = _negative_logsumexp(u, v, t, chunk_size, negatives)
+        if extras is None:
+            return lse
+        anchors = torch.cat([u, v], dim=-2) if both else u
+        return _with_extras(lse, anchors, anchors if both else v, extras, t, offsets)
+
+    if extras is not None:  # each anchor's own count of negatives
+        left_out = torch.zeros(b, dtype=u.dtype, device=u.device) if extras.exclude is None \
+            else extras.exclude.sum(-1).to(u.dtype)
+        if both:
+            left_out = torch.cat([2 * left_out, 2 * left_out])
+        added = torch.as_tensor(extras.added, dtype=u.dtype, device=u.device).expand(b)
+        added = torch.cat([added, torch.zeros_like(added)]) if both else added
+        n = (n - left_out + added).clamp_min(1.0)
+    log_n = torch.log(n) if isinstance(n, torch.Tensor) else math.log(n)
+    log_r = negative_lse(temperature / (1 + beta))
     if beta:  # minus the log of the importance weights' mean
-        log_r = log_r - (_negative_logsumexp(u, v, temperature / beta, chunk_size, negatives)
-                         - math.log(n))
+        log_r = log_r - (negative_lse(temperature / beta) - log_n)
     log_ng = log_r
     if tau_plus:
-        log_c = math.log(tau_plus * n) + pair
+        log_c = math.log(tau_plus) + log_n + pair
         inside = log_c < log_r
         gap = torch.where(inside, log_c - log_r, torch.full_like(log_r, -1.0))
         log_debiased = torch.where(inside, log_r + torch.log(-torch.expm1(gap)),
                                    torch.full_like(log_r, float("-inf")))
-        floor = math.log(n) - 1 / temperature + math.log1p(-tau_plus)
+        floor = log_n - 1 / temperature + math.log1p(-tau_plus)
         log_ng = torch.maximum(log_debiased, torch.as_tensor(floor, dtype=log_r.dtype,
                                                              device=log_r.device)) \
             - math.log1p(-tau_plus)
@@ -129,7 +156,9 @@ def debiased_nce(u: Any, v: Any, *, temperature: Any = 0.1, tau_plus: float = 0.
                  lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
                  reduction: str = "mean", negatives: str = "both views",
                  return_terms: bool = False,
-                 chunk_size: Any = None) -> torch.Tensor | LossTerms:
+                 chunk_size: Any = None, hard_negatives: Any = None,
+                 share_negatives: bool = True, exclude: Any = None,
+                 exclude_negatives: Any = None) -> torch.Tensor | LossTerms:
     r"""Debiased contrastive loss (Chuang et al., NeurIPS 2020, Eq. 9): :func:`hard_negative_nce`
     with :math:`\beta = 0`. Its negative term subtracts the expected share
     :math:`\tau^+` of false negatives; at :math:`\tau^+ = 0` it is NT-Xent (or, with
@@ -138,4 +167,6 @@ def debiased_nce(u: Any, v: Any, *, temperature: Any = 0.1, tau_plus: float = 0.
     return hard_negative_nce(u, v, temperature=temperature, beta=0.0, tau_plus=tau_plus,
                              lambda_pos=lambda_pos, lambda_ent=lambda_ent,
                              normalize=normalize, reduction=reduction, negatives=negatives,
-                             return_terms=return_terms, chunk_size=chunk_size)
+                             return_terms=return_terms, chunk_size=chunk_size,
+                             hard_negatives=hard_negatives, share_negatives=share_negatives,
+                             exclude=exclude, exclude_negatives=exclude_negatives)

@@ -32,6 +32,14 @@ from ._core import (
     similarity,
 )
 from ._gram import gram_logsumexp
+from ._negatives import (
+    Extras,
+    add_negatives,
+    check_extras,
+    drop_pairs,
+    excluded_pairs,
+    negatives_logsumexp,
+)
 from ._tiled import resolve_chunk_size, tiled_logsumexp
 
 DIRECTION_MODES = ("sum", "mean")
@@ -63,7 +71,8 @@ def self_logsumexp(z: torch.Tensor, temperature: Any, chunk_size: Any,
 def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
              lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
              return_terms: bool = False, denominator: Any = None,
-             chunk_size: Any = None) -> torch.Tensor | LossTerms:
+             chunk_size: Any = None, hard_negatives: Any = None, share_negatives: bool = True,
+             exclude: Any = None, exclude_negatives: Any = None) -> torch.Tensor | LossTerms:
     r"""One-sided InfoNCE loss :math:`\mathcal{L}(U, V)` (seed 000, Eq. 3).
 
     For anchor :math:`u_i` the positive is :math:`v_i` and the negatives are the other
@@ -99,6 +108,17 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
         chunk_size)) instead of O(B^2), with the dense loss's values and gradients (no
         second derivatives). ``'auto'`` tiles only when one dense similarity matrix
         would exceed 256 MiB.
+    hard_negatives : array-like of shape (B, k, d) or None, default=None
+        Each ``u`` anchor's own hard negatives (mined, or a dataset's negative columns):
+        candidates besides the batch (:mod:`skcontrast.losses._negatives`).
+    share_negatives : bool, default=True
+        Every ``u`` anchor contrasts with all ``B k`` hard negatives of the batch
+        (sentence-transformers' convention); ``False``: with its own ``k``.
+    exclude : bool array-like of shape (B, B) or None, default=None
+        Items that are not each other's negatives (the same content or group, or what a
+        guide ranks above the positive): their terms leave every anchor's log-sum-exp.
+    exclude_negatives : bool array-like of shape (B, B k) (or (B, k)) or None
+        Hard negatives left out for an anchor (e.g. a duplicate of its positive).
 
     Returns
     -------
@@ -115,11 +135,15 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     """
     check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
     u, v = check_views(u, v, normalize=normalize)
+    extras = check_extras(u, hard_negatives, share_negatives, exclude, exclude_negatives,
+                          normalize)
     chunk = resolve_chunk_size(chunk_size, u.shape[-2], v.shape[-2])
-    if chunk is None and denominator is None and reduction != "none":
+    if chunk is None and denominator is None and reduction != "none" and extras is None:
         return _cross_entropy_terms(similarity(u, v, temperature), lambda_pos, lambda_ent,
                                     reduction, None, return_terms)
     positive, entropy = _one_sided_terms(u, v, temperature, chunk)
+    if extras is not None:
+        entropy = _with_extras(entropy, u, v, extras, temperature, ((0, 0),))
     entropy = estimate_entropy(entropy, u.shape[-2], denominator)
     terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
                          reduction=reduction)
@@ -130,7 +154,9 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
                        lambda_ent: float = 1.0, normalize: bool = True,
                        reduction: str = "mean", directions: str = "sum",
                        return_terms: bool = False, denominator: Any = None,
-                       chunk_size: Any = None) -> torch.Tensor | LossTerms:
+                       chunk_size: Any = None, hard_negatives: Any = None,
+                       share_negatives: bool = True, exclude: Any = None,
+                       exclude_negatives: Any = None) -> torch.Tensor | LossTerms:
     r"""Symmetric contrastive loss :math:`\mathcal{L}^{con} = \mathcal{L}(U,V) + \mathcal{L}(V,U)`.
 
     Seed 000, Eq. 1-2 and Eq. 4 (seed 002, Eq. 2): the loss of CLIP, each direction an
@@ -153,6 +179,9 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
         How the two directions are combined. ``'sum'`` is :math:`\mathcal{L}^{con}` of
         the papers (seed 000/002); ``'mean'`` is the convention of CLIP / open_clip,
         ``(L_i2t + L_t2i) / 2``, exactly half of it.
+    hard_negatives, share_negatives, exclude, exclude_negatives
+        As in :func:`info_nce`; the hard negatives join the ``U -> V`` direction (they
+        are candidates for the ``u`` anchors), the exclusions both.
 
     Returns
     -------
@@ -162,8 +191,10 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
     check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
     check_choice(directions, "directions", DIRECTION_MODES)
     u, v = check_views(u, v, normalize=normalize)
+    extras = check_extras(u, hard_negatives, share_negatives, exclude, exclude_negatives,
+                          normalize)
     chunk = resolve_chunk_size(chunk_size, u.shape[-2], v.shape[-2])
-    if chunk is None and denominator is None and reduction != "none":
+    if chunk is None and denominator is None and reduction != "none" and extras is None:
         return _cross_entropy_terms(similarity(u, v, temperature), lambda_pos, lambda_ent,
                                     reduction, directions, return_terms)
     if chunk is None:  # one logits matrix for both directions: its rows, then its columns
@@ -177,6 +208,10 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
         pos_vu, ent_vu = _one_sided_terms(v, u, temperature, chunk)
         positive, lse = torch.stack([pos_uv, pos_vu], dim=-2), torch.stack([ent_uv, ent_vu],
                                                                             dim=-2)
+    if extras is not None:
+        lse = torch.stack([_with_extras(lse[0], u, v, extras, temperature, ((0, 0),)),
+                           _with_extras(lse[1], v, u, extras._replace(negatives=None),
+                                        temperature, ((0, 0),))])
     entropy = estimate_entropy(lse, u.shape[-2], denominator)
     terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
                          reduction=reduction)
@@ -229,6 +264,20 @@ def _cross_entropy_terms(logits: torch.Tensor, lambda_pos: Any, lambda_ent: Any,
         return LossTerms(loss, positive, (cross if scale == 1 else scale * cross) - positive)
 
 
+def _with_extras(lse: torch.Tensor, anchors: torch.Tensor, candidates: torch.Tensor,
+                 extras: Extras, temperature: Any,
+                 offsets: tuple[tuple[int, int], ...]) -> torch.Tensor:
+    """``lse`` (one per anchor row) without the excluded items' terms, and with the first
+    ``B`` rows' hard negatives added."""
+    if extras.exclude is not None:
+        rows, cols = excluded_pairs(extras, offsets)
+        lse = drop_pairs(lse, anchors, candidates, rows, cols, temperature)
+    if extras.negatives is None:
+        return lse
+    b = extras.negatives.shape[0]  # the u anchors: the first B rows
+    return add_negatives(lse, negatives_logsumexp(anchors[:b], extras, temperature))
+
+
 def _two_view(u: torch.Tensor, v: torch.Tensor,
               temperature: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``2B`` anchors ``[u; v]`` and their positive terms ``-u_i.v_i / t`` (twice)."""
@@ -247,7 +296,8 @@ def _partner_mask(b: int, device: torch.device) -> torch.Tensor:
 def nt_xent(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
             lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
             return_terms: bool = False, denominator: Any = None,
-            chunk_size: Any = None) -> torch.Tensor | LossTerms:
+            chunk_size: Any = None, hard_negatives: Any = None, share_negatives: bool = True,
+            exclude: Any = None, exclude_negatives: Any = None) -> torch.Tensor | LossTerms:
     r"""NT-Xent, the 2B-way loss of SimCLR (Chen et al., 2020; seed 004 "SimCLR").
 
     The ``2B`` rows of ``[u; v]`` are all anchors; an anchor's positive is its partner
@@ -271,19 +321,24 @@ def nt_xent(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     reduction : {'mean', 'sum', 'none'}, default='mean'
         Over the ``2B`` anchors; ``'none'`` returns shape ``(..., 2B)`` (the ``u``
         anchors first).
+    hard_negatives, share_negatives, exclude, exclude_negatives
+        As in :func:`info_nce`: the hard negatives are candidates of the ``u`` anchors;
+        an excluded item leaves both its rows out of every anchor's sum.
 
     Returns
     -------
     torch.Tensor or LossTerms
     """
     return _two_view_loss(u, v, temperature, lambda_pos, lambda_ent, normalize, reduction,
-                          return_terms, denominator, chunk_size, decoupled=False)
+                          return_terms, denominator, chunk_size, decoupled=False,
+                          extras=(hard_negatives, share_negatives, exclude, exclude_negatives))
 
 
 def dcl(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
         lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
         return_terms: bool = False, denominator: Any = None,
-        chunk_size: Any = None) -> torch.Tensor | LossTerms:
+        chunk_size: Any = None, hard_negatives: Any = None, share_negatives: bool = True,
+        exclude: Any = None, exclude_negatives: Any = None) -> torch.Tensor | LossTerms:
     r"""Decoupled contrastive loss (Yeh et al., 2022; seed 004 "DCL").
 
     :func:`nt_xent` with the positive removed from the denominator, which removes the
@@ -299,18 +354,23 @@ def dcl(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     contrastive loss (LibAUC's ``GCLoss_v1``).
     """
     return _two_view_loss(u, v, temperature, lambda_pos, lambda_ent, normalize, reduction,
-                          return_terms, denominator, chunk_size, decoupled=True)
+                          return_terms, denominator, chunk_size, decoupled=True,
+                          extras=(hard_negatives, share_negatives, exclude, exclude_negatives))
 
 
 def _two_view_loss(u: Any, v: Any, temperature: Any, lambda_pos: float, lambda_ent: float,
                    normalize: bool, reduction: str, return_terms: bool, denominator: Any,
-                   chunk_size: Any, decoupled: bool) -> torch.Tensor | LossTerms:
+                   chunk_size: Any, decoupled: bool,
+                   extras: tuple = (None, True, None, None)) -> torch.Tensor | LossTerms:
     """NT-Xent, or DCL (``decoupled``: the positive left out of the denominator)."""
     check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
     u, v = check_views(u, v, normalize=normalize)
+    checked = check_extras(u, extras[0], extras[1], extras[2], extras[3], normalize)
     z, positive = _two_view(u, v, temperature)
     b = u.shape[-2]
     lse = self_logsumexp(z, temperature, chunk_size, partner=b if decoupled else None)
+    if checked is not None:
+        lse = _with_extras(lse, z, z, checked, temperature, ((0, 0), (0, b), (b, 0), (b, b)))
     entropy = estimate_entropy(lse, 2 * b - 2 if decoupled else 2 * b - 1, denominator)
     terms = reduce_terms(positive, entropy,
                          lambda_pos=lambda_pos, lambda_ent=lambda_ent, reduction=reduction)
