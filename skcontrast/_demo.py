@@ -26,6 +26,7 @@ BATCH = 64
 COLUMNS = ("method", "R@1 u->v", "R@1 v->u", "alignment", "uniformity", "eff. rank",
            "NCC acc.", "Delta_GM", "steps")
 SIMCLR_COLUMNS = ("representation", "dim", "kNN acc.", "linear probe")
+TEXT_COLUMNS = ("search", "R@1", "nDCG@10")
 #: the times, which depend on the machine, apart from the results, which do not
 TIME_COLUMNS = ("method", "fit s", "select s")
 SIMCLR_DIM = 32
@@ -58,6 +59,7 @@ class DemoResult:
     figures: list[str] = field(default_factory=list)
     baseline: float = float("nan")
     simclr_rows: list[dict] = field(default_factory=list)
+    text_rows: list[dict] = field(default_factory=list)
 
     def table(self) -> str:
         """The selector comparison on split-view digits."""
@@ -76,13 +78,19 @@ class DemoResult:
         if self.simclr_rows:
             text += ("\nSimCLR on the digit images (test split): kNN and linear-probe "
                      f"accuracy\n{self.simclr_table()}\n")
+        if self.text_rows:
+            text += ("\nText: English emoji names searching the German names of held-out "
+                     "emoji (strings in)\n" + _format_table(self.text_rows, TEXT_COLUMNS)
+                     + "\n")
         return text
 
     def timing(self) -> str:
         """Seconds of every fit and of its batch selection, on this machine."""
         rows = [*self.rows, *({"method": r["representation"], "fit s": r["fit s"],
                                "select s": None} for r in self.simclr_rows
-                              if r["fit s"] is not None)]
+                              if r["fit s"] is not None),
+                *({"method": r["search"], "fit s": r["fit s"], "select s": None}
+                  for r in self.text_rows if r["fit s"] is not None)]
         return _format_table(rows, TIME_COLUMNS)
 
 
@@ -165,7 +173,7 @@ def run_demo(out: str | Path = "skcontrast-demo", *, quick: bool = False, seed: 
         "SupCon, shuffled": ShuffledBatchSelector(BATCH),
         "SupCon, fixed + binding": BindingSelector(FixedBatchSelector(BATCH)),
     }
-    total = len(contrastive) + len(supervised) + 1  # and SimCLR
+    total = len(contrastive) + len(supervised) + 2  # and SimCLR, and text
     for i, (name, selector) in enumerate(contrastive.items(), start=1):
         report(f"[{i}/{total}] ContrastiveEmbedder, {name} batches ...")
         start = time.perf_counter()
@@ -189,6 +197,12 @@ def run_demo(out: str | Path = "skcontrast-demo", *, quick: bool = False, seed: 
            "augmentations on the training device ...")
     try:
         result.simclr_rows = simclr_digits(epochs, seed, report)
+    except ImportError as exc:
+        report(f"      skipped: {exc}")
+    report(f"[{total}/{total}] Text: ContrastiveEmbedder on English-German emoji names, "
+           "strings in ...")
+    try:
+        result.text_rows = text_demo(4 if quick else 10, seed, report)
     except ImportError as exc:
         report(f"      skipped: {exc}")
     result.figures = _figures(result, X_train, X_test, y_test, out)
@@ -226,6 +240,37 @@ def simclr_digits(epochs: int, seed: int = 0, report: Any = print) -> list[dict]
                                                                    y_test),
                      "fit s": fit_seconds})
     report(f"      SimCLR test kNN accuracy {rows[-1]['kNN acc.']:.3f} in {seconds:.1f} s")
+    return rows
+
+
+def text_demo(epochs: int, seed: int = 0, report: Any = print) -> list[dict]:
+    """Cross-lingual search of emoji names (:func:`~skcontrast.datasets.load_emoji_names`,
+    English queries, German names of held-out emoji): TF-IDF on character n-grams (no
+    training), a ContrastiveEmbedder fitted on the training emoji's string pairs (hashed
+    n-grams into a linear bag, ``hidden_layer_sizes=()``), and the two fused
+    (:class:`~skcontrast.text.HybridRetriever`). Needs the ``emoji`` package."""
+    from .datasets import load_emoji_names
+    from .text import HybridRetriever
+
+    data = load_emoji_names(["en", "de"], random_state=seed)
+    test = data.test_emoji
+    queries, documents = list(data.names["en"][test]), list(data.names["de"][test])
+    start = time.perf_counter()
+    est = ContrastiveEmbedder(hidden_layer_sizes=(), max_epochs=epochs, random_state=seed,
+                              optimizer_params={"fused": True}).fit(data.pairs_train)
+    seconds = time.perf_counter() - start
+    rows = []
+    for name, weight, fit_seconds in (("TF-IDF, character 2-4-grams", 1.0, None),
+                                      (f"ContrastiveEmbedder, {epochs} epochs", 0.0, seconds),
+                                      ("hybrid: learned + TF-IDF (weight 0.5)", 0.5, None)):
+        search = HybridRetriever(est, weight=weight, prefit=True).fit(data.pairs_train)
+        ranked = search.index(documents).search(queries, k=10)[1]
+        scores = metrics.ranking_scores(ranked, np.arange(len(test)), np.arange(len(test)),
+                                        k=10)
+        rows.append({"search": name, "R@1": scores["recall@1"],
+                     "nDCG@10": scores["ndcg@10"], "fit s": fit_seconds})
+    report(f"      text R@1 {rows[1]['R@1']:.3f} (TF-IDF {rows[0]['R@1']:.3f}, hybrid "
+           f"{rows[2]['R@1']:.3f}) in {seconds:.1f} s")
     return rows
 
 

@@ -124,7 +124,6 @@ def test_a_text_model_saves_clones_and_pickles(tmp_path):
     ([("a", "b"), ("c",)], r"rows of X must hold equally many texts; X\[1\] has 1"),
     (["a b", ("c", "d")], r"X\[0\] is 'a b'; a text X is a list of strings or of rows"),
     (["a b", "c d"], "contrastive training takes pairs of texts"),
-    ([("a", "b", "c"), ("d", "e", "f")], "text pairs have 2"),
 ])
 def test_bad_text_is_named_by_row(X, message):
     with pytest.raises(ValueError, match=message):
@@ -382,3 +381,117 @@ def test_the_weight_is_tuned_by_grid_search_without_retraining():
         HybridRetriever(weight=0.5).fit(PAIRS)
     lexical_only = HybridRetriever(weight=1.0).fit(PAIRS)
     assert 0 <= lexical_only.score(PAIRS) <= 1
+
+
+# --------------------------------------------------------------------------------------
+# Hard-negative columns and the false-negative guard in a fit
+# --------------------------------------------------------------------------------------
+
+TRIPLES = [("thumbs up", "daumen hoch", "daumen runter"),
+           ("red heart", "rotes herz", "blaues herz"),
+           ("dog face", "hundegesicht", "katzengesicht"),
+           ("cat face", "katzengesicht", "hundegesicht"),
+           ("man running", "laufender mann", "laufende frau"),
+           ("woman running", "laufende frau", "laufender mann"),
+           ("flag germany", "flagge deutschland", "flagge dänemark"),
+           ("red heart", "rotes herz", "grünes herz")]  # a duplicate pair (other negative)
+
+
+class _Steps:
+    """Callback: each training step's embeddings, dataset rows and loss."""
+
+    def __init__(self):
+        from skorch.callbacks import Callback
+
+        steps = self.steps = []
+
+        class Record(Callback):
+            def on_batch_end(self, net, batch=None, training=None, **step):
+                if training:
+                    steps.append((step["y_pred"].detach().double(), batch.index.clone(),
+                                  float(step["loss"].detach())))
+        self.callback = Record()
+
+
+@pytest.mark.parametrize(("loss", "function"), [("symmetric_info_nce", "symmetric_info_nce"),
+                                                ("nt_xent", "nt_xent"),
+                                                ("hard_negative_nce", "hard_negative_nce")])
+def test_hard_negative_columns_train_the_loss_of_the_columns(loss, function):
+    import skcontrast.losses as L
+
+    record = _Steps()
+    est = ContrastiveEmbedder(**{**SMALL, "max_epochs": 1}, loss=loss,
+                              callbacks=[record.callback]).fit(TRIPLES)
+    assert est.input_spec_.negatives == 1
+    z, _, value = record.steps[0]
+    assert z.shape == (4, 3, 8)  # anchor, positive, one negative per row
+    options = est.net_.criterion_.live_loss().options()
+    expected = getattr(L, function)(z[:, 0], z[:, 1], hard_negatives=z[:, 2:],
+                                    **options)
+    assert value == pytest.approx(float(expected), rel=1e-5)
+    assert est.transform(["thumbs up"]).shape == (1, 8)
+    with pytest.raises(ValueError, match=r"hard-negative column.*SigLIP does not take"):
+        ContrastiveEmbedder(**SMALL, loss="siglip").fit(TRIPLES)
+
+
+def test_the_guard_leaves_duplicates_and_groups_out_of_the_loss():
+    from skcontrast.losses import FalseNegativeGuard, SymmetricInfoNCE, symmetric_info_nce
+
+    groups = np.array([0, 1, 2, 3, 4, 5, 6, 1])
+    record = _Steps()
+    guard = FalseNegativeGuard(same_content=True, same_group=True)
+    ContrastiveEmbedder(**{**SMALL, "max_epochs": 1, "batch_size": 8},
+                        loss=SymmetricInfoNCE(0.2, false_negatives=guard),
+                        callbacks=[record.callback]).fit(TRIPLES, groups)
+    z, index, value = record.steps[0]
+    rows = index.numpy()
+    texts = np.array(TRIPLES, dtype=object)[rows]
+    exclude = np.zeros((8, 8), dtype=bool)  # brute force: shared texts, or one group
+    for i in range(8):
+        for j in range(8):
+            same_text = bool({texts[i, 0], texts[i, 1]} & {texts[j, 0], texts[j, 1]})
+            exclude[i, j] = i != j and (same_text or groups[rows[i]] == groups[rows[j]])
+    excluded_negatives = np.array([[texts[m, 2] in (texts[i, 0], texts[i, 1])
+                                    for m in range(8)] for i in range(8)])
+    assert exclude.sum() == 2 and excluded_negatives.any()  # the duplicate; dog/cat faces
+    expected = symmetric_info_nce(z[:, 0], z[:, 1], temperature=0.2, hard_negatives=z[:, 2:],
+                                  exclude=torch.as_tensor(exclude),
+                                  exclude_negatives=torch.as_tensor(excluded_negatives))
+    assert value == pytest.approx(float(expected), rel=1e-5)
+    with pytest.raises(ValueError, match="needs the groups: pass y"):
+        ContrastiveEmbedder(**SMALL, loss=SymmetricInfoNCE(false_negatives=guard)).fit(PAIRS)
+    with pytest.raises(ValueError, match="one embedding per training row"):
+        ContrastiveEmbedder(**SMALL, loss=SymmetricInfoNCE(false_negatives=FalseNegativeGuard(
+            guide=np.zeros((3, 4))))).fit(PAIRS)
+
+
+@pytest.mark.parametrize("guide", ["self", "array"])
+def test_guided_masks_equal_a_brute_force(guide):
+    from skcontrast.losses import FalseNegativeGuard
+
+    g = torch.Generator().manual_seed(0)
+    u, v = torch.randn(5, 3, generator=g), torch.randn(5, 3, generator=g)
+    negatives = torch.randn(5, 2, 3, generator=g)
+    table = np.random.default_rng(1).normal(size=(9, 4, 3)).astype(np.float32)
+    index = torch.tensor([4, 0, 7, 2, 5])
+    margin = 0.1
+    guard = FalseNegativeGuard(same_content=False, guide="self" if guide == "self" else table,
+                               margin=margin)
+    masks = guard.masks(u, v, negatives, index, None, None, share=True)
+
+    def cos(a, b):
+        return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+    if guide == "self":
+        A, P, N = u.numpy(), v.numpy(), negatives.numpy()
+        limit = [cos(A[i], P[i]) + margin for i in range(5)]
+    else:
+        rows = table[index.numpy()]
+        A, P, N = rows[:, 0], rows[:, 1], rows[:, 2:]
+        limit = [cos(A[i], P[i]) - margin for i in range(5)]
+    for i in range(5):
+        for j in range(5):
+            assert bool(masks["exclude"][i, j]) == (i != j and cos(A[i], P[j]) > limit[i])
+        pool = N.reshape(-1, 3)
+        for m in range(10):
+            assert bool(masks["exclude_negatives"][i, m]) == (cos(A[i], pool[m]) > limit[i])

@@ -23,6 +23,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._validation import (
     check_labels,
+    describe,
     encode_labels,
     plain_label,
 )
@@ -213,6 +214,7 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
                              f"fitted on {self.input_spec_}")
         factory = self._factory(spec, shared)
         loss = self._loss()
+        row_info = guard_rows(loss, data, spec, None if self._labelled else labels)
         if old is not None:
             self._check_warm_start(old, factory, loss, len(data))
         seed = old.seed if old is not None else self._seed()
@@ -230,7 +232,8 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
             extra = self._monitoring(spec, valid, held_out, scoring)
             net = self._make_net(factory, loss, labels, device, seed, len(data),
                                  spec.items_paired, valid, extra, kept=kept, n_rows=n_rows,
-                                 held_out_rows=None if held_out is None else held_out.rows)
+                                 held_out_rows=None if held_out is None else held_out.rows,
+                                 row_info=row_info)
             if old is not None:
                 net.initialize()
                 before = old.criterion_.loss
@@ -522,6 +525,63 @@ def load(path: Any, *, device: str = "cpu", **objects: Any) -> BaseEmbedder:
 def sample_of(data: ViewData) -> ViewData:
     """Two training items (view 0), enough to read the output width off the net."""
     return data.select(0).subset(np.arange(min(2, len(data))))
+
+
+def guard_rows(loss: Any, data: ViewData, spec: InputSpec, groups: Any
+               ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """What the loss's false-negative guard reads per training row: content ids of each
+    row's texts (or numeric rows) and its group; checks that the loss can use hard
+    negatives and the guard."""
+    from ..losses import FalseNegativeGuard
+
+    name = type(loss).__name__
+    if spec.negatives and not loss.takes_negatives:
+        raise ValueError(f"X has {spec.negatives} hard-negative column(s), which {name} does "
+                         "not take: use InfoNCE, SymmetricInfoNCE, NTXent, DCL, "
+                         "HardNegativeNCE or DebiasedNCE")
+    guard = getattr(loss, "false_negatives", None)
+    if guard is None:
+        return None, None
+    if not isinstance(guard, FalseNegativeGuard):
+        raise ValueError(f"loss__false_negatives must be a FalseNegativeGuard or None; got "
+                         f"{describe(guard)}")
+    guard.check(n_rows=len(data), has_groups=groups is not None)
+    keys = content_keys(data) if guard.same_content else None
+    codes = None
+    if guard.same_group and groups is not None:
+        codes = torch.from_numpy(np.unique(np.asarray(groups), return_inverse=True)[1]
+                                 .reshape(-1).astype(np.int64))
+    return keys, codes
+
+
+def content_keys(data: ViewData) -> torch.Tensor:
+    """``(n, c)`` ids of each row's views (and hard negatives): equal ids, equal content
+    (identical token ids, or identical numeric rows)."""
+    from ._data import TensorViews
+
+    if not isinstance(data, TensorViews) or any(v is None for v in data.views):
+        raise ValueError("FalseNegativeGuard(same_content=True) compares the rows' content, "
+                         "which needs text or array input (not a Dataset)")
+    n = len(data)
+    columns = []
+    for view in data.views:
+        assert view is not None
+        x = view["input_ids"] if isinstance(view, dict) else view
+        x = x.cpu()
+        if x.ndim >= 3 and len(data.views) == 3 and view is data.views[-1]:  # negatives
+            columns += [x[:, c] for c in range(x.shape[1])]
+        else:
+            columns.append(x)
+    flat = [c.reshape(n, -1) for c in columns]
+    if len({c.shape[1] for c in flat}) == 1 and len({c.dtype for c in flat}) == 1:
+        ids = torch.unique(torch.cat(flat), dim=0, return_inverse=True)[1]
+        return ids.reshape(len(flat), n).T.contiguous()
+    out, offset = [], 0  # views of other shapes never hold the same content
+    for c in flat:
+        ids = torch.unique(c, dim=0, return_inverse=True)[1]
+        out.append(ids + offset)
+        offset += int(ids.max()) + 1
+    return torch.stack(out, dim=1)
 
 
 def embed_net(net: SelectorNet, data: ViewData, view: int | None = 0, augment: Any = None,

@@ -118,6 +118,9 @@ class InputSpec:
     split: int | None = None
     items_paired: bool = False
     item_labels: bool = False
+    #: hard-negative columns of each item (text rows (anchor, positive, negatives...)),
+    #: embedded by view 1's encoder
+    negatives: int = 0
 
     @property
     def paired(self) -> bool:
@@ -927,15 +930,19 @@ def _read_text(tokenizer: Any, X: Any, spec: InputSpec | None, *, single: bool,
     share one padded length and a shared encoder embeds them in one batch)."""
     table = text_table(X, name)
     n, columns = table.shape
-    if spec is None and columns > 2:
-        raise ValueError(f"{name} has rows of {columns} texts; text pairs have 2 (an anchor "
-                         "and its positive)")
+    if spec is None and columns > 2 and single:
+        raise ValueError(f"{name} has rows of {columns} texts; this fit takes single texts")
     if spec is None and single and columns != 1:
         raise ValueError(f"{name} holds rows of {columns} texts, but this fit takes single "
                          "texts (a list of strings)")
     if spec is not None and columns > len(spec.views):
-        raise ValueError(f"{name} has rows of {columns} texts; the model was fitted on "
-                         f"{len(spec.views)} per item")
+        if columns == len(spec.views) + spec.negatives:  # negatives are for training
+            table = table[:, :len(spec.views)]
+            columns = table.shape[1]
+        else:
+            raise ValueError(f"{name} has rows of {columns} texts; the model was fitted on "
+                             f"{len(spec.views)} per item")
+        n = len(table)
     if spec is None and columns == 1 and not single:
         raise ValueError(f"{name} is a list of single strings; contrastive training takes "
                          "pairs of texts (rows of two strings: an anchor and its positive)")
@@ -951,6 +958,13 @@ def _read_text(tokenizer: Any, X: Any, spec: InputSpec | None, *, single: bool,
             raise ValueError(f"the tokenizer made token id {largest}, beyond its vocabulary "
                              f"of {vocabulary} ids")
     parts = [_index(tokens, torch.arange(c * n, (c + 1) * n)) for c in range(columns)]
+    negatives = max(0, columns - 2)
+    if negatives:  # (n, k, L) per tensor: the negatives of each row, side by side
+        stacked = parts[2:]
+        together = {k: torch.stack([p[k] for p in stacked], dim=1) for k in stacked[0]} \
+            if isinstance(stacked[0], Mapping) else torch.stack(stacked, dim=1)
+        parts = [*parts[:2], together]
+        columns = 2
     views = []
     for c in range(columns):
         if isinstance(tokens, Mapping):
@@ -959,4 +973,4 @@ def _read_text(tokenizer: Any, X: Any, spec: InputSpec | None, *, single: bool,
         else:
             views.append(View(c, tuple(tokens.shape[1:]), True, (), vocabulary))
     return (TensorViews(tuple(parts)),
-            InputSpec("text", tuple(views), items_paired=columns == 2))
+            InputSpec("text", tuple(views), items_paired=columns == 2, negatives=negatives))

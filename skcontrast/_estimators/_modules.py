@@ -141,7 +141,7 @@ class ViewEncoders(nn.Module):
             self.get_submodule(name).eval()
         return self
 
-    def encode(self, x: torch.Tensor, view: int = 0, head: bool = True) -> torch.Tensor:
+    def encode(self, x: Any, view: int = 0, head: bool = True) -> torch.Tensor:
         """Embeddings of a batch of one view (the backbone's features with ``head=False``)."""
         index = min(view, len(self.encoders) - 1)
         z = call_encoder(self.encoders[index], x)
@@ -150,6 +150,17 @@ class ViewEncoders(nn.Module):
     def forward(self, x: Any) -> torch.Tensor:
         if not isinstance(x, tuple | list):
             return self.encode(x, 0)
+        if len(x) == 3:  # pairs and each pair's hard negatives, (B, k, ...): view 1's side
+            pairs = self.forward(tuple(x[:2]))
+            negatives = x[2]
+            first = next(iter(negatives.values())) if isinstance(negatives, Mapping) \
+                else negatives
+            b, k = first.shape[:2]
+            flat = {key: t.reshape(b * k, *t.shape[2:]) for key, t in negatives.items()} \
+                if isinstance(negatives, Mapping) else negatives.reshape(b * k,
+                                                                         *negatives.shape[2:])
+            z = self.encode(flat, 1).reshape(b, k, -1)
+            return torch.cat([pairs, z], dim=1)
         x0, x1 = x
         stacked = _stack_views(x0, x1) if len(self.encoders) == 1 else None
         if stacked is not None:
@@ -301,10 +312,15 @@ class ContrastiveCriterion(nn.Module):
                                             "bias": "learned_bias"}
 
     def __init__(self, loss: Loss, *, structure: str = "pairs", memory: Any = None,
-                 n_samples: int | None = None) -> None:
+                 n_samples: int | None = None, row_keys: Any = None,
+                 row_groups: Any = None) -> None:
         super().__init__()
         self.loss = loss
         self.structure = structure
+        # per training row: content ids of its texts (anchor, positive, negatives) and
+        # its group, for the loss's false-negative guard
+        self.row_keys = row_keys
+        self.row_groups = row_groups
         self.labelled = structure != "pairs"
         if getattr(loss, "learn_temperature", False):
             excess = float(loss.temperature) - MIN_LEARNED_TEMPERATURE
@@ -346,14 +362,23 @@ class ContrastiveCriterion(nn.Module):
                 lambda **extra: self._batch_terms(embeddings, y, {**overrides, **extra}),
                 embeddings, y, index, structure=self.structure, loss=self.loss,
                 overrides=overrides)
-        return self._batch_terms(embeddings, y, overrides)
+        return self._batch_terms(embeddings, y, overrides, index)
 
     def _batch_terms(self, embeddings: torch.Tensor, y: torch.Tensor | None,
-                     overrides: dict) -> LossTerms:
+                     overrides: dict, index: torch.Tensor | None = None) -> LossTerms:
         if self.labelled:
             assert y is not None  # a label loss is handed the batch's labels
             if embeddings.ndim == 3:
                 y = y.repeat_interleave(2)
                 embeddings = embeddings.reshape(-1, embeddings.shape[-1])
             return self.loss.label_terms(embeddings, y, **overrides)
-        return self.loss.pair_terms(embeddings[:, 0], embeddings[:, 1], **overrides)
+        u, v = embeddings[:, 0], embeddings[:, 1]
+        negatives = embeddings[:, 2:] if embeddings.shape[1] > 2 else None
+        guard = getattr(self.loss, "false_negatives", None)
+        if negatives is None and guard is None:
+            return self.loss.pair_terms(u, v, **overrides)
+        extra: dict[str, Any] = {} if negatives is None else {"hard_negatives": negatives}
+        if guard is not None:
+            extra.update(guard.masks(u, v, negatives, index, self.row_keys, self.row_groups,
+                                     share=bool(getattr(self.loss, "share_negatives", True))))
+        return self.loss.pair_terms(u, v, **overrides, **extra)

@@ -83,7 +83,8 @@ def allowed_objects() -> dict[str, Any]:
     chosen += [getattr(memory, name) for name in memory.__all__
                if isinstance(getattr(memory, name), type)
                and issubclass(getattr(memory, name), memory.BaseMemory)]
-    chosen += [*losses.PAIR_LOSSES.values(), *losses.LABEL_LOSSES.values()]
+    chosen += [*losses.PAIR_LOSSES.values(), *losses.LABEL_LOSSES.values(),
+               losses.FalseNegativeGuard]
     chosen += [*losses.LOSSES.values(), losses.FunctionLoss]
     chosen += [obj for obj in vars(torch.nn).values()
                if isinstance(obj, type) and issubclass(obj, torch.nn.Module)]
@@ -437,7 +438,8 @@ def files_training_state(tensors: dict, fitted: dict) -> dict:
 def write_spec(spec: Any) -> dict:
     """An ``InputSpec`` as JSON."""
     return {"form": spec.form, "split": spec.split, "items_paired": spec.items_paired,
-            "item_labels": spec.item_labels, "views": [_write_view(v) for v in spec.views]}
+            "item_labels": spec.item_labels, "views": [_write_view(v) for v in spec.views],
+            "negatives": spec.negatives}
 
 
 def read_spec(value: Any) -> Any:
@@ -449,7 +451,8 @@ def read_spec(value: Any) -> Any:
                      tuple(_read_view(v, "a view") for v in _expect(s.get("views"), list,
                                                                     "views")),
                      s.get("split"), _expect(s.get("items_paired"), bool, "items_paired"),
-                     _expect(s.get("item_labels"), bool, "item_labels"))
+                     _expect(s.get("item_labels"), bool, "item_labels"),
+                     _natural(s.get("negatives", 0), "negatives"))
     if spec.split is not None:
         _expect(spec.split, int, "split")
     return spec

@@ -252,6 +252,8 @@ class BatchSupply(_Net):
             return
         if self.labelled or self.augmentation is not None:
             embeddings = embeddings[:, 0] if embeddings.ndim == 3 else embeddings
+        elif embeddings.ndim == 3:
+            embeddings = embeddings[:, :2]  # not the hard negatives
         rows = embeddings.detach().float()
         cache = getattr(self, "_embedding_cache", None)
         if cache is None or cache.shape[1:] != rows.shape[1:] or cache.device != rows.device:
@@ -285,4 +287,5 @@ class BatchSupply(_Net):
         data = self.training_data
         if self.labelled:
             return self.embed(data.select(0), view=0, indices=indices).numpy()
-        return self.embed(data, indices=indices).numpy()
+        out = self.embed(data, indices=indices).numpy()
+        return out[:, :2] if out.ndim == 3 else out  # not the hard negatives

@@ -36,6 +36,7 @@ Eq. 5, the affinity of the spectral batch selector.
 
 from ._batched import pair_affinity, pairwise_lower_bound
 from ._core import LossTerms
+from ._guard import FalseNegativeGuard
 from ._hard import debiased_nce, hard_negative_nce
 from ._infonce import dcl, dhel, info_nce, nt_xent, symmetric_info_nce
 from ._kernel import kcl
@@ -77,6 +78,7 @@ __all__ = [
     "TILED_LOSSES",
     "ContrastiveMargin",
     "DebiasedNCE",
+    "FalseNegativeGuard",
     "FunctionLoss",
     "HardNegativeNCE",
     "InfoNCE",

@@ -85,6 +85,15 @@ class Loss(BaseEstimator):
     #: learned as ``MIN_LEARNED_TEMPERATURE + exp(theta)``, above the floor and with a
     #: gradient everywhere
     learnable: ClassVar[tuple[str, ...]] = ("temperature",)
+    #: parameters that are not the function's options (the false-negative guard, which
+    #: the estimator turns into masks for each batch)
+    not_options: ClassVar[tuple[str, ...]] = ("false_negatives",)
+
+    @property
+    def takes_negatives(self) -> bool:
+        """Whether it takes hard-negative columns and exclusions (``hard_negatives``,
+        ``exclude``): the InfoNCE family but DHEL, and HCL and the debiased loss."""
+        return "hard_negatives" in inspect.signature(type(self).function).parameters
 
     # -- the loss --------------------------------------------------------------------
 
@@ -93,7 +102,8 @@ class Loss(BaseEstimator):
     def _option_names(cls) -> tuple[str, ...]:
         # read once per class: get_params inspects the signature on every call, and a
         # training step asks for the options every batch
-        return tuple(n for n in cls._get_param_names() if not n.startswith("learn_"))
+        return tuple(n for n in cls._get_param_names()
+                     if not n.startswith("learn_") and n not in cls.not_options)
 
     def options(self, **overrides: Any) -> dict:
         """The keyword arguments of ``function``: the parameters (without the
@@ -282,6 +292,13 @@ class InfoNCE(_SoftmaxLoss):
     chunk_size : int, 'auto' or None, default='auto'
         Tiled log-sum-exps (O(B) memory); ``'auto'`` tiles only when one dense ``B x B``
         float32 matrix would exceed 256 MiB; ``None`` keeps it dense.
+    share_negatives : bool, default=True
+        With hard-negative columns (``(anchor, positive, negative_1 ... negative_k)``
+        rows): every anchor contrasts with all the batch's hard negatives
+        (sentence-transformers' convention); ``False``: with its own.
+    false_negatives : FalseNegativeGuard or None, default=None
+        Candidates left out of every anchor's sum: the same content, the same group, or
+        what a guide ranks above the positive (:class:`FalseNegativeGuard`).
 
     Examples
     --------
@@ -297,13 +314,16 @@ class InfoNCE(_SoftmaxLoss):
 
     def __init__(self, temperature: float = 0.1, *, learn_temperature: bool = False,
                  lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
-                 chunk_size: Any = "auto") -> None:
+                 chunk_size: Any = "auto",
+                 share_negatives: bool = True, false_negatives: Any = None) -> None:
         self.temperature = temperature
         self.learn_temperature = learn_temperature
         self.lambda_pos = lambda_pos
         self.lambda_ent = lambda_ent
         self.normalize = normalize
         self.chunk_size = chunk_size
+        self.share_negatives = share_negatives
+        self.false_negatives = false_negatives
 
     def lse_layout(self, structure: str) -> str | None:
         return "anchors"
@@ -324,6 +344,8 @@ class SymmetricInfoNCE(_SoftmaxLoss):
     ----------
     temperature, learn_temperature, lambda_pos, lambda_ent, normalize, chunk_size
         As in :class:`InfoNCE`.
+    share_negatives, false_negatives
+        As in :class:`InfoNCE`.
     directions : {'sum', 'mean'}, default='sum'
         ``'sum'``: :math:`\mathcal{L}^{con}` of the papers; ``'mean'``: CLIP's convention,
         half of it.
@@ -334,7 +356,8 @@ class SymmetricInfoNCE(_SoftmaxLoss):
 
     def __init__(self, temperature: float = 0.1, *, learn_temperature: bool = False,
                  lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
-                 directions: str = "sum", chunk_size: Any = "auto") -> None:
+                 directions: str = "sum", chunk_size: Any = "auto",
+                 share_negatives: bool = True, false_negatives: Any = None) -> None:
         self.temperature = temperature
         self.learn_temperature = learn_temperature
         self.lambda_pos = lambda_pos
@@ -342,6 +365,8 @@ class SymmetricInfoNCE(_SoftmaxLoss):
         self.normalize = normalize
         self.directions = directions
         self.chunk_size = chunk_size
+        self.share_negatives = share_negatives
+        self.false_negatives = false_negatives
 
     def lse_layout(self, structure: str) -> str | None:
         return "directions"
@@ -365,13 +390,16 @@ class NTXent(_SoftmaxLoss):
 
     def __init__(self, temperature: float = 0.1, *, learn_temperature: bool = False,
                  lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
-                 chunk_size: Any = "auto") -> None:
+                 chunk_size: Any = "auto",
+                 share_negatives: bool = True, false_negatives: Any = None) -> None:
         self.temperature = temperature
         self.learn_temperature = learn_temperature
         self.lambda_pos = lambda_pos
         self.lambda_ent = lambda_ent
         self.normalize = normalize
         self.chunk_size = chunk_size
+        self.share_negatives = share_negatives
+        self.false_negatives = false_negatives
 
     def _negatives(self, batch_size: int) -> int:
         return 2 * batch_size - 2
@@ -654,6 +682,8 @@ class HardNegativeNCE(_SoftmaxLoss):
     ----------
     temperature, learn_temperature, lambda_pos, lambda_ent, normalize, chunk_size
         As in :class:`InfoNCE`.
+    share_negatives, false_negatives
+        As in :class:`InfoNCE` (hard negatives are reweighted like the others).
     beta : float >= 0, default=1.0
         Hardness.
     tau_plus : float in [0, 1), default=0.1
@@ -667,7 +697,8 @@ class HardNegativeNCE(_SoftmaxLoss):
     def __init__(self, temperature: float = 0.1, *, beta: float = 1.0,
                  tau_plus: float = 0.1, learn_temperature: bool = False,
                  lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
-                 negatives: str = "both views", chunk_size: Any = "auto") -> None:
+                 negatives: str = "both views", chunk_size: Any = "auto",
+                 share_negatives: bool = True, false_negatives: Any = None) -> None:
         self.temperature = temperature
         self.beta = beta
         self.tau_plus = tau_plus
@@ -677,6 +708,8 @@ class HardNegativeNCE(_SoftmaxLoss):
         self.normalize = normalize
         self.negatives = negatives
         self.chunk_size = chunk_size
+        self.share_negatives = share_negatives
+        self.false_negatives = false_negatives
 
     def _negatives(self, batch_size: int) -> int:
         return 2 * batch_size - 2 if self.negatives == NEGATIVES[0] else batch_size - 1
@@ -696,7 +729,8 @@ class DebiasedNCE(HardNegativeNCE):
     def __init__(self, temperature: float = 0.1, *, tau_plus: float = 0.1,
                  learn_temperature: bool = False, lambda_pos: float = 1.0,
                  lambda_ent: float = 1.0, normalize: bool = True,
-                 negatives: str = "both views", chunk_size: Any = "auto") -> None:
+                 negatives: str = "both views", chunk_size: Any = "auto",
+                 share_negatives: bool = True, false_negatives: Any = None) -> None:
         self.temperature = temperature
         self.tau_plus = tau_plus
         self.learn_temperature = learn_temperature
@@ -705,6 +739,8 @@ class DebiasedNCE(HardNegativeNCE):
         self.normalize = normalize
         self.negatives = negatives
         self.chunk_size = chunk_size
+        self.share_negatives = share_negatives
+        self.false_negatives = false_negatives
 
 
 # --------------------------------------------------------------------------------------
