@@ -1,0 +1,206 @@
+"""skcontrast selectors and losses inside sentence-transformers training.
+
+- :func:`batch_sampler`: any selector as ``SentenceTransformerTrainingArguments(
+  batch_sampler=...)``: the trainer's batches are the selector's (through
+  :class:`~skcontrast.selectors.SelectorSampler`, so data-parallel processes take slices
+  of the same global batches); an adaptive selector sees the model being trained
+  (its embeddings refreshed every ``refresh_every`` epochs) or a teacher;
+- :class:`SkcontrastLoss`: any pair loss of :mod:`skcontrast.losses` as a
+  sentence-transformers loss, with the dataset's hard-negative columns (``(anchor,
+  positive, negative_1 ... negative_k)``) and the loss's false-negative guard.
+
+Needs ``sentence-transformers`` (``pip install sentence-transformers``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import clone
+from torch import nn
+
+from .._validation import check_int, describe
+from ..losses import make_loss
+from ..selectors import BatchSelector, SelectorSampler
+
+
+def batch_sampler(selector: BatchSelector, *, model: Any = None,
+                  embed: Callable[[np.ndarray], Any] | None = None, refresh_every: int = 1
+                  ) -> Callable[..., SelectorSampler]:
+    """A ``batch_sampler`` for ``SentenceTransformerTrainingArguments``: the trainer
+    calls it with the dataset and its settings, and gets a
+    :class:`~skcontrast.selectors.SelectorSampler` over a clone of ``selector``.
+
+    - ``batch_size`` (``per_device_train_batch_size``) sets the selector's batch size,
+      ``drop_last`` its ``drop_last`` (where it has one); a selector without a seed is
+      seeded from the trainer's ``seed`` (or its ``generator``), so every
+      data-parallel process draws the same global batches;
+    - the first of the trainer's ``valid_label_columns`` the dataset holds gives the
+      labels (``max_same_label`` guards, label losses);
+    - an adaptive selector's embeddings come from ``embed(indices) -> (n, 2, d)`` (a
+      teacher), or from ``model`` (the SentenceTransformer being trained: its
+      embeddings of the first two text columns, every ``refresh_every`` epochs).
+
+    Parameters
+    ----------
+    selector : BatchSelector
+    model : SentenceTransformer or None
+    embed : callable or None
+    refresh_every : int, default=1
+
+    Examples
+    --------
+    >>> from skcontrast.integrations.sentence_transformers import batch_sampler
+    >>> from skcontrast.selectors import TemperedSelector, ShuffledBatchSelector
+    >>> sampler = batch_sampler(TemperedSelector(ShuffledBatchSelector(), max_same_label=1))
+    >>> # SentenceTransformerTrainingArguments(..., batch_sampler=sampler)
+    """
+    if not isinstance(selector, BatchSelector):
+        raise ValueError(f"selector must be a BatchSelector of skcontrast.selectors; got "
+                         f"{describe(selector)}")
+    if model is not None and embed is not None:
+        raise ValueError("give model (the embeddings of the model being trained) or embed "
+                         "(a teacher), not both")
+    check_int(refresh_every, "refresh_every", minimum=1)
+
+    def make(dataset: Any, batch_size: int, drop_last: bool,
+             valid_label_columns: list[str] | None = None,
+             generator: torch.Generator | None = None, seed: int = 0) -> SelectorSampler:
+        chosen = clone(selector)
+        params = chosen.get_params()
+        updates: dict[str, Any] = {}
+        for key in params:
+            name = key.rsplit("__", 1)[-1]
+            if name == "batch_size" and key.count("__") <= 1:
+                updates[key] = batch_size
+            elif name == "drop_last":
+                updates[key] = bool(drop_last)
+            elif name == "random_state" and params[key] is None:
+                updates[key] = int(generator.initial_seed()) % 2**32 if generator is not None \
+                    else int(seed)
+        chosen.set_params(**updates)
+        columns = list(getattr(dataset, "column_names", []))
+        label = next((c for c in valid_label_columns or [] if c in columns), None)
+        labels = None if label is None else np.asarray(dataset[label])
+        texts = [c for c in columns if c != label]
+        fn = embed
+        if model is not None:
+            if len(texts) < 2:
+                raise ValueError(f"the dataset needs two text columns (anchor, positive) for "
+                                 f"the model's embeddings; it has {texts}")
+            fn = _model_embeddings(model, dataset, texts[:2])
+        return SelectorSampler(chosen, len(dataset), embed=fn, labels=labels,
+                               refresh_every=refresh_every, drop_last=bool(drop_last))
+
+    return make
+
+
+def _model_embeddings(model: Any, dataset: Any, columns: list[str]
+                      ) -> Callable[[np.ndarray], np.ndarray]:
+    """``embed(indices)``: the model's current embeddings of two text columns, without
+    leaving it in evaluation mode (``encode`` switches it)."""
+    def embed(indices: np.ndarray) -> np.ndarray:
+        rows = [int(i) for i in indices]
+        training = model.training
+        try:
+            parts = [np.asarray(model.encode([dataset[c][i] for i in rows],
+                                             convert_to_numpy=True, show_progress_bar=False))
+                     for c in columns]
+        finally:
+            model.train(training)
+        return np.stack(parts, axis=1)
+    return embed
+
+
+class SkcontrastLoss(nn.Module):
+    """Any pair loss of :mod:`skcontrast.losses` as a sentence-transformers loss.
+
+    The first two columns of each batch are the anchors and positives; further columns
+    are hard negatives (each anchor's own, and with the loss's ``share_negatives`` every
+    anchor sees all of them, as ``MultipleNegativesRankingLoss`` does). The loss's
+    ``false_negatives`` guard applies: ``same_content`` compares the texts' token ids,
+    ``same_group`` the batch's label column, ``guide='self'`` the model's own
+    similarities (a guide given as embeddings of dataset rows is refused: the trainer
+    does not say which rows a batch holds).
+
+    Parameters
+    ----------
+    model : SentenceTransformer
+    loss : Loss or str, default='symmetric_info_nce'
+        A pair loss object (or name); with hard-negative columns or a guard, one that takes
+        them (InfoNCE, SymmetricInfoNCE, NTXent, DCL, HardNegativeNCE, DebiasedNCE). A
+        learned temperature is not supported here (the trainer does not optimise the
+        loss's parameters).
+    """
+
+    def __init__(self, model: Any, loss: Any = "symmetric_info_nce") -> None:
+        super().__init__()
+        self.model = model
+        self.loss = make_loss(loss)
+        if self.loss.labelled:
+            raise ValueError(f"{type(self.loss).__name__} is a label loss; SkcontrastLoss takes "
+                             "pair losses (anchor, positive[, negatives])")
+        if getattr(self.loss, "learn_temperature", False):
+            raise ValueError("learn_temperature=True is not supported in SkcontrastLoss: the "
+                             "trainer does not optimise the loss's parameters")
+        guard = getattr(self.loss, "false_negatives", None)
+        if guard is not None:
+            guard.check()
+            if guard.guide is not None and not isinstance(guard.guide, str):
+                raise ValueError("FalseNegativeGuard(guide=<embeddings of rows>) needs the "
+                                 "rows of each batch, which the trainer does not give; use "
+                                 "guide='self' or same_content/same_group")
+
+    def forward(self, sentence_features: Iterable[dict[str, torch.Tensor]],
+                labels: torch.Tensor | None = None) -> torch.Tensor:
+        features = list(sentence_features)
+        reps = [self.model(f)["sentence_embedding"] for f in features]
+        return self.loss_of(reps, features, labels)
+
+    def loss_of(self, reps: list[torch.Tensor], features: list[dict] | None = None,
+                labels: torch.Tensor | None = None) -> torch.Tensor:
+        """The loss of a batch's column embeddings (anchors, positives, negatives...)."""
+        if len(reps) < 2:
+            raise ValueError(f"SkcontrastLoss needs (anchor, positive) columns; got "
+                             f"{len(reps)}")
+        u, v = reps[0], reps[1]
+        negatives = torch.stack(reps[2:], dim=1) if len(reps) > 2 else None
+        extra: dict[str, Any] = {}
+        if negatives is not None:
+            if not self.loss.takes_negatives:
+                raise ValueError(f"{type(self.loss).__name__} does not take hard-negative "
+                                 "columns")
+            extra["hard_negatives"] = negatives
+        guard = getattr(self.loss, "false_negatives", None)
+        if guard is not None:
+            b = len(u)
+            keys = None if features is None else _content_ids(features).to(u.device)
+            groups = None
+            if guard.same_group:
+                if labels is None:
+                    raise ValueError("FalseNegativeGuard(same_group=True) needs a label "
+                                     "column (the group of each row)")
+                groups = torch.as_tensor(labels).reshape(-1)
+            extra.update(guard.masks(u, v, negatives, torch.arange(b), keys, groups,
+                                     share=bool(getattr(self.loss, "share_negatives", True))))
+        return self.loss.pair_terms(u, v, **extra).loss
+
+    def get_config_dict(self) -> dict:
+        return {"loss": repr(self.loss)}
+
+
+def _content_ids(features: list[dict]) -> torch.Tensor:
+    """``(B, columns)`` ids: equal ids for texts with the same token ids (padding
+    ignored)."""
+    seen: dict[tuple, int] = {}
+    columns = []
+    for f in features:
+        ids = f["input_ids"].cpu()
+        mask = f.get("attention_mask")
+        mask = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.cpu().bool()
+        columns.append([seen.setdefault(tuple(row[m].tolist()), len(seen))
+                        for row, m in zip(ids, mask, strict=True)])
+    return torch.tensor(columns).T

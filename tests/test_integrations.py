@@ -1,0 +1,166 @@
+"""skcontrast selectors and losses inside sentence-transformers training, with a BERT built
+from a small config and a tokenizer trained here (no download)."""
+
+import numpy as np
+import pytest
+import torch
+
+st = pytest.importorskip("sentence_transformers")
+pytest.importorskip("datasets")
+
+from skcontrast.integrations.sentence_transformers import (  # noqa: E402
+    SkcontrastLoss,
+    batch_sampler,
+)
+from skcontrast.losses import (  # noqa: E402
+    FalseNegativeGuard,
+    InfoNCE,
+    SymmetricInfoNCE,
+    info_nce,
+    symmetric_info_nce,
+)
+from skcontrast.selectors import SpectralBatchSelector, TemperedSelector  # noqa: E402
+
+ROWS = [("thumbs up", "daumen hoch", "daumen runter", 0),
+        ("red heart", "rotes herz", "blaues herz", 1),
+        ("dog face", "hundegesicht", "katzengesicht", 2),
+        ("cat face", "katzengesicht", "hundegesicht", 3),
+        ("man running", "laufender mann", "laufende frau", 4),
+        ("woman running", "laufende frau", "laufender mann", 5),
+        ("flag germany", "flagge deutschland", "flagge frankreich", 6),
+        ("flag france", "flagge frankreich", "flagge deutschland", 7),
+        ("red heart", "rotes herz", "grünes herz", 1),
+        ("thumbs down", "daumen runter", "daumen hoch", 8),
+        ("blue heart", "blaues herz", "rotes herz", 9),
+        ("green heart", "grünes herz", "blaues herz", 10)]
+
+
+def _modules():
+    try:
+        from sentence_transformers.sentence_transformer import modules
+    except ImportError:  # sentence-transformers < 6
+        from sentence_transformers import models as modules
+    return modules
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    raw.train_from_iterator([t for row in ROWS for t in row[:3]], trainers.WordPieceTrainer(
+        vocab_size=150, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
+    tok = PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="[PAD]", unk_token="[UNK]",
+                                  cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+    folder = tmp_path_factory.mktemp("bert")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=32,
+                        max_position_embeddings=32)
+    BertModel(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    modules = _modules()
+    transformer = modules.Transformer(str(folder), max_seq_length=16)
+    width = getattr(transformer, "get_embedding_dimension", None) or \
+        transformer.get_word_embedding_dimension
+    pooling = modules.Pooling(width(), "mean")
+    return st.SentenceTransformer(modules=[transformer, pooling], device="cpu")
+
+
+def _features(model, rows, columns=3):
+    return [model.tokenize([row[c] for row in rows]) for c in range(columns)]
+
+
+def test_a_loss_with_negative_columns_equals_multiple_negatives_ranking(model):
+    from sentence_transformers.sentence_transformer.losses import (
+        MultipleNegativesRankingLoss,
+    )
+
+    model.eval()
+    features = _features(model, ROWS[:6])
+    ours = SkcontrastLoss(model, InfoNCE(temperature=0.05))(features, None)
+    theirs = MultipleNegativesRankingLoss(model, scale=20.0)(features, None)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    # and the skcontrast loss computed directly on the same embeddings
+    z = [model(f)["sentence_embedding"] for f in features]
+    direct = symmetric_info_nce(z[0], z[1], temperature=0.1,
+                                hard_negatives=torch.stack(z[2:], 1))
+    torch.testing.assert_close(SkcontrastLoss(model, SymmetricInfoNCE())(features), direct)
+
+
+def test_the_guard_leaves_duplicate_texts_and_groups_out(model):
+    model.eval()
+    rows = ROWS[:9]  # rows 1 and 8 are the same pair; rows 2/3 swap their texts
+    features = _features(model, rows)
+    labels = torch.tensor([r[3] for r in rows])
+    loss = SkcontrastLoss(model, InfoNCE(0.1, false_negatives=FalseNegativeGuard(
+        same_content=True, same_group=True)))
+    got = loss(features, labels)
+    z = [model(f)["sentence_embedding"] for f in features]
+    texts = np.array([r[:3] for r in rows], dtype=object)
+    exclude = torch.tensor([[i != j and (bool({texts[i, 0], texts[i, 1]} &
+                                              {texts[j, 0], texts[j, 1]})
+                                         or rows[i][3] == rows[j][3]) for j in range(9)]
+                            for i in range(9)])
+    excluded_negatives = torch.tensor([[texts[m, 2] in (texts[i, 0], texts[i, 1])
+                                        for m in range(9)] for i in range(9)])
+    assert exclude[1, 8] and not exclude[2, 3] and excluded_negatives[2, 3]
+    expected = info_nce(z[0], z[1], temperature=0.1, hard_negatives=torch.stack(z[2:], 1),
+                        exclude=exclude, exclude_negatives=excluded_negatives)
+    torch.testing.assert_close(got, expected)
+    with pytest.raises(ValueError, match="needs a label column"):
+        loss(features)
+    with pytest.raises(ValueError, match="guide='self'"):
+        SkcontrastLoss(model, InfoNCE(false_negatives=FalseNegativeGuard(
+            guide=np.zeros((12, 4)))))
+
+
+@pytest.mark.slow
+def test_a_trainer_takes_the_selectors_batches_refreshed_from_the_model(model, tmp_path):
+    from datasets import Dataset
+    from sentence_transformers import (
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+
+    data = Dataset.from_dict({"anchor": [r[0] for r in ROWS], "positive": [r[1] for r in ROWS],
+                              "negative": [r[2] for r in ROWS],
+                              "label": [r[3] for r in ROWS]})
+    made, seen = [], []
+    factory = batch_sampler(TemperedSelector(SpectralBatchSelector(4), max_same_label=0),
+                            model=model)
+
+    def recording(dataset, **kwargs):
+        sampler = factory(dataset, **kwargs)
+        made.append(sampler)
+
+        class Recording(type(sampler)):  # the batches the trainer's loader draws
+            def __iter__(self):
+                for batch in super().__iter__():
+                    seen.append(list(batch))
+                    yield batch
+
+        sampler.__class__ = Recording
+        return sampler
+
+    class Sampler:  # a callable the trainer calls with the dataset and its settings
+        def __call__(self, dataset, **kwargs):
+            return recording(dataset, **kwargs)
+
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(tmp_path), num_train_epochs=3, per_device_train_batch_size=4,
+        learning_rate=1e-3, use_cpu=True, report_to=[], save_strategy="no",
+        logging_strategy="no", disable_tqdm=True, batch_sampler=Sampler(), seed=3)
+    loss = SkcontrastLoss(model, SymmetricInfoNCE(false_negatives=FalseNegativeGuard()))
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss)
+    state = trainer.train()
+    sampler = made[-1]
+    assert sampler.selector.base_selector.batch_size == 4  # the trainer's batch size
+    assert sampler.selector.random_state == 3  # seeded from the trainer's seed
+    assert sampler.refreshes >= 2  # the model's embeddings, refreshed every epoch
+    assert state.global_step == len(seen) == 3 * len(sampler)
+    labels = np.array([r[3] for r in ROWS])
+    for batch in seen:  # the label guard held in every batch the trainer drew
+        assert len(set(labels[batch])) == len(batch)
