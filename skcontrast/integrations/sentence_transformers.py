@@ -156,6 +156,8 @@ class SkcontrastLoss(nn.Module):
 
     def forward(self, sentence_features: Iterable[dict[str, torch.Tensor]],
                 labels: torch.Tensor | None = None) -> torch.Tensor:
+        """The loss of a batch: the tokenized columns (anchors, positives, negatives...)
+        embedded by the model, and the label column (the groups) if any."""
         features = list(sentence_features)
         reps = [self.model(f)["sentence_embedding"] for f in features]
         return self.loss_of(reps, features, labels)

@@ -110,7 +110,7 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
         would exceed 256 MiB.
     hard_negatives : array-like of shape (B, k, d) or None, default=None
         Each ``u`` anchor's own hard negatives (mined, or a dataset's negative columns):
-        candidates besides the batch (:mod:`skcontrast.losses._negatives`).
+        candidates besides the batch, added to its log-sum-exp.
     share_negatives : bool, default=True
         Every ``u`` anchor contrasts with all ``B k`` hard negatives of the batch
         (sentence-transformers' convention); ``False``: with its own ``k``.
