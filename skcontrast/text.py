@@ -22,7 +22,7 @@ import torch
 from sklearn.base import BaseEstimator
 from torch import nn
 
-from ._validation import check_choice, check_int, describe
+from ._validation import check_choice, check_int, describe, is_text, text_table
 
 ANALYZERS = ("char_wb", "char", "word", "char_wb+word")
 
@@ -243,8 +243,6 @@ def _device(device: Any) -> torch.device:
 def _embed_texts(embedding: Any, texts: Any, view: int, name: str) -> np.ndarray:
     """Embeddings of ``texts`` (strings) by a fitted estimator (its ``view``), a callable
     ``f(texts) -> array``, or the rows themselves when they are already embeddings."""
-    from ._estimators._data import is_text
-
     if not is_text(texts):
         if embedding is not None:
             raise ValueError(f"{name} are embeddings already; embedding= is for texts")
@@ -354,7 +352,6 @@ def mine_hard_negatives(anchors: Any, positives: Any, corpus: Any = None, *,
 
     from sklearn.utils import Bunch
 
-    from ._estimators._data import is_text
     from ._validation import check_real
 
     n_negatives = check_int(n_negatives, "n_negatives", minimum=1)
@@ -373,8 +370,6 @@ def mine_hard_negatives(anchors: Any, positives: Any, corpus: Any = None, *,
     if texts != is_text(positives) or (corpus is not None and is_text(corpus) != texts):
         raise ValueError("anchors, positives and corpus must all be texts or all embeddings")
     if texts:
-        from ._estimators._data import text_table
-
         anchor_texts = text_table(anchors, "anchors")[:, 0]
         positive_texts = text_table(positives, "positives")[:, 0]
         corpus_texts = positive_texts if corpus is None else text_table(corpus, "corpus")[:, 0]
@@ -572,8 +567,6 @@ class HybridRetriever(BaseEstimator):
         from sklearn.base import clone
         from sklearn.feature_extraction.text import TfidfVectorizer
 
-        from ._estimators._data import text_table
-
         self._check()
         table = text_table(X, "X")
         if self.estimator is not None:
@@ -638,8 +631,6 @@ class HybridRetriever(BaseEstimator):
         """Embed and store the corpus that :meth:`search` searches."""
         from sklearn.utils.validation import check_is_fitted
 
-        from ._estimators._data import text_table
-
         check_is_fitted(self, "vectorizer_")
         texts = list(text_table(documents, "documents")[:, 0])
         learned = self._learned(texts, view=1)
@@ -651,8 +642,6 @@ class HybridRetriever(BaseEstimator):
         """The ``k`` best documents of the indexed corpus for each query: their fused
         scores and indices, best first (ties: the smaller index)."""
         from sklearn.utils.validation import check_is_fitted
-
-        from ._estimators._data import text_table
 
         check_is_fitted(self, "documents_")
         weight = self._check()
@@ -689,7 +678,6 @@ class HybridRetriever(BaseEstimator):
         """Recall@1 of the pairs ``X``: each first text searches the second texts of all
         pairs; a pair is found when its own second text (or one equal to it, or of its
         group ``y``) ranks first."""
-        from ._estimators._data import text_table
         from .metrics import ranking_scores
 
         table = text_table(X, "X")

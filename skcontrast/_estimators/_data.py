@@ -32,7 +32,7 @@ import torch
 from sklearn.utils.validation import validate_data
 from torch.utils.data import Dataset, IterableDataset
 
-from .._validation import describe, is_view_dict
+from .._validation import describe, is_text, is_view_dict, text_table
 
 
 @dataclass(frozen=True)
@@ -825,20 +825,6 @@ def with_labels(data: ViewData, labels: np.ndarray | None) -> ViewData:
 # Text: strings, tokenized
 # --------------------------------------------------------------------------------------
 
-def is_text(X: Any) -> bool:
-    """Whether ``X`` holds strings: a sequence or array of them, or rows of them."""
-    if isinstance(X, np.ndarray):
-        return X.dtype.kind in "US" or (X.dtype.kind == "O" and X.size > 0
-                                        and isinstance(X.flat[0], str))
-    if isinstance(X, list | tuple) and len(X) > 0:
-        first = X[0]
-        if isinstance(first, str):
-            return True
-        return isinstance(first, list | tuple | np.ndarray) and len(first) > 0 and \
-            isinstance(first[0], str)
-    return isinstance(X, str)
-
-
 def resolve_tokenizer(tokenizer: Any) -> Any:
     """The tokenizer a text fit uses: the given one, or the default hashed n-grams."""
     from ..text import HashingNgramTokenizer
@@ -850,41 +836,6 @@ def resolve_tokenizer(tokenizer: Any) -> Any:
                          f"a Hugging Face tokenizer, or None (hashed character n-grams); got "
                          f"{describe(tokenizer)}")
     return tokenizer
-
-
-def text_table(X: Any, name: str = "X") -> np.ndarray:
-    """``X`` as an object array of strings of shape ``(n, c)``: one column for a list of
-    strings, ``c`` for rows of ``c`` strings. Anything else, an empty string or rows of
-    unequal length is an error naming the row."""
-    if isinstance(X, str):
-        raise ValueError(f"{name} is a single string; pass a list of strings")
-    rows = list(X)
-    single = all(isinstance(r, str) for r in rows)
-    if single:
-        table = np.empty((len(rows), 1), dtype=object)
-        table[:, 0] = rows
-    else:
-        widths = set()
-        for i, row in enumerate(rows):
-            if isinstance(row, str) or not isinstance(row, Sequence | np.ndarray):
-                raise ValueError(f"{name}[{i}] is {describe(row)}; a text {name} is a list of "
-                                 "strings or of rows of strings (pairs), not a mix")
-            widths.add(len(row))
-            if len(widths) > 1:
-                raise ValueError(f"the rows of {name} must hold equally many texts; "
-                                 f"{name}[{i}] has {len(row)}, {name}[0] has {len(rows[0])}")
-        table = np.empty((len(rows), widths.pop() if rows else 0), dtype=object)
-        for i, row in enumerate(rows):
-            table[i] = list(row)
-    for (i, j), value in np.ndenumerate(table):
-        where = f"{name}[{i}]" if table.shape[1] == 1 and single else f"{name}[{i}, {j}]"
-        if not isinstance(value, str):
-            raise ValueError(f"{where} is {describe(value)}; every entry of a text {name} "
-                             "must be a string")
-        if not value.strip():
-            raise ValueError(f"{where} is an empty string ({value!r}); every text needs "
-                             "some content")
-    return table
 
 
 def _is_hf_tokenizer(tokenizer: Any) -> bool:
