@@ -125,3 +125,31 @@ def test_paired_embeddings_have_the_asked_structure(structure):
                                                     random_state=0)[0])
     with pytest.raises(ValueError, match="structure"):
         make_paired_embeddings(10, structure="blobs")
+
+
+def test_emoji_names_pair_languages_and_split_by_emoji():
+    pytest.importorskip("emoji")
+    from skcontrast.datasets import load_emoji_names
+
+    data = load_emoji_names(["en", "de", "ja"], test_size=0.25, random_state=0)
+    n = len(data.emoji)
+    assert n > 3500 and set(data.names) == {"en", "de", "ja"}
+    assert len(np.intersect1d(data.train_emoji, data.test_emoji)) == 0
+    assert len(data.train_emoji) + len(data.test_emoji) == n
+    assert len(data.test_emoji) == round(0.25 * n)
+    # each emoji gives one pair per other language, its anchor the English name
+    assert len(data.pairs_train) == 2 * len(data.train_emoji)
+    assert set(data.groups_test) == set(data.test_emoji)
+    for (anchor, other), group, lang in zip(data.pairs_test, data.groups_test,
+                                             data.languages_test, strict=True):
+        assert anchor == data.names["en"][group] and other == data.names[lang][group]
+        assert ":" not in anchor and "_" not in other
+    again = load_emoji_names(["en", "de", "ja"], test_size=0.25, random_state=0)
+    np.testing.assert_array_equal(again.test_emoji, data.test_emoji)  # reproducible
+    assert "thumbs up" in set(data.names["en"])
+    with pytest.raises(ValueError, match="must hold the anchor"):
+        load_emoji_names(["de", "ja"])
+    with pytest.raises(ValueError, match="languages must be one of"):
+        load_emoji_names(["en", "xx"])
+    with pytest.raises(ValueError, match="test_size must be a share"):
+        load_emoji_names(["en", "de"], test_size=1.5)
