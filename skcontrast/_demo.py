@@ -193,7 +193,7 @@ def run_demo(out: str | Path = "skcontrast-demo", *, quick: bool = False, seed: 
         report(f"      test NCC accuracy {row['NCC acc.']:.3f} in {row['fit s']:.1f} s")
         result.rows.append(row)
         result.estimators[name] = est
-    report(f"[{total}/{total}] SimCLR: a CNN on the digit images, kornia "
+    report(f"[{total - 1}/{total}] SimCLR: a CNN on the digit images, kornia "
            "augmentations on the training device ...")
     try:
         result.simclr_rows = simclr_digits(epochs, seed, report)
