@@ -358,7 +358,7 @@ def test_bad_input_messages():
     with pytest.raises(ValueError, match="infinity"):
         ContrastiveEmbedder(**small).fit(bad)
     with pytest.raises(ValueError, match=r"paired X must have shape \(n, 2, d\)"):
-        ContrastiveEmbedder(**small).fit(np.zeros((10, 3, 4)))
+        ContrastiveEmbedder(**small).fit(np.zeros((10, 1, 4)))  # (n, 3, d): a negative
     with pytest.raises(ValueError, match="1 sample"):
         ContrastiveEmbedder(**small).fit(X[:1])
     with pytest.raises(ValueError, match=r"batch_size=1 is too small"):

@@ -495,3 +495,26 @@ def test_guided_masks_equal_a_brute_force(guide):
         pool = N.reshape(-1, 3)
         for m in range(10):
             assert bool(masks["exclude_negatives"][i, m]) == (cos(A[i], pool[m]) > limit[i])
+
+
+def test_numeric_hard_negative_columns_train_the_same_loss():
+    from skcontrast.datasets import make_paired_gaussians
+    from skcontrast.losses import symmetric_info_nce
+
+    X, _ = make_paired_gaussians(48, 6, random_state=0)
+    negatives = X[np.random.default_rng(0).permutation(48)][:, 1:]  # other rows' views
+    rows = np.concatenate([X, negatives, negatives[::-1]], axis=1)  # (48, 4, 6): k = 2
+    record = _Steps()
+    est = ContrastiveEmbedder(**{**SMALL, "max_epochs": 1, "batch_size": 16},
+                              callbacks=[record.callback]).fit(rows)
+    assert est.input_spec_.negatives == 2 and est.n_features_in_ == 12
+    z, _, value = record.steps[0]
+    assert z.shape == (16, 4, 8)
+    expected = symmetric_info_nce(z[:, 0], z[:, 1], temperature=0.1, hard_negatives=z[:, 2:])
+    assert value == pytest.approx(float(expected), rel=1e-5)
+    assert est.transform(X).shape == (48, 8)  # pairs after fit; the negatives train only
+    assert est.score(rows) == est.score(X)
+    bad = rows.copy()
+    bad[3, 2, 0] = np.nan
+    with pytest.raises(ValueError, match=r"hard-negative columns of X \(X\[:, 2:\]\)"):
+        ContrastiveEmbedder(**SMALL).fit(bad)

@@ -572,11 +572,21 @@ def _read_flat(estimator: Any, X: Any, *, reset: bool, single: bool,
                view_split: Any) -> tuple[TensorViews, InputSpec]:
     """scikit-learn's 2-D form (``(n, 2, d)`` pairs are flattened to it), floats only."""
     pair_split = None
+    negatives = None
     if isinstance(X, torch.Tensor):  # with or without autograd history
         X = X.detach().cpu().numpy()
+    if hasattr(X, "ndim") and X.ndim == 3 and X.shape[1] > 2 and not single:
+        # (anchor, positive, negative_1 ... negative_k) rows: the negatives train only
+        if reset:
+            negatives = np.asarray(X[:, 2:], dtype=np.float32)
+            if not np.isfinite(negatives).all():
+                raise ValueError("the hard-negative columns of X (X[:, 2:]) contain NaN or "
+                                 "infinite values")
+        X = X[:, :2]
     if hasattr(X, "ndim") and X.ndim == 3:
         if X.shape[1] != 2:
-            raise ValueError(f"paired X must have shape (n, 2, d); got {describe(X)}")
+            raise ValueError(f"paired X must have shape (n, 2, d) (or (n, 2 + k, d) with k "
+                             f"hard-negative columns); got {describe(X)}")
         _check_length(len(X), "X", minimum=2 if reset else 1)
         pair_split = X.shape[2]
         X = np.asarray(X).reshape(len(X), -1)
@@ -588,6 +598,9 @@ def _read_flat(estimator: Any, X: Any, *, reset: bool, single: bool,
         return TensorViews((X,)), InputSpec("flat", (View(0, (width,), False),))
     split = pair_split if pair_split is not None else _flat_split(estimator, width, view_split)
     views = (View(0, (split,), False), View(1, (width - split,), False))
+    if negatives is not None:
+        return (TensorViews((X[:, :split], X[:, split:], from_numpy(negatives))),
+                InputSpec("flat", views, split, True, negatives=negatives.shape[1]))
     return TensorViews((X[:, :split], X[:, split:])), InputSpec("flat", views, split, True)
 
 
