@@ -463,7 +463,8 @@ def hybrid_scores(Q, D, q_lexical, d_lexical, weight):
 
 
 def softmax_with_extras(kind, U, V, t, negatives=None, share=True, exclude=None,
-                        exclude_negatives=None, beta=1.0, tau_plus=0.1, hcl_negatives="both views"):
+                        exclude_negatives=None, beta=1.0, tau_plus=0.1, hcl_negatives="both views",
+                        same_view=False):
     """InfoNCE ('info_nce'), symmetric InfoNCE ('symmetric'), NT-Xent, DCL or HCL ('hcl') of
     one batch, anchor by anchor, with each u anchor's hard negatives (its own, or all of
     the batch's with share) and the excluded items (exclude[i][j]: item j is not item
@@ -488,13 +489,16 @@ def softmax_with_extras(kind, U, V, t, negatives=None, share=True, exclude=None,
         pos = dot(a, positive) / t
         return -pos + lse([dot(a, c) / t for c in candidates])
 
+    def own_view(Z, i):  # GTE: the other anchors of the same view
+        return [Z[j] for j in range(b) if same_view and j != i and not out(i, j)]
+
     if kind in ("info_nce", "symmetric"):
         forward = [anchor_loss(U[i], V[i], [V[j] for j in range(b) if not out(i, j)]
-                               + extra(i)) for i in range(b)]
+                               + extra(i) + own_view(U, i)) for i in range(b)]
         total = sum(forward) / b
         if kind == "symmetric":
-            total += sum(anchor_loss(V[i], U[i], [U[j] for j in range(b) if not out(i, j)])
-                         for i in range(b)) / b
+            total += sum(anchor_loss(V[i], U[i], [U[j] for j in range(b) if not out(i, j)]
+                                     + own_view(V, i)) for i in range(b)) / b
         return total
     Z = U + V
     losses = []

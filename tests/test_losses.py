@@ -654,3 +654,22 @@ def test_bad_hard_negatives_and_exclusions_are_named():
         info_nce(u, v, exclude_negatives=exclude)
     with pytest.raises(ValueError, match="one batch of pairs"):
         info_nce(u[None], v[None], exclude=exclude)
+
+
+@pytest.mark.parametrize("kind", ["info_nce", "symmetric"])
+@pytest.mark.parametrize("chunk_size", [None, 2])
+@pytest.mark.parametrize("with_extras", [False, True])
+def test_same_view_negatives_are_gte_and_equal_the_brute_force(kind, chunk_size, with_extras):
+    from reference import softmax_with_extras
+
+    from skcontrast.losses import info_nce, symmetric_info_nce
+
+    u, v, negatives, exclude = _extras_case(seed=2)
+    given = {"hard_negatives": negatives, "exclude": exclude} if with_extras else {}
+    function = info_nce if kind == "info_nce" else symmetric_info_nce
+    got = function(u, v, temperature=0.4, chunk_size=chunk_size, same_view_negatives=True,
+                   **given)
+    expected = softmax_with_extras(kind, u, v, 0.4, negatives=given.get("hard_negatives"),
+                                   exclude=None if not with_extras else exclude.tolist(),
+                                   same_view=True)
+    assert float(got) == pytest.approx(expected, rel=1e-9, abs=1e-9)

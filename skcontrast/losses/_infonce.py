@@ -72,7 +72,8 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
              lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
              return_terms: bool = False, denominator: Any = None,
              chunk_size: Any = None, hard_negatives: Any = None, share_negatives: bool = True,
-             exclude: Any = None, exclude_negatives: Any = None) -> torch.Tensor | LossTerms:
+             exclude: Any = None, exclude_negatives: Any = None,
+             same_view_negatives: bool = False) -> torch.Tensor | LossTerms:
     r"""One-sided InfoNCE loss :math:`\mathcal{L}(U, V)` (seed 000, Eq. 3).
 
     For anchor :math:`u_i` the positive is :math:`v_i` and the negatives are the other
@@ -119,6 +120,10 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
         guide ranks above the positive): their terms leave every anchor's log-sum-exp.
     exclude_negatives : bool array-like of shape (B, B k) (or (B, k)) or None
         Hard negatives left out for an anchor (e.g. a duplicate of its positive).
+    same_view_negatives : bool, default=False
+        The other anchors of the batch are candidates too (query-query negatives; with
+        :func:`symmetric_info_nce` also document-document): GTE's improved contrastive
+        loss (Li et al., 2023, Eq. 2).
 
     Returns
     -------
@@ -138,12 +143,15 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     extras = check_extras(u, hard_negatives, share_negatives, exclude, exclude_negatives,
                           normalize)
     chunk = resolve_chunk_size(chunk_size, u.shape[-2], v.shape[-2])
-    if chunk is None and denominator is None and reduction != "none" and extras is None:
+    if chunk is None and denominator is None and reduction != "none" and extras is None \
+            and not same_view_negatives:
         return _cross_entropy_terms(similarity(u, v, temperature), lambda_pos, lambda_ent,
                                     reduction, None, return_terms)
     positive, entropy = _one_sided_terms(u, v, temperature, chunk)
     if extras is not None:
         entropy = _with_extras(entropy, u, v, extras, temperature, ((0, 0),))
+    if same_view_negatives:
+        entropy = torch.logaddexp(entropy, _same_view_lse(u, extras, temperature, chunk_size))
     entropy = estimate_entropy(entropy, u.shape[-2], denominator)
     terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
                          reduction=reduction)
@@ -156,7 +164,8 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
                        return_terms: bool = False, denominator: Any = None,
                        chunk_size: Any = None, hard_negatives: Any = None,
                        share_negatives: bool = True, exclude: Any = None,
-                       exclude_negatives: Any = None) -> torch.Tensor | LossTerms:
+                       exclude_negatives: Any = None,
+                       same_view_negatives: bool = False) -> torch.Tensor | LossTerms:
     r"""Symmetric contrastive loss :math:`\mathcal{L}^{con} = \mathcal{L}(U,V) + \mathcal{L}(V,U)`.
 
     Seed 000, Eq. 1-2 and Eq. 4 (seed 002, Eq. 2): the loss of CLIP, each direction an
@@ -179,9 +188,10 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
         How the two directions are combined. ``'sum'`` is :math:`\mathcal{L}^{con}` of
         the papers (seed 000/002); ``'mean'`` is the convention of CLIP / open_clip,
         ``(L_i2t + L_t2i) / 2``, exactly half of it.
-    hard_negatives, share_negatives, exclude, exclude_negatives
+    hard_negatives, share_negatives, exclude, exclude_negatives, same_view_negatives
         As in :func:`info_nce`; the hard negatives join the ``U -> V`` direction (they
-        are candidates for the ``u`` anchors), the exclusions both.
+        are candidates for the ``u`` anchors), the exclusions both, the same-view
+        negatives each its own view (GTE's query-query and document-document terms).
 
     Returns
     -------
@@ -194,7 +204,8 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
     extras = check_extras(u, hard_negatives, share_negatives, exclude, exclude_negatives,
                           normalize)
     chunk = resolve_chunk_size(chunk_size, u.shape[-2], v.shape[-2])
-    if chunk is None and denominator is None and reduction != "none" and extras is None:
+    if chunk is None and denominator is None and reduction != "none" and extras is None \
+            and not same_view_negatives:
         return _cross_entropy_terms(similarity(u, v, temperature), lambda_pos, lambda_ent,
                                     reduction, directions, return_terms)
     if chunk is None:  # one logits matrix for both directions: its rows, then its columns
@@ -212,6 +223,10 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
         lse = torch.stack([_with_extras(lse[0], u, v, extras, temperature, ((0, 0),)),
                            _with_extras(lse[1], v, u, extras._replace(negatives=None),
                                         temperature, ((0, 0),))])
+    if same_view_negatives:
+        lse = torch.logaddexp(lse, torch.stack([
+            _same_view_lse(u, extras, temperature, chunk_size),
+            _same_view_lse(v, extras, temperature, chunk_size)]))
     entropy = estimate_entropy(lse, u.shape[-2], denominator)
     terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
                          reduction=reduction)
@@ -276,6 +291,17 @@ def _with_extras(lse: torch.Tensor, anchors: torch.Tensor, candidates: torch.Ten
         return lse
     b = extras.negatives.shape[0]  # the u anchors: the first B rows
     return add_negatives(lse, negatives_logsumexp(anchors[:b], extras, temperature))
+
+
+def _same_view_lse(z: torch.Tensor, extras: Extras | None, temperature: Any,
+                   chunk_size: Any) -> torch.Tensor:
+    """Each row's log-sum-exp over the other rows of its own view (GTE's same-view
+    negatives), without the excluded items."""
+    lse = self_logsumexp(z, temperature, chunk_size)
+    if extras is not None and extras.exclude is not None:
+        rows, cols = excluded_pairs(extras, ((0, 0),))
+        lse = drop_pairs(lse, z, z, rows, cols, temperature)
+    return lse
 
 
 def _two_view(u: torch.Tensor, v: torch.Tensor,

@@ -299,6 +299,9 @@ class InfoNCE(_SoftmaxLoss):
     false_negatives : FalseNegativeGuard or None, default=None
         Candidates left out of every anchor's sum: the same content, the same group, or
         what a guide ranks above the positive (:class:`FalseNegativeGuard`).
+    same_view_negatives : bool, default=False
+        The batch's other anchors are candidates too (GTE's query-query negatives; with
+        :class:`SymmetricInfoNCE`, document-document too).
 
     Examples
     --------
@@ -315,7 +318,8 @@ class InfoNCE(_SoftmaxLoss):
     def __init__(self, temperature: float = 0.1, *, learn_temperature: bool = False,
                  lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
                  chunk_size: Any = "auto",
-                 share_negatives: bool = True, false_negatives: Any = None) -> None:
+                 share_negatives: bool = True, false_negatives: Any = None,
+                 same_view_negatives: bool = False) -> None:
         self.temperature = temperature
         self.learn_temperature = learn_temperature
         self.lambda_pos = lambda_pos
@@ -324,6 +328,7 @@ class InfoNCE(_SoftmaxLoss):
         self.chunk_size = chunk_size
         self.share_negatives = share_negatives
         self.false_negatives = false_negatives
+        self.same_view_negatives = same_view_negatives
 
     def lse_layout(self, structure: str) -> str | None:
         return "anchors"
@@ -344,7 +349,7 @@ class SymmetricInfoNCE(_SoftmaxLoss):
     ----------
     temperature, learn_temperature, lambda_pos, lambda_ent, normalize, chunk_size
         As in :class:`InfoNCE`.
-    share_negatives, false_negatives
+    share_negatives, false_negatives, same_view_negatives
         As in :class:`InfoNCE`.
     directions : {'sum', 'mean'}, default='sum'
         ``'sum'``: :math:`\mathcal{L}^{con}` of the papers; ``'mean'``: CLIP's convention,
@@ -357,7 +362,8 @@ class SymmetricInfoNCE(_SoftmaxLoss):
     def __init__(self, temperature: float = 0.1, *, learn_temperature: bool = False,
                  lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
                  directions: str = "sum", chunk_size: Any = "auto",
-                 share_negatives: bool = True, false_negatives: Any = None) -> None:
+                 share_negatives: bool = True, false_negatives: Any = None,
+                 same_view_negatives: bool = False) -> None:
         self.temperature = temperature
         self.learn_temperature = learn_temperature
         self.lambda_pos = lambda_pos
@@ -367,6 +373,7 @@ class SymmetricInfoNCE(_SoftmaxLoss):
         self.chunk_size = chunk_size
         self.share_negatives = share_negatives
         self.false_negatives = false_negatives
+        self.same_view_negatives = same_view_negatives
 
     def lse_layout(self, structure: str) -> str | None:
         return "directions"
