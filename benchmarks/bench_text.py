@@ -8,6 +8,7 @@ fits, the dense search a user writes first: the whole ``n x n`` similarity matri
 
     python benchmarks/bench_text.py [--sizes 10000 100000] [--device cpu|cuda]
         [--queries 10000]  # a sample of the anchors against the whole corpus
+    python benchmarks/bench_text.py --search 1000000 [--queries 1000]  # HybridRetriever
 
 Peak memory: resident memory added on the CPU, allocated GPU memory on a GPU (see
 ``_harness``).
@@ -91,6 +92,57 @@ def run(sizes: list[int], device: str, dense_limit: int, queries: int | None = N
             f"positive's score ({where}, torch {torch.__version__})\n" + table(rows, header))
 
 
+def synthetic_names(n: int, seed: int = 0) -> list[str]:
+    """``n`` names of 2-5 words drawn from the emoji package's English vocabulary."""
+    import emoji
+
+    words = sorted({w for row in emoji.EMOJI_DATA.values()
+                    for w in row["en"].strip(":").split("_") if w.isalpha()})
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(2, 6, size=n)
+    picks = rng.integers(0, len(words), size=int(lengths.sum()))
+    out, start = [], 0
+    for length in lengths:
+        out.append(" ".join(words[i] for i in picks[start:start + length]))
+        start += length
+    return out
+
+
+def search_rows(n: int, queries: int) -> list[list[str]]:
+    """HybridRetriever over ``n`` synthetic documents: index, then ``queries`` searches
+    (each query a document with its last word dropped; found when that document ranks
+    first), lexical (TF-IDF) alone and fused with a small learned model."""
+    from skcontrast import ContrastiveEmbedder
+    from skcontrast.metrics import ranking_scores
+    from skcontrast.text import HybridRetriever
+
+    documents = synthetic_names(n)
+    asked = np.arange(0, n, max(1, n // queries))[:queries]
+    texts = [documents[i].rsplit(" ", 1)[0] for i in asked]
+    pairs = [(documents[i].rsplit(" ", 1)[0], documents[i]) for i in range(min(n, 20_000))]
+    model = ContrastiveEmbedder(hidden_layer_sizes=(), max_epochs=1, random_state=0,
+                                optimizer_params={"fused": True}).fit(pairs)
+    rows = []
+    for name, weight in (("TF-IDF alone", 1.0), ("hybrid, weight 0.5", 0.5)):
+        hybrid = HybridRetriever(model, weight=weight, prefit=True).fit(pairs)
+        result: dict = {}
+
+        def run(hybrid=hybrid, result=result) -> None:
+            start = time.perf_counter()
+            hybrid.index(documents)
+            result["index"] = time.perf_counter() - start
+            start = time.perf_counter()
+            result["ranked"] = hybrid.search(texts, k=10)[1]
+            result["search"] = time.perf_counter() - start
+
+        memory = peak_memory_mib(run)
+        recall = ranking_scores(result["ranked"], asked, np.arange(n), k=10)["recall@1"]
+        rows.append([f"{n:,} documents", name, f"{result['index']:.1f} s",
+                     f"{result['search']:.1f} s ({queries:,} queries)", fmt_mib(memory),
+                     f"{recall:.3f}"])
+    return rows
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
@@ -99,7 +151,16 @@ def main(argv: list[str] | None = None) -> str:
                         help="largest n for the dense n x n comparison")
     parser.add_argument("--queries", type=int, default=None,
                         help="search with this many anchors only (the corpus stays n)")
+    parser.add_argument("--search", type=int, default=None,
+                        help="instead: HybridRetriever over this many documents")
     args = parser.parse_args(argv)
+    if args.search is not None:
+        rows = search_rows(args.search, args.queries or 1000)
+        text = ("Hybrid search (CPU): index the documents, then search them, peak memory of "
+                "both\n" + table(rows, ["corpus", "search", "index", "search time",
+                                         "peak memory", "recall@1"]))
+        print(text)
+        return text
     text = run(args.sizes, args.device, args.dense_limit, args.queries)
     print(text)
     return text

@@ -594,7 +594,7 @@ class HybridRetriever(BaseEstimator):
     # -- the two similarities ------------------------------------------------------------
 
     def _learned(self, texts: list[str], view: int) -> np.ndarray | None:
-        if self.estimator_ is None:
+        if self.estimator_ is None or self._check() == 1.0:  # lexical alone
             return None
         est = self.estimator_
         if view == 1 and hasattr(est, "transform_view") and len(est.input_spec_.views) > 1:
@@ -650,6 +650,10 @@ class HybridRetriever(BaseEstimator):
         q_dense = None if learned is None else _unit(torch.from_numpy(learned))
         q_sparse = self._lexical_queries(texts)
         d_dense, d_sparse = self.documents_
+        if weight < 1 and d_dense is None:
+            raise ValueError(f"the corpus was indexed for lexical search alone (weight=1.0); "
+                             f"weight={self.weight} needs the learned embeddings: call index "
+                             "again")
         best: torch.Tensor | None = None
         if self.lexical == "bm25" and weight > 0:  # each query's best BM25 score
             top = top_k_search(lambda qi, dj: torch.from_numpy(

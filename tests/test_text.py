@@ -381,6 +381,9 @@ def test_the_weight_is_tuned_by_grid_search_without_retraining():
         HybridRetriever(weight=0.5).fit(PAIRS)
     lexical_only = HybridRetriever(weight=1.0).fit(PAIRS)
     assert 0 <= lexical_only.score(PAIRS) <= 1
+    indexed = HybridRetriever(est, weight=1.0, prefit=True).fit(PAIRS).index(["rotes herz"])
+    with pytest.raises(ValueError, match="indexed for lexical search alone"):
+        indexed.set_params(weight=0.5).search(["red heart"])
 
 
 # --------------------------------------------------------------------------------------
