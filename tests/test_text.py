@@ -521,3 +521,19 @@ def test_numeric_hard_negative_columns_train_the_same_loss():
     bad[3, 2, 0] = np.nan
     with pytest.raises(ValueError, match=r"hard-negative columns of X \(X\[:, 2:\]\)"):
         ContrastiveEmbedder(**SMALL).fit(bad)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_a_text_model_exports_for_token_ids_of_any_length(tmp_path, fmt):
+    if fmt == "onnx":
+        ort = pytest.importorskip("onnxruntime")
+    est = ContrastiveEmbedder(**SMALL).fit(PAIRS)
+    path = est.export(tmp_path / ("m.onnx" if fmt == "onnx" else "m.pt"), fmt)
+    texts = ["thumbs up", "a much longer text than any of the training texts, many n-grams"]
+    ids = est.tokenizer_(texts)  # the exported model takes the tokenizer's ids
+    assert ids.shape[1] > est.input_spec_.views[0].shape[0]
+    if fmt == "onnx":
+        out = ort.InferenceSession(str(path)).run(None, {"x": ids})[0]
+    else:
+        out = torch.jit.load(str(path))(torch.as_tensor(ids)).detach().numpy()
+    np.testing.assert_allclose(out, est.transform(texts), atol=1e-5)

@@ -68,6 +68,10 @@ def export(estimator: Any, path: Any, format: str, view: int, example: Any) -> P
                          f"{describe(example)}")
     path = Path(path)
     checks = [example, *_other_inputs(example, module)]
+    if spec.text:  # token ids of any length: a longer batch is checked too
+        longer = _other_inputs(torch.zeros((2, example.shape[1] + 3), dtype=example.dtype),
+                               module)[0]
+        checks.append(longer)
     try:
         with torch.no_grad():
             if format == "torchscript":
@@ -75,7 +79,7 @@ def export(estimator: Any, path: Any, format: str, view: int, example: Any) -> P
                 torch.jit.save(exported, str(path))
                 run = exported
             else:
-                _onnx(module, example, path)
+                _onnx(module, example, path, text=spec.text)
                 run = _onnx_runner(path)
     except Exception as exc:  # the tracer's or exporter's own message, with what failed
         raise ValueError(f"the encoder of view {spec.name!r} could not be exported to "
@@ -97,13 +101,15 @@ def _torchscript(module: TransformModule, example: torch.Tensor) -> Any:
     return torch.jit.trace(module, (example,), check_trace=False)
 
 
-def _onnx(module: nn.Module, example: torch.Tensor, path: Path) -> None:
-    """ONNX export with a dynamic batch size and the output named ``embedding``."""
+def _onnx(module: nn.Module, example: torch.Tensor, path: Path, text: bool = False) -> None:
+    """ONNX export with a dynamic batch size (and, for token ids, a dynamic length) and
+    the output named ``embedding``."""
     import onnx
 
     batch = torch.export.Dim("batch", min=1)
+    axes = {0: batch, 1: torch.export.Dim("length", min=1)} if text else {0: batch}
     torch.onnx.export(module, (example,), str(path), input_names=["x"],
-                      output_names=[OUTPUT], dynamo=True, dynamic_shapes=({0: batch},),
+                      output_names=[OUTPUT], dynamo=True, dynamic_shapes=(axes,),
                       external_data=False, verbose=False)
     model = onnx.load(str(path))
     if _rename_inner_values(model.graph, OUTPUT):
