@@ -833,7 +833,6 @@ def with_labels(data: ViewData, labels: np.ndarray | None) -> ViewData:
     return ItemViews(data.dataset, data.spec, tensor, data.pick)
 
 
-
 # --------------------------------------------------------------------------------------
 # Text: strings, tokenized
 # --------------------------------------------------------------------------------------
@@ -894,8 +893,6 @@ def _read_text(tokenizer: Any, X: Any, spec: InputSpec | None, *, single: bool,
     share one padded length and a shared encoder embeds them in one batch)."""
     table = text_table(X, name)
     n, columns = table.shape
-    if spec is None and columns > 2 and single:
-        raise ValueError(f"{name} has rows of {columns} texts; this fit takes single texts")
     if spec is None and single and columns != 1:
         raise ValueError(f"{name} holds rows of {columns} texts, but this fit takes single "
                          "texts (a list of strings)")
@@ -906,7 +903,6 @@ def _read_text(tokenizer: Any, X: Any, spec: InputSpec | None, *, single: bool,
         else:
             raise ValueError(f"{name} has rows of {columns} texts; the model was fitted on "
                              f"{len(spec.views)} per item")
-        n = len(table)
     if spec is None and columns == 1 and not single:
         raise ValueError(f"{name} is a list of single strings; contrastive training takes "
                          "pairs of texts (rows of two strings: an anchor and its positive)")

@@ -114,16 +114,16 @@ class FalseNegativeGuard(BaseEstimator):
             else:
                 assert rows is not None
                 table = torch.as_tensor(np.asarray(self.guide), dtype=torch.float32)
-                g = table[rows.cpu()].to(u.device)
-                a, p = (g[:, 0], g[:, 1]) if g.ndim == 3 else (g, g)
+                guided = table[rows.cpu()].to(u.device)  # the guide's rows of the batch
+                a, p = (guided[:, 0], guided[:, 1]) if guided.ndim == 3 else (guided, guided)
                 a, p = (torch.nn.functional.normalize(x, dim=-1) for x in (a, p))
                 n = None
-                if g.ndim == 3 and g.shape[1] > 2 and negatives is not None:
-                    if g.shape[1] - 2 != negatives.shape[1]:
-                        raise ValueError(f"FalseNegativeGuard guide has {g.shape[1] - 2} "
-                                         f"negative column(s); the data has "
+                if guided.ndim == 3 and guided.shape[1] > 2 and negatives is not None:
+                    if guided.shape[1] - 2 != negatives.shape[1]:
+                        raise ValueError(f"FalseNegativeGuard guide has {guided.shape[1] - 2}"
+                                         f" negative column(s); the data has "
                                          f"{negatives.shape[1]}")
-                    n = torch.nn.functional.normalize(g[:, 2:], dim=-1)
+                    n = torch.nn.functional.normalize(guided[:, 2:], dim=-1)
                 sign = -1.0
             scores = a @ p.T
             own = scores.diagonal()[:, None]

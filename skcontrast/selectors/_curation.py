@@ -548,11 +548,7 @@ class RhoLossSelector(CuratingSelector):
         learner's loss alone (the paper's "loss" baseline).
     loss : Loss, str or None, default=None
     selection_pass : {'fresh', 'cached'} or None, default=None
-        ``'fresh'``: each step embeds its whole super-batch (learner and reference
-        model); ``'cached'``: rows are scored with the learner's embeddings from their
-        last training step and the reference's from the first pass that met them, so a
-        step embeds only rows never met before (see :class:`CuratingSelector`).
-        ``None``: the estimator's ``selection_pass`` (``'fresh'`` outside an estimator).
+        As in :class:`JESTSelector`.
     drop_last : bool, default=False
     random_state : int, numpy Generator or None, default=None
         Shuffles the super-batches (the ranking itself is deterministic).
