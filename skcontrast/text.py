@@ -211,13 +211,20 @@ def top_k_search(scores: Any, n_queries: int, n_documents: int, k: int, *,
 def _chunk_top(block: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``width`` best of each row of a block, ties broken by the smaller column
     (``topk`` picks among values tied at the boundary arbitrarily: those rows are
-    sorted stably instead)."""
-    v, i = torch.topk(block, width, dim=1)
-    tied = (block >= v[:, -1:]).sum(1) > width
-    if bool(tied.any()):
-        rows = tied.nonzero().flatten()
-        sv, si = torch.sort(block[rows], dim=1, descending=True, stable=True)
-        v[rows], i[rows] = sv[:, :width], si[:, :width]
+    sorted stably instead). A row is tied at the boundary exactly when its
+    ``width + 1``-th best equals its ``width``-th, so one ``topk`` one wider finds them
+    (a pass counting ``block >= boundary`` cost more than the ``topk`` itself)."""
+    wide = min(width + 1, block.shape[1])
+    v, i = torch.topk(block, wide, dim=1)
+    if wide > width:
+        tied = v[:, width] == v[:, width - 1]
+        v, i = v[:, :width], i[:, :width]
+        if bool(tied.any()):
+            rows = tied.nonzero().flatten()
+            sv, si = torch.sort(block[rows], dim=1, descending=True, stable=True)
+            v[rows], i[rows] = sv[:, :width], si[:, :width]
+    else:  # the whole row: order it stably
+        v, i = torch.sort(block, dim=1, descending=True, stable=True)
     return v, i.long()
 
 

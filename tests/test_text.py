@@ -523,6 +523,73 @@ def test_numeric_hard_negative_columns_train_the_same_loss():
         ContrastiveEmbedder(**SMALL).fit(bad)
 
 
+def test_dict_hard_negative_columns_train_the_guarded_loss(tmp_path):
+    """Two modalities with sentence-transformers' column layout: keys after the first two
+    are negatives of the second view's form; the content guard sees them."""
+    from skcontrast.losses import FalseNegativeGuard, SymmetricInfoNCE, symmetric_info_nce
+
+    rng = np.random.default_rng(0)
+    n = 32
+    X = {"image": rng.normal(size=(n, 6)).astype(np.float32),
+         "text": rng.normal(size=(n, 4)).astype(np.float32)}
+    X["text"][5] = X["text"][9]  # two rows share a text: false negatives of each other
+    X["negative_1"] = X["text"][rng.permutation(n)]  # other rows' texts: some duplicate
+    X["negative_2"] = rng.normal(size=(n, 4)).astype(np.float32)
+    record = _Steps()
+    guard = FalseNegativeGuard(same_content=True)
+    est = ContrastiveEmbedder(**{**SMALL, "max_epochs": 1, "batch_size": n},
+                              loss=SymmetricInfoNCE(0.2, false_negatives=guard),
+                              callbacks=[record.callback]).fit(X)
+    assert est.input_spec_.negatives == 2
+    assert est.input_spec_.negative_names == ("negative_1", "negative_2")
+    z, index, value = record.steps[0]
+    assert z.shape == (n, 4, 8)
+    rows = index.numpy()
+    image, text = X["image"][rows], X["text"][rows]
+    pool = np.stack([X["negative_1"][rows], X["negative_2"][rows]], 1).reshape(-1, 4)
+    exclude = np.array([[i != j and (np.array_equal(image[i], image[j])
+                                     or np.array_equal(text[i], text[j]))
+                         for j in range(n)] for i in range(n)])
+    excluded_negatives = np.array([[np.array_equal(pool[m], text[i]) for m in range(2 * n)]
+                                   for i in range(n)])
+    assert exclude.sum() == 2 and excluded_negatives.sum() >= n
+    expected = symmetric_info_nce(z[:, 0], z[:, 1], temperature=0.2, hard_negatives=z[:, 2:],
+                                  exclude=torch.as_tensor(exclude),
+                                  exclude_negatives=torch.as_tensor(excluded_negatives))
+    assert value == pytest.approx(float(expected), rel=1e-5)
+    # after fit the negatives are accepted and left out; other keys are not
+    np.testing.assert_array_equal(est.transform(X), est.transform({"image": X["image"]}))
+    assert est.score(X) == est.score({"image": X["image"], "text": X["text"]})
+    est.save(tmp_path / "m")
+    again = skcontrast.load(tmp_path / "m")
+    assert again.input_spec_.negative_names == ("negative_1", "negative_2")
+    np.testing.assert_array_equal(again.transform(X), est.transform(X))
+    with pytest.raises(ValueError, match=r"hard-negative columns \['negative_1', 'negative_2'\] "
+                                         r"optional; got \['image', 'typo'\]"):
+        est.transform({"image": X["image"], "typo": X["text"]})
+    with pytest.raises(ValueError, match=r"X\['negative_3'\] \(a hard-negative column: items "
+                                         r"like X\['text'\]\) has items of shape \(5,\)"):
+        ContrastiveEmbedder(**SMALL).fit({**X, "negative_3": np.zeros((n, 5), np.float32)})
+
+
+def test_token_id_arrays_take_hard_negative_columns():
+    from skcontrast.losses import symmetric_info_nce
+
+    ids = np.random.default_rng(0).integers(1, 50, size=(24, 5, 6))  # k = 3
+    record = _Steps()
+    est = ContrastiveEmbedder(**{**SMALL, "max_epochs": 1, "batch_size": 8},
+                              module=torch.nn.EmbeddingBag(50, 8),
+                              callbacks=[record.callback]).fit(ids)
+    assert est.input_spec_.form == "array" and est.input_spec_.negatives == 3
+    z, _, value = record.steps[0]
+    assert z.shape == (8, 5, 8)
+    expected = symmetric_info_nce(z[:, 0], z[:, 1], temperature=0.1, hard_negatives=z[:, 2:])
+    assert value == pytest.approx(float(expected), rel=1e-5)
+    np.testing.assert_array_equal(est.transform(ids), est.transform(ids[:, :2]))
+    with pytest.raises(ValueError, match=r"\(n, 2 \+ k, \*view_shape\) with k"):
+        est.transform(ids[:, :4])
+
+
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
 def test_a_text_model_exports_for_token_ids_of_any_length(tmp_path, fmt):
     if fmt == "onnx":

@@ -564,24 +564,35 @@ def content_keys(data: ViewData) -> torch.Tensor:
                          "which needs text or array input (not a Dataset)")
     n = len(data)
     columns = []
-    for view in data.views:
+    for i, view in enumerate(data.views):
         assert view is not None
-        x = view["input_ids"] if isinstance(view, dict) else view
-        x = x.cpu()
-        if x.ndim >= 3 and len(data.views) == 3 and view is data.views[-1]:  # negatives
+        if i == 2:  # the hard negatives, (n, k, ...): a column each
+            x = _content(view, lead=2)
             columns += [x[:, c] for c in range(x.shape[1])]
         else:
-            columns.append(x)
+            columns.append(_content(view, lead=1))
     flat = [c.reshape(n, -1) for c in columns]
-    if len({c.shape[1] for c in flat}) == 1 and len({c.dtype for c in flat}) == 1:
-        ids = torch.unique(torch.cat(flat), dim=0, return_inverse=True)[1]
-        return ids.reshape(len(flat), n).T.contiguous()
-    out, offset = [], 0  # views of other shapes never hold the same content
-    for c in flat:
-        ids = torch.unique(c, dim=0, return_inverse=True)[1]
-        out.append(ids + offset)
-        offset += int(ids.max()) + 1
-    return torch.stack(out, dim=1)
+    # columns of one width and type share ids (a hard negative can repeat a positive);
+    # columns of other shapes never hold the same content
+    ids = torch.empty(n, len(flat), dtype=torch.long)
+    offset = 0
+    for kind in dict.fromkeys((c.shape[1], c.dtype) for c in flat):
+        alike = [i for i, c in enumerate(flat) if (c.shape[1], c.dtype) == kind]
+        codes = torch.unique(torch.cat([flat[i] for i in alike]), dim=0,
+                             return_inverse=True)[1].reshape(len(alike), n)
+        ids[:, alike] = codes.T + offset
+        offset += int(codes.max()) + 1
+    return ids
+
+
+def _content(view: Any, lead: int) -> torch.Tensor:
+    """A view's values with its ``lead`` item axes kept and the rest flattened: token
+    ids alone when it has them (the attention mask follows from them), else every
+    tensor of the view side by side."""
+    parts = [view["input_ids"]] if isinstance(view, dict) and "input_ids" in view else (
+        list(view.values()) if isinstance(view, dict) else [view])
+    flat = [p.cpu().reshape(*p.shape[:lead], -1) for p in parts]
+    return flat[0] if len(flat) == 1 else torch.cat([f.double() for f in flat], dim=-1)
 
 
 def embed_net(net: SelectorNet, data: ViewData, view: int | None = 0, augment: Any = None,

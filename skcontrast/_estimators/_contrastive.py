@@ -320,7 +320,10 @@ class ContrastiveEmbedder(BaseEmbedder):
             Pairs ``(n, 2, *view_shape)``; two views side by side ``(n, d0 + d1)``;
             single views ``(n, *shape)`` with an ``augmentation``; two modalities
             ``{name0: (n, ...), name1: (n, ...)}``; or a map-style ``Dataset`` whose item
-            ``i`` is ``(x0, x1)`` (a single view with an ``augmentation``).
+            ``i`` is ``(x0, x1)`` (a single view with an ``augmentation``). Hard
+            negatives: ``(n, 2 + k, ...)`` arrays, rows of ``2 + k`` texts, or a dict's
+            keys after the first two (items of the second view's form), for the losses
+            that take them; they train only.
         y : array-like of shape (n,), optional
             Not used by the loss; handed to the selector (e.g. ``BindingSelector``).
         X_val, y_val : optional

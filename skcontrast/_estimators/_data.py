@@ -121,6 +121,8 @@ class InputSpec:
     #: hard-negative columns of each item (text rows (anchor, positive, negatives...)),
     #: embedded by view 1's encoder
     negatives: int = 0
+    #: the dict form's keys of those columns
+    negative_names: tuple = ()
 
     @property
     def paired(self) -> bool:
@@ -631,30 +633,50 @@ def _read_array(X: Any, spec: InputSpec | None, *, single: bool) -> tuple[Tensor
         expected = None if spec is None else spec.views[0]
         view = _array_view(x, 0, expected, "X")
         return TensorViews((_conform(x, view, lambda: "X"),)), InputSpec("array", (view,))
-    if x.ndim < 3 or x.shape[1] != 2:
+    negatives = 0 if x.ndim < 3 else x.shape[1] - 2
+    if spec is not None and negatives and negatives == spec.negatives:
+        x, negatives = x[:, :2], 0  # hard negatives are for training
+    elif spec is not None and negatives:
+        negatives = -1
+    if x.ndim < 3 or negatives < 0:
         raise ValueError(f"paired X must have shape (n, 2, *view_shape), the two views of "
-                         f"each item on axis 1; got {describe(x)}")
+                         f"each item on axis 1 (in fit, (n, 2 + k, *view_shape) with k "
+                         f"hard-negative columns); got {describe(x)}")
     views = []
     for i in (0, 1):
         expected = None if spec is None else spec.views[i]
         views.append(_array_view(x[:, i], i, expected, "X"))
     x = _conform(x, views[0], lambda: "X")
+    if negatives:  # (anchor, positive, negative_1 ... negative_k): view 1's form
+        return (TensorViews((x[:, 0], x[:, 1], x[:, 2:])),
+                InputSpec("array", tuple(views), items_paired=True, negatives=negatives))
     return (TensorViews((x[:, 0], x[:, 1])),
             InputSpec("array", tuple(views), items_paired=True))
 
 
 def _read_dict(X: Mapping, spec: InputSpec | None) -> tuple[TensorViews, InputSpec]:
-    """Two modalities as ``{name: array}``; after ``fit`` only the named views are needed."""
+    """Two modalities as ``{name: array}``; after ``fit`` only the named views are needed.
+
+    Keys after the first two are hard-negative columns (sentence-transformers' ``anchor,
+    positive, negative_1 ... negative_k`` columns): items of the second view's form,
+    embedded by its encoder, used in training only (accepted and left out afterwards).
+    """
+    negative_names: tuple = ()
     if spec is None:
         names = list(X.keys())  # len() of skorch's SliceDict counts items, not keys
-        if len(names) != 2:
-            raise ValueError(f"a dict X must hold exactly two views (e.g. {{'image': ..., "
-                             f"'text': ...}}); got {len(names)} key(s): {names}")
+        if len(names) < 2:
+            raise ValueError(f"a dict X must hold two views (e.g. {{'image': ..., 'text': "
+                             f"...}}), then optionally hard-negative columns of the second "
+                             f"view's form; got {len(names)} key(s): {names}")
+        names, negative_names = names[:2], tuple(names[2:])
     else:
         names = _names(spec)
-        if not X or any(k not in names for k in X):
-            raise ValueError(f"X must have the keys seen in fit, {names} (or some of them); "
-                             f"got {list(X)}")
+        known = [*names, *spec.negative_names]
+        if not X or any(k not in known for k in X) or not any(k in names for k in X):
+            raise ValueError(f"X must have the keys seen in fit, {names} (or some of them)"
+                             + (f", hard-negative columns {list(spec.negative_names)} "
+                                "optional" if spec.negative_names else "")
+                             + f"; got {list(X)}")
     tensors: list[Any] = []
     views: list[Any] = []
     for i, key in enumerate(names):
@@ -668,10 +690,25 @@ def _read_dict(X: Mapping, spec: InputSpec | None) -> tuple[TensorViews, InputSp
         tensors.append(tensor)
         views.append(view)
     lengths = {key: _rows(t) for key, t in zip(names, tensors, strict=True) if t is not None}
+    columns = [_read_view_value(X[key], names[1], views[1], f"X[{key!r}] (a hard-negative "
+                                f"column: items like X[{names[1]!r}])")[0]
+               for key in negative_names]
+    lengths.update({key: _rows(t) for key, t in zip(negative_names, columns, strict=True)})
     if len(set(lengths.values())) != 1:
         raise ValueError(f"the views of X must hold equally many items; got {lengths}")
+    if columns:
+        tensors.append(_side_by_side(columns))
     return (TensorViews(tuple(tensors), names=tuple(names)),
-            InputSpec("dict", tuple(views), items_paired=True))
+            InputSpec("dict", tuple(views), items_paired=True, negatives=len(columns),
+                      negative_names=negative_names))
+
+
+def _side_by_side(columns: list[Any]) -> Any:
+    """Hard-negative columns, each ``(n, ...)`` (or a dict of such tensors), as one
+    ``(n, k, ...)`` tensor (or dict): each row's negatives side by side."""
+    if isinstance(columns[0], Mapping):
+        return {k: torch.stack([c[k] for c in columns], dim=1) for k in columns[0]}
+    return torch.stack(columns, dim=1)
 
 
 def _read_view_value(value: Any, name: Any, expected: View | None, label: str
@@ -920,10 +957,7 @@ def _read_text(tokenizer: Any, X: Any, spec: InputSpec | None, *, single: bool,
     parts = [_index(tokens, torch.arange(c * n, (c + 1) * n)) for c in range(columns)]
     negatives = max(0, columns - 2)
     if negatives:  # (n, k, L) per tensor: the negatives of each row, side by side
-        stacked = parts[2:]
-        together = {k: torch.stack([p[k] for p in stacked], dim=1) for k in stacked[0]} \
-            if isinstance(stacked[0], Mapping) else torch.stack(stacked, dim=1)
-        parts = [*parts[:2], together]
+        parts = [*parts[:2], _side_by_side(parts[2:])]
         columns = 2
     views = []
     for c in range(columns):

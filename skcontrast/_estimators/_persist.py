@@ -439,7 +439,7 @@ def write_spec(spec: Any) -> dict:
     """An ``InputSpec`` as JSON."""
     return {"form": spec.form, "split": spec.split, "items_paired": spec.items_paired,
             "item_labels": spec.item_labels, "views": [_write_view(v) for v in spec.views],
-            "negatives": spec.negatives}
+            "negatives": spec.negatives, "negative_names": list(spec.negative_names)}
 
 
 def read_spec(value: Any) -> Any:
@@ -452,7 +452,8 @@ def read_spec(value: Any) -> Any:
                                                                     "views")),
                      s.get("split"), _expect(s.get("items_paired"), bool, "items_paired"),
                      _expect(s.get("item_labels"), bool, "item_labels"),
-                     _natural(s.get("negatives", 0), "negatives"))
+                     _natural(s.get("negatives", 0), "negatives"),
+                     tuple(_expect(s.get("negative_names", []), list, "negative_names")))
     if spec.split is not None:
         _expect(spec.split, int, "split")
     return spec
