@@ -2,9 +2,9 @@
 
 - :func:`batch_sampler`: any selector as ``SentenceTransformerTrainingArguments(
   batch_sampler=...)``: the trainer's batches are the selector's (through
-  :class:`~skcontrast.selectors.SelectorSampler`, so data-parallel processes take slices
-  of the same global batches); an adaptive selector sees the model being trained
-  (its embeddings refreshed every ``refresh_every`` epochs) or a teacher;
+  :class:`~skcontrast.selectors.SelectorSampler`; with several data-parallel processes
+  each process's batch is a whole selector batch); an adaptive selector sees the model
+  being trained (its embeddings refreshed every ``refresh_every`` epochs) or a teacher;
 - :class:`SkcontrastLoss`: any pair loss of :mod:`skcontrast.losses` as a
   sentence-transformers loss, with the dataset's hard-negative columns (``(anchor,
   positive, negative_1 ... negative_k)``) and the loss's false-negative guard.
@@ -36,8 +36,14 @@ def batch_sampler(selector: BatchSelector, *, model: Any = None,
 
     - ``batch_size`` (``per_device_train_batch_size``) sets the selector's batch size,
       ``drop_last`` its ``drop_last`` (where it has one); a selector without a seed is
-      seeded from the trainer's ``seed`` (or its ``generator``), so every
-      data-parallel process draws the same global batches;
+      seeded from the trainer's ``seed`` (or its ``generator``);
+    - with several data-parallel processes, every process draws the same sequence of
+      selector batches and the trainer (Accelerate) deals them out whole, batch ``i`` to
+      process ``i mod R``: each process trains on whole selector batches of
+      ``per_device_train_batch_size`` (the batch its loss sees), and an epoch covers the
+      data once across the processes. The model's embeddings are taken from process 0
+      (broadcast), so that every process selects on the same numbers; a teacher's
+      ``embed`` must return the same array on every process;
     - the first of the trainer's ``valid_label_columns`` the dataset holds gives the
       labels (``max_same_label`` guards, label losses);
     - an adaptive selector's embeddings come from ``embed(indices) -> (n, 2, d)`` (a
@@ -92,8 +98,11 @@ def batch_sampler(selector: BatchSelector, *, model: Any = None,
                 raise ValueError(f"the dataset needs two text columns (anchor, positive) for "
                                  f"the model's embeddings; it has {texts}")
             fn = _model_embeddings(model, dataset, texts[:2])
+        # one replica: Accelerate's BatchSamplerShard deals this sampler's whole batches
+        # to the processes; slicing them here as well would lose rows
         return SelectorSampler(chosen, len(dataset), embed=fn, labels=labels,
-                               refresh_every=refresh_every, drop_last=bool(drop_last))
+                               refresh_every=refresh_every, drop_last=bool(drop_last),
+                               num_replicas=1, rank=0)
 
     return make
 
@@ -102,16 +111,25 @@ def _model_embeddings(model: Any, dataset: Any, columns: list[str]
                       ) -> Callable[[np.ndarray], np.ndarray]:
     """``embed(indices)``: the model's current embeddings of two text columns, without
     leaving it in evaluation mode (``encode`` switches it)."""
+    import torch.distributed as dist
+
     def embed(indices: np.ndarray) -> np.ndarray:
-        rows = [int(i) for i in indices]
-        training = model.training
-        try:
-            parts = [np.asarray(model.encode([dataset[c][i] for i in rows],
-                                             convert_to_numpy=True, show_progress_bar=False))
-                     for c in columns]
-        finally:
-            model.train(training)
-        return np.stack(parts, axis=1)
+        shared = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        out: list[Any] = [None]
+        if not shared or dist.get_rank() == 0:
+            rows = [int(i) for i in indices]
+            training = model.training
+            try:
+                parts = [np.asarray(model.encode([dataset[c][i] for i in rows],
+                                                 convert_to_numpy=True,
+                                                 show_progress_bar=False))
+                         for c in columns]
+            finally:
+                model.train(training)
+            out[0] = np.stack(parts, axis=1)
+        if shared:  # process 0's numbers on every process: the same batches everywhere
+            dist.broadcast_object_list(out, src=0)
+        return out[0]
     return embed
 
 
