@@ -95,6 +95,26 @@ def test_a_loss_with_negative_columns_equals_multiple_negatives_ranking(model):
     torch.testing.assert_close(SkcontrastLoss(model, SymmetricInfoNCE())(features), direct)
 
 
+@pytest.mark.parametrize("loss", [InfoNCE, SymmetricInfoNCE])
+def test_the_tiled_path_equals_the_dense_one_with_negatives_and_the_guard(model, loss):
+    model.eval()
+    features = _features(model, ROWS[:9])
+    labels = torch.tensor([r[3] for r in ROWS[:9]])
+    guard = FalseNegativeGuard(same_content=True, same_group=True)
+    values, grads = [], []
+    for chunk_size in (None, 2):
+        model.zero_grad()
+        value = SkcontrastLoss(model, loss(0.1, chunk_size=chunk_size,
+                                           false_negatives=guard))(features, labels)
+        value.backward()
+        values.append(value.detach())
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()
+                                if p.grad is not None]))
+    model.zero_grad()
+    torch.testing.assert_close(values[1], values[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)
+
+
 def test_the_guard_leaves_duplicate_texts_and_groups_out(model):
     model.eval()
     rows = ROWS[:9]  # rows 1 and 8 are the same pair; rows 2/3 swap their texts
