@@ -523,6 +523,31 @@ def test_numeric_hard_negative_columns_train_the_same_loss():
         ContrastiveEmbedder(**SMALL).fit(bad)
 
 
+@pytest.mark.parametrize("collide", [False, True])
+def test_row_ids_are_exact_whatever_the_hash(monkeypatch, collide):
+    """The duplicate keys of mining: equal rows (-0.0 equal to 0.0), equal ids, across
+    arrays; with a hash made to collide ((1, 2) and (2, 1) sum to the same bits) the
+    exact check falls back to sorting."""
+    import skcontrast.text as text
+
+    rng = np.random.default_rng(0)
+    a = np.round(rng.normal(size=(300, 2)), 0).astype(np.float32)  # many duplicates
+    a[:2] = [[1.0, 2.0], [2.0, 1.0]]
+    a[5], a[6] = [0.0, 3.0], [-0.0, 3.0]
+    b = a[::-1].copy()
+    if collide:
+        class Ones:
+            def integers(self, low, high, size, dtype):
+                return np.zeros(size, dtype)  # weights of one: the hash sums the bits
+        monkeypatch.setattr(text.np.random, "default_rng", lambda seed=None: Ones())
+    ids = text._row_ids([a, b], chunk=16)
+    stack = np.concatenate([a, b])
+    expected = np.unique(stack, axis=0, return_inverse=True)[1].reshape(-1)
+    same = ids[:, None] == ids[None, :]
+    np.testing.assert_array_equal(same, expected[:, None] == expected[None, :])
+    assert ids[0] != ids[1] and ids[5] == ids[6]
+
+
 def test_dict_hard_negative_columns_train_the_guarded_loss(tmp_path):
     """Two modalities with sentence-transformers' column layout: keys after the first two
     are negatives of the second view's form; the content guard sees them."""
