@@ -629,3 +629,27 @@ def test_a_text_model_exports_for_token_ids_of_any_length(tmp_path, fmt):
     else:
         out = torch.jit.load(str(path))(torch.as_tensor(ids)).detach().numpy()
     np.testing.assert_allclose(out, est.transform(texts), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_text_benchmark_runs_at_a_small_size():
+    """``benchmarks/bench_text.py`` (mining beside the dense search; hybrid search beside
+    scikit-learn's TF-IDF) keeps working; its figures are in docs/text.rst."""
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("emoji")
+    folder = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    sys.path.insert(0, folder)
+    try:
+        import bench_text
+    finally:
+        sys.path.remove(folder)
+    mining = bench_text.main(["--sizes", "3000", "--dense-limit", "3000"])
+    assert "3,000 x 3,000" in mining and "dense n x n matrix" in mining
+    assert mining.splitlines()[-2].split()[-1] == "1.000"  # every pair found 4 negatives
+    search = bench_text.main(["--search", "3000", "--queries", "60"])
+    rows = search.splitlines()[3:]
+    assert len(rows) == 3 and "peer: TfidfVectorizer" in rows[-1]
+    recall = [float(r.split()[-1]) for r in rows]
+    assert min(recall) > 0.3  # queries are their documents less a word
