@@ -190,8 +190,12 @@ def test_dict_errors(digits):
     with pytest.raises(ValueError, match="equally many items"):
         ContrastiveEmbedder(module={"image": tiny_cnn(), "text": Bag()}, **SMALL).fit(
             {"image": X["image"], "text": tokens[:50]})
-    with pytest.raises(ValueError, match=r"exactly two views.*got 3 key"):
-        ContrastiveEmbedder(**SMALL).fit({**X, "extra": tokens})
+    with pytest.raises(ValueError, match=r"must hold two views.*got 1 key"):
+        ContrastiveEmbedder(**SMALL).fit({"image": X["image"]})
+    with pytest.raises(ValueError, match=r"X\['extra'\] \(a hard-negative column: items like "
+                                         r"X\['text'\]\) has items of shape"):
+        ContrastiveEmbedder(module={"image": tiny_cnn(), "text": Bag()}, **SMALL).fit(
+            {**X, "extra": X["image"]})
     bad = X["image"].copy()
     bad[3, 0, 2, 2] = np.nan
     with pytest.raises(ValueError, match=r"X\['image'\] contains 1 NaN or infinite"):
