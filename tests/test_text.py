@@ -517,6 +517,11 @@ def test_numeric_hard_negative_columns_train_the_same_loss():
     assert value == pytest.approx(float(expected), rel=1e-5)
     assert est.transform(X).shape == (48, 8)  # pairs after fit; the negatives train only
     assert est.score(rows) == est.score(X)
+    with pytest.raises(ValueError, match=r"\(or \(n, 2 \+ k, d\) with k hard-negative"):
+        est.transform(rows[:, :3])  # not the columns of training
+    plain = ContrastiveEmbedder(**{**SMALL, "max_epochs": 1}).fit(X)
+    with pytest.raises(ValueError, match=r"\(or \(n, 2 \+ k, d\) with k hard-negative"):
+        plain.transform(rows)  # fitted without negatives: nothing is left out silently
     bad = rows.copy()
     bad[3, 2, 0] = np.nan
     with pytest.raises(ValueError, match=r"hard-negative columns of X \(X\[:, 2:\]\)"):

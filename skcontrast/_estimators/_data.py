@@ -508,7 +508,7 @@ def _read_input(estimator: Any, X: Any, spec: InputSpec) -> ViewData:
                 isinstance(X, np.ndarray | torch.Tensor) and X.ndim > 3):
             raise ValueError(f"{name} was fitted on 2-D feature arrays; got {_form_of(X)}")
         data, _ = _read_flat(estimator, X, reset=False, single=not spec.paired,
-                             view_split=spec.split)
+                             view_split=spec.split, negatives_fitted=spec.negatives)
         return data
     if spec.form == "dict":
         if not is_view_dict(X):
@@ -571,13 +571,16 @@ def _names(spec: InputSpec) -> list:
 
 
 def _read_flat(estimator: Any, X: Any, *, reset: bool, single: bool,
-               view_split: Any) -> tuple[TensorViews, InputSpec]:
-    """scikit-learn's 2-D form (``(n, 2, d)`` pairs are flattened to it), floats only."""
+               view_split: Any, negatives_fitted: int = 0) -> tuple[TensorViews, InputSpec]:
+    """scikit-learn's 2-D form (``(n, 2, d)`` pairs are flattened to it), floats only.
+    After fit (``reset=False``), ``(n, 2 + k, d)`` rows are read only when ``k`` is
+    the ``negatives_fitted`` columns of training, which are left out."""
     pair_split = None
     negatives = None
     if isinstance(X, torch.Tensor):  # with or without autograd history
         X = X.detach().cpu().numpy()
-    if hasattr(X, "ndim") and X.ndim == 3 and X.shape[1] > 2 and not single:
+    if hasattr(X, "ndim") and X.ndim == 3 and X.shape[1] > 2 and not single and (
+            reset or X.shape[1] == 2 + negatives_fitted):
         # (anchor, positive, negative_1 ... negative_k) rows: the negatives train only
         if reset:
             negatives = np.asarray(X[:, 2:], dtype=np.float32)
