@@ -697,11 +697,16 @@ class HybridRetriever(BaseEstimator):
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "vectorizer_")
+        self.documents_ = self._indexed(documents)
+        return self
+
+    def _indexed(self, documents: Any) -> tuple[torch.Tensor | None, Any]:
+        """The corpus as searched: unit learned embeddings (or ``None``) and the sparse
+        lexical rows."""
         texts = list(text_table(documents, "documents")[:, 0])
         learned = self._learned(texts, view=1)
-        self.documents_ = (None if learned is None else _unit(torch.from_numpy(learned)),
-                           self._lexical_documents(texts))
-        return self
+        return (None if learned is None else _unit(torch.from_numpy(learned)),
+                self._lexical_documents(texts))
 
     def search(self, queries: Any, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` best documents of the indexed corpus for each query: their fused
@@ -709,12 +714,16 @@ class HybridRetriever(BaseEstimator):
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "documents_")
+        return self._search(self.documents_, queries, k)
+
+    def _search(self, documents: tuple[torch.Tensor | None, Any], queries: Any, k: int
+                ) -> tuple[np.ndarray, np.ndarray]:
         weight = self._check()
         texts = list(text_table(queries, "queries")[:, 0])
         learned = self._learned(texts, view=0)
         q_dense = None if learned is None else _unit(torch.from_numpy(learned))
         q_sparse = self._lexical_queries(texts)
-        d_dense, d_sparse = self.documents_
+        d_dense, d_sparse = documents
         if weight < 1 and d_dense is None:
             raise ValueError(f"the corpus was indexed for lexical search alone (weight=1.0); "
                              f"weight={self.weight} needs the learned embeddings: call index "
@@ -746,11 +755,13 @@ class HybridRetriever(BaseEstimator):
     def score(self, X: Any, y: Any = None) -> float:
         """Recall@1 of the pairs ``X``: each first text searches the second texts of all
         pairs; a pair is found when its own second text (or one equal to it, or of its
-        group ``y``) ranks first."""
+        group ``y``) ranks first. The corpus given to :meth:`index` stays indexed."""
+        from sklearn.utils.validation import check_is_fitted
+
         from .metrics import ranking_scores
 
+        check_is_fitted(self, "vectorizer_")
         table = text_table(X, "X")
         groups = np.unique(table[:, 1], return_inverse=True)[1] if y is None else np.asarray(y)
-        self.index(list(table[:, 1]))
-        ranked = self.search(list(table[:, 0]), k=1)[1]
+        ranked = self._search(self._indexed(list(table[:, 1])), list(table[:, 0]), k=1)[1]
         return ranking_scores(ranked, groups, groups, k=1)["recall@1"]

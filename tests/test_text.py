@@ -379,8 +379,10 @@ def test_the_weight_is_tuned_by_grid_search_without_retraining():
     assert set(search.cv_results_["param_weight"]) == {0.0, 0.5, 1.0}
     with pytest.raises(ValueError, match="estimator is None"):
         HybridRetriever(weight=0.5).fit(PAIRS)
-    lexical_only = HybridRetriever(weight=1.0).fit(PAIRS)
+    lexical_only = HybridRetriever(weight=1.0).fit(PAIRS).index(["rotes herz", "daumen hoch"])
     assert 0 <= lexical_only.score(PAIRS) <= 1
+    # scoring searches the pairs' texts without replacing the indexed corpus
+    assert lexical_only.search(["red heart"], k=2)[1].tolist() == [[0, 1]]
     indexed = HybridRetriever(est, weight=1.0, prefit=True).fit(PAIRS).index(["rotes herz"])
     with pytest.raises(ValueError, match="indexed for lexical search alone"):
         indexed.set_params(weight=0.5).search(["red heart"])
