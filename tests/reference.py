@@ -467,15 +467,19 @@ def softmax_with_extras(kind, U, V, t, negatives=None, share=True, exclude=None,
                         same_view=False):
     """InfoNCE ('info_nce'), symmetric InfoNCE ('symmetric'), NT-Xent, DCL or HCL ('hcl') of
     one batch, anchor by anchor, with each u anchor's hard negatives (its own, or all of
-    the batch's with share) and the excluded items (exclude[i][j]: item j is not item
-    i's negative, both ways) left out of every sum."""
+    the batch's with share) and the excluded items left out of every sum: exclude[i][j]
+    says item j is not anchor i's negative (for anchors of either view), or, given as
+    [for_u, for_v], each view's anchors read their own mask."""
     U, V = unit_rows(U), unit_rows(V)
     b = len(U)
     N = [] if negatives is None else [unit_rows(row) for row in negatives]
     k = len(N[0]) if N else 0
+    per_view = exclude is not None and np.asarray(exclude).ndim == 3
 
-    def out(i, j):
-        return exclude is not None and i != j and (exclude[i][j] or exclude[j][i])
+    def out(i, j, view=0):
+        if exclude is None or i == j:
+            return False
+        return bool(exclude[view][i][j] if per_view else exclude[i][j])
 
     def extra(i):
         if not N:
@@ -489,22 +493,22 @@ def softmax_with_extras(kind, U, V, t, negatives=None, share=True, exclude=None,
         pos = dot(a, positive) / t
         return -pos + lse([dot(a, c) / t for c in candidates])
 
-    def own_view(Z, i):  # GTE: the other anchors of the same view
-        return [Z[j] for j in range(b) if same_view and j != i and not out(i, j)]
+    def own_view(Z, i, view):  # GTE: the other anchors of the same view
+        return [Z[j] for j in range(b) if same_view and j != i and not out(i, j, view)]
 
     if kind in ("info_nce", "symmetric"):
         forward = [anchor_loss(U[i], V[i], [V[j] for j in range(b) if not out(i, j)]
-                               + extra(i) + own_view(U, i)) for i in range(b)]
+                               + extra(i) + own_view(U, i, 0)) for i in range(b)]
         total = sum(forward) / b
         if kind == "symmetric":
-            total += sum(anchor_loss(V[i], U[i], [U[j] for j in range(b) if not out(i, j)]
-                                     + own_view(V, i)) for i in range(b)) / b
+            total += sum(anchor_loss(V[i], U[i], [U[j] for j in range(b) if not out(i, j, 1)]
+                                     + own_view(V, i, 1)) for i in range(b)) / b
         return total
     Z = U + V
     losses = []
     for a in range(2 * b):
-        item, partner = a % b, (a + b) % (2 * b)
-        others = [c for c in range(2 * b) if c != a and not out(item, c % b)]
+        item, partner, view = a % b, (a + b) % (2 * b), a // b
+        others = [c for c in range(2 * b) if c != a and not out(item, c % b, view)]
         if kind == "hcl" and hcl_negatives == "other view":
             if a >= b:
                 continue

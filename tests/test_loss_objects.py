@@ -346,3 +346,31 @@ def test_a_bare_callable_works_and_says_what_it_gives_up():
         warnings.simplefilter("error")
         wrapped = ContrastiveEmbedder(loss=FunctionLoss(loss, temperature=0.3), **SMALL).fit(X)
     assert wrapped.temperature_ == 0.3
+
+
+@pytest.mark.parametrize("name", ["SymmetricInfoNCE", "NTXent"])
+@pytest.mark.parametrize("chunk_size", [None, 3])
+def test_a_guided_loss_applies_each_anchors_own_rule(name, chunk_size):
+    # GISTEmbed's rule is per anchor: s(a_i, p_j) > s(a_i, p_i) + margin drops p_j for a_i
+    # alone; making the mask symmetric dropped candidates no rule of the anchor named
+    from reference import softmax_with_extras, unit_rows
+
+    import skcontrast.losses as L
+
+    g = torch.Generator().manual_seed(7)
+    u = torch.randn(6, 4, generator=g, dtype=torch.float64)
+    v = u + 0.9 * torch.randn(6, 4, generator=g, dtype=torch.float64)
+    v[1] = u[0] + 0.05 * v[1]  # p_1 near a_0: flagged for anchor 0 only
+    margin = 0.05
+    loss = getattr(L, name)(0.3, chunk_size=chunk_size,
+                            false_negatives=L.FalseNegativeGuard(same_content=False,
+                                                                 guide="self", margin=margin))
+    masks = loss.false_negatives.masks(u, v, None, torch.arange(6), None, None, share=True)
+    got = float(loss.pair_terms(u, v, **masks).loss)
+    A, P = unit_rows(u.numpy()), unit_rows(v.numpy())
+    rule = [[[i != j and float(x[i] @ y[j]) > float(A[i] @ P[i]) + margin for j in range(6)]
+             for i in range(6)] for x, y in ((A, P), (P, A))]
+    assert rule[0][0][1] and not rule[0][1][0]  # the case: one anchor's rule, not both
+    kind = "symmetric" if name == "SymmetricInfoNCE" else "nt_xent"
+    expected = softmax_with_extras(kind, u, v, 0.3, exclude=rule)
+    assert got == pytest.approx(expected, rel=1e-9)

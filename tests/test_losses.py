@@ -630,8 +630,7 @@ def test_leaving_items_out_has_the_gradient_of_the_masked_sum(chunk_size):
     n = torch.nn.functional.normalize(negatives, dim=-1).reshape(-1, 5)
     b = 6
     logits = z @ z.T / 0.3
-    both = exclude | exclude.T
-    item_mask = both.repeat(2, 2) | torch.eye(2 * b, dtype=torch.bool)
+    item_mask = exclude.repeat(2, 2) | torch.eye(2 * b, dtype=torch.bool)
     extra = torch.cat([z[:b] @ n.T / 0.3, torch.full((b, n.shape[0]), float("-inf"),
                                                      dtype=z.dtype)])
     full = torch.cat([logits.masked_fill(item_mask, float("-inf")), extra], dim=1)
@@ -673,3 +672,91 @@ def test_same_view_negatives_are_gte_and_equal_the_brute_force(kind, chunk_size,
                                    exclude=None if not with_extras else exclude.tolist(),
                                    same_view=True)
     assert float(got) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+def _dominated_case(b=6, d=8, seed=3):
+    """A batch of weak positives where candidate v_3 equals anchor u_0 and v_0 equals
+    u_3: for anchors 0 and 3 the left-out candidate dominates the sum (e^{(1 - s)/t}
+    times the positive's term), as a duplicate text or what a guide removes does."""
+    g = torch.Generator().manual_seed(seed)
+    u = torch.randn(b, d, generator=g, dtype=torch.float64)
+    v = u + 1.2 * torch.randn(b, d, generator=g, dtype=torch.float64)
+    v[3], v[0] = u[0], u[3]
+    negatives = v[:, None] + 0.5 * torch.randn(b, 2, d, generator=g, dtype=torch.float64)
+    exclude = torch.zeros(b, b, dtype=torch.bool)
+    exclude[0, 3] = exclude[3, 0] = True
+    return u, v, negatives, exclude
+
+
+_EXCLUDING = {
+    "info_nce": ("info_nce", {}, {}),
+    "symmetric": ("symmetric_info_nce", {}, {}),
+    "nt_xent": ("nt_xent", {}, {}),
+    "dcl": ("dcl", {}, {}),
+    "hcl": ("hard_negative_nce", {"beta": 0.5, "tau_plus": 0.1}, {"beta": 0.5}),
+    "debiased": ("debiased_nce", {"tau_plus": 0.1}, {"beta": 0.0}),
+}
+
+
+@pytest.mark.parametrize("kind", list(_EXCLUDING))
+@pytest.mark.parametrize("chunk_size", [None, 4])
+@pytest.mark.parametrize("with_negatives", [False, True])
+def test_float32_exclusions_equal_the_float64_brute_force_when_the_left_out_dominates(
+        kind, chunk_size, with_negatives):
+    # a left-out candidate must never enter the sum: subtracting its term afterwards
+    # cancels catastrophically in float32 (one anchor read 7.523 for 7.284)
+    from reference import softmax_with_extras
+
+    import skcontrast.losses as L
+
+    name, options, ref = _EXCLUDING[kind]
+    u, v, negatives, exclude = _dominated_case()
+    t = 0.05
+    given = {"exclude": exclude}
+    if with_negatives:
+        given["hard_negatives"] = negatives.float()
+    got = getattr(L, name)(u.float(), v.float(), temperature=t, chunk_size=chunk_size,
+                           **options, **given)
+    assert got.dtype == torch.float32
+    expected = softmax_with_extras("hcl" if kind in ("hcl", "debiased") else kind, u, v, t,
+                                   negatives=negatives if with_negatives else None,
+                                   exclude=exclude.tolist(), **ref)
+    # float32's rounding at logits of size 1/t = 20 is about 1e-6
+    assert float(got) == pytest.approx(expected, rel=1e-5, abs=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["symmetric", "nt_xent", "hcl"])
+@pytest.mark.parametrize("chunk_size", [None, 4])
+def test_each_view_anchors_read_their_own_exclusions(kind, chunk_size):
+    # a (2, B, B) mask: the u anchors read [0], the v anchors [1] (a guide's rule is per
+    # anchor; neither is made symmetric)
+    from reference import softmax_with_extras
+
+    import skcontrast.losses as L
+
+    name, options, ref = _EXCLUDING[kind]
+    u, v, _, _ = _extras_case(seed=4)
+    exclude = torch.zeros(2, 6, 6, dtype=torch.bool)
+    exclude[0, 0, 3] = exclude[0, 2, 5] = exclude[1, 4, 1] = exclude[1, 3, 0] = True
+    got = getattr(L, name)(u, v, temperature=0.3, chunk_size=chunk_size, exclude=exclude,
+                           **options)
+    expected = softmax_with_extras("hcl" if kind == "hcl" else kind, u, v, 0.3,
+                                   exclude=exclude.tolist(), **ref)
+    assert float(got) == pytest.approx(expected, rel=1e-9)
+    same = getattr(L, name)(u, v, temperature=0.3, chunk_size=chunk_size,
+                            exclude=exclude[0], **options)
+    assert float(same) != pytest.approx(float(got), rel=1e-6)
+
+
+@pytest.mark.parametrize("chunk_size", [None, 2])
+def test_an_anchor_with_every_negative_left_out_passes_no_nan_gradient(chunk_size):
+    from skcontrast.losses import hard_negative_nce
+
+    u, v, _, _ = _extras_case(seed=5)
+    u.requires_grad_()
+    exclude = torch.zeros(6, 6, dtype=torch.bool)
+    exclude[0, 1:] = True  # anchor 0 keeps no negative
+    loss = hard_negative_nce(u, v, temperature=0.3, tau_plus=0.0, chunk_size=chunk_size,
+                             exclude=exclude, negatives="other view")
+    (grad,) = torch.autograd.grad(loss, u)
+    assert torch.isfinite(loss) and torch.isfinite(grad).all()

@@ -494,9 +494,11 @@ def test_guided_masks_equal_a_brute_force(guide):
         rows = table[index.numpy()]
         A, P, N = rows[:, 0], rows[:, 1], rows[:, 2:]
         limit = [cos(A[i], P[i]) - margin for i in range(5)]
+    assert masks["exclude"].shape == (2, 5, 5)  # the u anchors' rules, the v anchors'
     for i in range(5):
         for j in range(5):
-            assert bool(masks["exclude"][i, j]) == (i != j and cos(A[i], P[j]) > limit[i])
+            assert bool(masks["exclude"][0, i, j]) == (i != j and cos(A[i], P[j]) > limit[i])
+            assert bool(masks["exclude"][1, i, j]) == (i != j and cos(P[i], A[j]) > limit[i])
         pool = N.reshape(-1, 3)
         for m in range(10):
             assert bool(masks["exclude_negatives"][i, m]) == (cos(A[i], pool[m]) > limit[i])

@@ -110,6 +110,19 @@ def similarity(a: torch.Tensor, b: torch.Tensor, temperature: Any) -> torch.Tens
     return torch.matmul(a / temperature, b.transpose(-1, -2))
 
 
+def masked_logsumexp(logits: torch.Tensor, left_out: torch.Tensor | None) -> torch.Tensor:
+    """Row log-sum-exps of ``logits`` without the entries ``left_out``; a row with none
+    left reads ``-inf`` and passes no gradient (``torch.logsumexp`` would pass NaN)."""
+    if left_out is None:
+        return torch.logsumexp(logits, dim=-1)
+    logits = logits.masked_fill(left_out, float("-inf"))
+    empty = left_out.all(-1)
+    if not bool(empty.any()):
+        return torch.logsumexp(logits, dim=-1)
+    lse = torch.logsumexp(logits.masked_fill(empty[..., None], 0.0), dim=-1)
+    return lse.masked_fill(empty, float("-inf"))
+
+
 def class_codes(y: torch.Tensor) -> torch.Tensor:
     """Relabel each batch (last dimension) to ``0..k-1`` by sorting, in O(B log B)."""
     ordered, order = y.sort(dim=-1)

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from ._core import masked_logsumexp
+
 
 def _plain_gram_logsumexp(z: torch.Tensor, temperature: Any,
                           exclude: torch.Tensor | None) -> torch.Tensor:
@@ -29,7 +31,7 @@ def _plain_gram_logsumexp(z: torch.Tensor, temperature: Any,
     mask = torch.eye(z.shape[-2], dtype=torch.bool, device=z.device)
     if exclude is not None:
         mask = mask | exclude
-    return torch.logsumexp(logits.masked_fill(mask, float("-inf")), dim=-1)
+    return masked_logsumexp(logits, mask)
 
 
 class _GramLogSumExp(torch.autograd.Function):
@@ -41,6 +43,7 @@ class _GramLogSumExp(torch.autograd.Function):
         if exclude is not None:
             e.masked_fill_(exclude, float("-inf"))
         row_max = e.amax(-1, keepdim=True)
+        row_max.masked_fill_(~torch.isfinite(row_max), 0.0)  # a row with no entry left
         row_sum = e.sub_(row_max).exp_().sum(-1, keepdim=True)
         temperature_tensor = temperature if isinstance(temperature, torch.Tensor) else None
         ctx.save_for_backward(z, e, row_sum, temperature_tensor, exclude)
@@ -54,7 +57,8 @@ class _GramLogSumExp(torch.autograd.Function):
         wants_z, wants_t = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if torch.is_grad_enabled():
             return _differentiable_backward(z, temperature, exclude, grad, wants_z, wants_t)
-        weights = e * (grad[..., None] / (row_sum * temperature))
+        weights = e * (grad[..., None] / (row_sum.clamp_min(torch.finfo(e.dtype).tiny)
+                                          * temperature))
         weighted = torch.matmul(weights, z)
         grad_z = weighted + torch.matmul(weights.transpose(-1, -2), z) if wants_z else None
         grad_t = None
@@ -82,7 +86,7 @@ def gram_logsumexp(z: torch.Tensor, temperature: Any,
     z : torch.Tensor of shape (..., n, d)
     temperature : float or scalar tensor
     exclude : bool tensor broadcastable to (..., n, n), optional
-        Further pairs to leave out of each row's sum (e.g. the positive, for DCL).
-        Every row must keep at least one entry.
+        Further pairs to leave out of each row's sum (e.g. the positive, for DCL). A
+        row with no entry left reads ``-inf``.
     """
     return _GramLogSumExp.apply(z, temperature, exclude)

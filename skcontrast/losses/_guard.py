@@ -16,9 +16,9 @@ class FalseNegativeGuard(BaseEstimator):
 
     Give it to a loss (``SymmetricInfoNCE(false_negatives=FalseNegativeGuard())``, or
     ``loss__false_negatives=...`` on an estimator). At every training step the estimator
-    builds, for the batch's items, a mask of the pairs that must not be each other's
-    negatives; the loss drops their terms from every anchor's log-sum-exp (dense or
-    tiled; :func:`~skcontrast.losses.info_nce`'s ``exclude``). Item ``j`` is left out of
+    builds, for the batch's items, a mask of the candidates each anchor leaves out; the
+    loss masks them before its log-sum-exps (dense or tiled;
+    :func:`~skcontrast.losses.info_nce`'s ``exclude``). Item ``j`` is left out of
     anchor ``i``'s candidates when
 
     - ``same_content``: the two items share a text (identical token ids, or identical
@@ -30,7 +30,9 @@ class FalseNegativeGuard(BaseEstimator):
       pair names: two translations of one emoji);
     - ``guide``: a fixed *guide* model ranks the candidate above the anchor's own
       positive, less ``margin`` (GISTEmbed, Solatorio 2024, Sec. 3: the guide's
-      similarity :math:`g(a_i, p_j) > g(a_i, p_i) - \text{margin}`), with ``guide`` the
+      similarity :math:`g(a_i, p_j) > g(a_i, p_i) - \text{margin}`; each anchor by its
+      own rule, so in a symmetric loss the anchor :math:`p_i` drops :math:`a_j` when
+      :math:`g(p_i, a_j) > g(p_i, a_i) - \text{margin}`), with ``guide`` the
       guide's embeddings of the training rows, ``(n, 2, d)`` (anchor and positive side)
       or ``(n, d)``; or ``guide='self'``, the learner's own detached similarities with
       the rule :math:`s(a_i, p_j) > s(a_i, p_i) + \text{margin}` (Qwen3-Embedding's mask,
@@ -84,7 +86,10 @@ class FalseNegativeGuard(BaseEstimator):
               index: torch.Tensor | None, keys: torch.Tensor | None,
               groups: torch.Tensor | None, share: bool) -> dict:
         """``exclude`` (and ``exclude_negatives``) for a batch of pairs ``(u, v)`` with
-        hard ``negatives`` ``(B, k, d)``: the options the loss function takes.
+        hard ``negatives`` ``(B, k, d)``: the options the loss function takes. Row ``i``
+        of ``exclude`` is anchor ``i``'s own rule, never made symmetric; with a guide it
+        is ``(2, B, B)``: the ``u`` anchors' rows, then the ``v`` anchors' (whose
+        positive is ``u_i`` and candidates the ``u_j``).
 
         ``index`` are the batch's training rows; ``keys`` ``(n, 2 + k)`` content ids of
         every row's texts (anchor, positive, negatives), ``groups`` ``(n,)``.
@@ -125,15 +130,17 @@ class FalseNegativeGuard(BaseEstimator):
                                          f"{negatives.shape[1]}")
                     n = torch.nn.functional.normalize(guided[:, 2:], dim=-1)
                 sign = -1.0
-            scores = a @ p.T
+            scores = a @ p.T  # (anchor a_i, candidate p_j)
             own = scores.diagonal()[:, None]
             limit = own + sign * float(self.margin)
-            exclude |= scores > limit
+            # each anchor's own rule: a_i against the p_j, and (a symmetric loss's
+            # second direction, NT-Xent's second view) p_i against the a_j
+            exclude = torch.stack([exclude | (scores > limit), exclude | (scores.T > limit)])  # noqa: SIM300
             if n is not None:
                 pool = n.reshape(-1, n.shape[-1]) if share else n
                 neg_scores = a @ pool.T if share else torch.einsum("bd,bkd->bk", a, pool)
                 exclude_negatives |= neg_scores > limit
-        exclude.fill_diagonal_(False)
+        exclude = exclude & ~torch.eye(b, dtype=torch.bool, device=u.device)
         out: dict = {"exclude": exclude}
         if negatives is not None:
             out["exclude_negatives"] = exclude_negatives

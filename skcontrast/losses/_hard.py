@@ -35,27 +35,24 @@ from ._core import (
     check_views,
     finish,
     reduce_terms,
-    similarity,
 )
-from ._infonce import _with_extras, self_logsumexp
-from ._negatives import check_extras
-from ._tiled import resolve_chunk_size, tiled_logsumexp
+from ._infonce import _with_negatives, self_logsumexp
+from ._negatives import CandidateMask, candidate_logsumexp, check_extras
+from ._tiled import resolve_chunk_size
 
 NEGATIVES = ("both views", "other view")
 
 
 def _negative_logsumexp(u: torch.Tensor, v: torch.Tensor, temperature: Any, chunk_size: Any,
-                        negatives: str) -> torch.Tensor:
-    """Each anchor's log-sum-exp of ``s / temperature`` over its negatives only."""
+                        negatives: str, mask: CandidateMask | None) -> torch.Tensor:
+    """Each anchor's log-sum-exp of ``s / temperature`` over its negatives only (not
+    those ``mask`` leaves out)."""
     if negatives == "both views":
         z = torch.cat([u, v], dim=-2)
-        return self_logsumexp(z, temperature, chunk_size, partner=u.shape[-2])
+        return self_logsumexp(z, temperature, chunk_size, partner=u.shape[-2], mask=mask)
     b = u.shape[-2]
-    chunk = resolve_chunk_size(chunk_size, b, b)
-    if chunk is not None:
-        return tiled_logsumexp(u, v, temperature, chunk, skip_self=True)
-    own = torch.eye(b, dtype=torch.bool, device=u.device)
-    return torch.logsumexp(similarity(u, v, temperature).masked_fill(own, float("-inf")), -1)
+    return candidate_logsumexp(u, v, temperature, resolve_chunk_size(chunk_size, b, b),
+                               skip_self=True, mask=mask)
 
 
 def hard_negative_nce(u: Any, v: Any, *, temperature: Any = 0.1, beta: float = 1.0,
@@ -114,27 +111,26 @@ def hard_negative_nce(u: Any, v: Any, *, temperature: Any = 0.1, beta: float = 1
         n: Any = 2 * b - 2
     else:
         n = b - 1
-    offsets = ((0, 0), (0, b), (b, 0), (b, b)) if both else ((0, 0),)
+    mask = None if extras is None else extras.mask((0, 1) if both else (0,), 2 if both else 1)
 
     def negative_lse(t: Any) -> torch.Tensor:
-        lse = _negative_logsumexp(u, v, t, chunk_size, negatives)
-        if extras is None:
-            return lse
-        anchors = torch.cat([u, v], dim=-2) if both else u
-        return _with_extras(lse, anchors, anchors if both else v, extras, t, offsets)
+        lse = _negative_logsumexp(u, v, t, chunk_size, negatives, mask)
+        return _with_negatives(lse, torch.cat([u, v], dim=-2) if both else u, extras, t)
 
     if extras is not None:  # each anchor's own count of negatives
-        left_out = torch.zeros(b, dtype=u.dtype, device=u.device) if extras.exclude is None \
-            else extras.exclude.sum(-1).to(u.dtype)
+        zero = torch.zeros(b, dtype=u.dtype, device=u.device)
+        left_out = zero + extras.left_out(0)
         if both:
-            left_out = torch.cat([2 * left_out, 2 * left_out])
+            left_out = torch.cat([2 * left_out, 2 * (zero + extras.left_out(1))])
         added = torch.as_tensor(extras.added, dtype=u.dtype, device=u.device).expand(b)
         added = torch.cat([added, torch.zeros_like(added)]) if both else added
         n = (n - left_out + added).clamp_min(1.0)
     log_n = torch.log(n) if isinstance(n, torch.Tensor) else math.log(n)
     log_r = negative_lse(temperature / (1 + beta))
-    if beta:  # minus the log of the importance weights' mean
-        log_r = log_r - (negative_lse(temperature / beta) - log_n)
+    if beta:  # minus the log of the importance weights' mean (none: an anchor with no
+        # negative left keeps log_r = -inf)
+        log_w = negative_lse(temperature / beta)
+        log_r = log_r - (log_w.masked_fill(~torch.isfinite(log_w), 0.0) - log_n)
     log_ng = log_r
     if tau_plus:
         log_c = math.log(tau_plus) + log_n + pair

@@ -28,44 +28,42 @@ from ._core import (
     combine_last,
     estimate_entropy,
     finish,
+    masked_logsumexp,
     reduce_terms,
     similarity,
 )
-from ._gram import gram_logsumexp
 from ._negatives import (
+    CandidateMask,
     Extras,
     add_negatives,
+    candidate_logsumexp,
     check_extras,
-    drop_pairs,
-    excluded_pairs,
     negatives_logsumexp,
 )
-from ._tiled import resolve_chunk_size, tiled_logsumexp
+from ._tiled import resolve_chunk_size
 
 DIRECTION_MODES = ("sum", "mean")
 
 
 def _one_sided_terms(u: torch.Tensor, v: torch.Tensor, temperature: Any,
-                     chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-anchor terms of L(U, V): anchor u_i, positive v_i, candidates v_1..v_B
-    (``chunk`` anchor rows at a time when given)."""
-    if chunk is not None:
-        return -(u * v).sum(-1) / temperature, tiled_logsumexp(u, v, temperature, chunk)
-    logits = similarity(u, v, temperature)
-    positive = -torch.diagonal(logits, dim1=-2, dim2=-1)
-    return positive, torch.logsumexp(logits, dim=-1)
+                     chunk: int | None = None, mask: CandidateMask | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-anchor terms of L(U, V): anchor u_i, positive v_i, candidates v_1..v_B but
+    those ``mask`` leaves out (``chunk`` anchor rows at a time when given)."""
+    positive = -(u * v).sum(-1) / temperature
+    return positive, candidate_logsumexp(u, v, temperature, chunk, mask=mask)
 
 
 def self_logsumexp(z: torch.Tensor, temperature: Any, chunk_size: Any,
-                   partner: int | None = None) -> torch.Tensor:
+                   partner: int | None = None,
+                   mask: CandidateMask | None = None) -> torch.Tensor:
     """Each row's log-sum-exp over the other rows of ``z`` (and not its ``partner``
-    rows away, for DCL): dense through :func:`gram_logsumexp`, or tile by tile."""
+    rows away, for DCL, nor what ``mask`` leaves out): dense through the Gram matrix,
+    or tile by tile."""
     n = z.shape[-2]
     chunk = resolve_chunk_size(chunk_size, n, n)
-    if chunk is not None:
-        return tiled_logsumexp(z, z, temperature, chunk, skip_self=True, partner=partner)
-    exclude = None if partner is None else _partner_mask(n // 2, z.device)
-    return gram_logsumexp(z, temperature, exclude=exclude)
+    return candidate_logsumexp(z, z, temperature, chunk, skip_self=True, partner=partner,
+                               mask=mask)
 
 
 def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
@@ -115,9 +113,13 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     share_negatives : bool, default=True
         Every ``u`` anchor contrasts with all ``B k`` hard negatives of the batch
         (sentence-transformers' convention); ``False``: with its own ``k``.
-    exclude : bool array-like of shape (B, B) or None, default=None
-        Items that are not each other's negatives (the same content or group, or what a
-        guide ranks above the positive): their terms leave every anchor's log-sum-exp.
+    exclude : bool array-like of shape (B, B) or (2, B, B), or None, default=None
+        Row ``i`` marks the items that are not anchor ``i``'s negatives (the same
+        content or group, or what a guide ranks above its positive): they are masked
+        out of its log-sum-exp before the sum (never subtracted afterwards, which
+        loses float32 precision). The mask is used as given, not made symmetric; a
+        ``(2, B, B)`` mask holds one for the ``u`` anchors and one for the ``v``
+        anchors (a symmetric loss's second direction, NT-Xent's second view).
     exclude_negatives : bool array-like of shape (B, B k) (or (B, k)) or None
         Hard negatives left out for an anchor (e.g. a duplicate of its positive).
     same_view_negatives : bool, default=False
@@ -147,11 +149,12 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
             and not same_view_negatives:
         return _cross_entropy_terms(similarity(u, v, temperature), lambda_pos, lambda_ent,
                                     reduction, None, return_terms)
-    positive, entropy = _one_sided_terms(u, v, temperature, chunk)
-    if extras is not None:
-        entropy = _with_extras(entropy, u, v, extras, temperature, ((0, 0),))
+    positive, entropy = _one_sided_terms(u, v, temperature, chunk,
+                                         None if extras is None else extras.mask((0,), 1))
+    entropy = _with_negatives(entropy, u, extras, temperature)
     if same_view_negatives:
-        entropy = torch.logaddexp(entropy, _same_view_lse(u, extras, temperature, chunk_size))
+        entropy = torch.logaddexp(entropy, _same_view_lse(u, 0, extras, temperature,
+                                                          chunk_size))
     entropy = estimate_entropy(entropy, u.shape[-2], denominator)
     terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
                          reduction=reduction)
@@ -208,25 +211,25 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
             and not same_view_negatives:
         return _cross_entropy_terms(similarity(u, v, temperature), lambda_pos, lambda_ent,
                                     reduction, directions, return_terms)
+    masks = (None, None) if extras is None else (extras.mask((0,), 1), extras.mask((1,), 1))
     if chunk is None:  # one logits matrix for both directions: its rows, then its columns
         logits = similarity(u, v, temperature)
         pos = -torch.diagonal(logits, dim1=-2, dim2=-1)
         positive = torch.stack([pos, pos], dim=-2)
-        lse = torch.stack([torch.logsumexp(logits, dim=-1), torch.logsumexp(logits, dim=-2)],
-                          dim=-2)
+        lse = torch.stack([masked_logsumexp(matrix, None if mask is None else mask.block())
+                           for matrix, mask in zip((logits, logits.transpose(-1, -2)), masks,
+                                                   strict=True)], dim=-2)
     else:
-        pos_uv, ent_uv = _one_sided_terms(u, v, temperature, chunk)
-        pos_vu, ent_vu = _one_sided_terms(v, u, temperature, chunk)
+        pos_uv, ent_uv = _one_sided_terms(u, v, temperature, chunk, masks[0])
+        pos_vu, ent_vu = _one_sided_terms(v, u, temperature, chunk, masks[1])
         positive, lse = torch.stack([pos_uv, pos_vu], dim=-2), torch.stack([ent_uv, ent_vu],
                                                                             dim=-2)
-    if extras is not None:
-        lse = torch.stack([_with_extras(lse[0], u, v, extras, temperature, ((0, 0),)),
-                           _with_extras(lse[1], v, u, extras._replace(negatives=None),
-                                        temperature, ((0, 0),))])
+    if extras is not None and extras.negatives is not None:
+        lse = torch.stack([_with_negatives(lse[0], u, extras, temperature), lse[1]])
     if same_view_negatives:
         lse = torch.logaddexp(lse, torch.stack([
-            _same_view_lse(u, extras, temperature, chunk_size),
-            _same_view_lse(v, extras, temperature, chunk_size)]))
+            _same_view_lse(u, 0, extras, temperature, chunk_size),
+            _same_view_lse(v, 1, extras, temperature, chunk_size)]))
     entropy = estimate_entropy(lse, u.shape[-2], denominator)
     terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
                          reduction=reduction)
@@ -279,29 +282,22 @@ def _cross_entropy_terms(logits: torch.Tensor, lambda_pos: Any, lambda_ent: Any,
         return LossTerms(loss, positive, (cross if scale == 1 else scale * cross) - positive)
 
 
-def _with_extras(lse: torch.Tensor, anchors: torch.Tensor, candidates: torch.Tensor,
-                 extras: Extras, temperature: Any,
-                 offsets: tuple[tuple[int, int], ...]) -> torch.Tensor:
-    """``lse`` (one per anchor row) without the excluded items' terms, and with the first
-    ``B`` rows' hard negatives added."""
-    if extras.exclude is not None:
-        rows, cols = excluded_pairs(extras, offsets)
-        lse = drop_pairs(lse, anchors, candidates, rows, cols, temperature)
-    if extras.negatives is None:
+def _with_negatives(lse: torch.Tensor, anchors: torch.Tensor, extras: Extras | None,
+                    temperature: Any) -> torch.Tensor:
+    """``lse`` (one per anchor row) with the first ``B`` rows' (the ``u`` anchors') hard
+    negatives added."""
+    if extras is None or extras.negatives is None:
         return lse
-    b = extras.negatives.shape[0]  # the u anchors: the first B rows
+    b = extras.negatives.shape[0]
     return add_negatives(lse, negatives_logsumexp(anchors[:b], extras, temperature))
 
 
-def _same_view_lse(z: torch.Tensor, extras: Extras | None, temperature: Any,
+def _same_view_lse(z: torch.Tensor, view: int, extras: Extras | None, temperature: Any,
                    chunk_size: Any) -> torch.Tensor:
-    """Each row's log-sum-exp over the other rows of its own view (GTE's same-view
-    negatives), without the excluded items."""
-    lse = self_logsumexp(z, temperature, chunk_size)
-    if extras is not None and extras.exclude is not None:
-        rows, cols = excluded_pairs(extras, ((0, 0),))
-        lse = drop_pairs(lse, z, z, rows, cols, temperature)
-    return lse
+    """Each row's log-sum-exp over the other rows of its own view ``view`` (GTE's
+    same-view negatives), without the items its anchor leaves out."""
+    return self_logsumexp(z, temperature, chunk_size,
+                          mask=None if extras is None else extras.mask((view,), 1))
 
 
 def _two_view(u: torch.Tensor, v: torch.Tensor,
@@ -309,14 +305,6 @@ def _two_view(u: torch.Tensor, v: torch.Tensor,
     """The ``2B`` anchors ``[u; v]`` and their positive terms ``-u_i.v_i / t`` (twice)."""
     positive = -(u * v).sum(-1) / temperature
     return torch.cat([u, v], dim=-2), torch.cat([positive, positive], dim=-1)
-
-
-def _partner_mask(b: int, device: torch.device) -> torch.Tensor:
-    """``(2B, 2B)`` mask of each anchor's positive: row ``a`` marks ``(a + B) mod 2B``."""
-    rows = torch.arange(2 * b, device=device)
-    partner = torch.zeros(2 * b, 2 * b, dtype=torch.bool, device=device)
-    partner[rows, (rows + b) % (2 * b)] = True
-    return partner
 
 
 def nt_xent(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
@@ -394,9 +382,9 @@ def _two_view_loss(u: Any, v: Any, temperature: Any, lambda_pos: float, lambda_e
     checked = check_extras(u, extras[0], extras[1], extras[2], extras[3], normalize)
     z, positive = _two_view(u, v, temperature)
     b = u.shape[-2]
-    lse = self_logsumexp(z, temperature, chunk_size, partner=b if decoupled else None)
-    if checked is not None:
-        lse = _with_extras(lse, z, z, checked, temperature, ((0, 0), (0, b), (b, 0), (b, b)))
+    lse = self_logsumexp(z, temperature, chunk_size, partner=b if decoupled else None,
+                         mask=None if checked is None else checked.mask((0, 1), 2))
+    lse = _with_negatives(lse, z, checked, temperature)
     entropy = estimate_entropy(lse, 2 * b - 2 if decoupled else 2 * b - 1, denominator)
     terms = reduce_terms(positive, entropy,
                          lambda_pos=lambda_pos, lambda_ent=lambda_ent, reduction=reduction)

@@ -8,25 +8,32 @@ change that set:
   its own ``k`` negatives ``n_i1 .. n_ik``, or, with ``share=True``, with every
   negative of the batch (sentence-transformers' ``MultipleNegativesRankingLoss``); they
   enter as ``logaddexp(lse_i, log sum_m e^{u_i . n_m / t})``;
-- **false negatives left out** (``exclude``, a symmetric ``(B, B)`` mask of items that
-  must not be each other's negatives: the same content, the same group, or what a guide
-  model ranks above the positive, GISTEmbed's rule): their terms are removed from the
-  log-sum-exp, ``lse + log(1 - e^{lse_excluded - lse})``, which works on the dense and on
-  the tiled log-sum-exps alike (the excluded terms are computed explicitly, one per
-  excluded pair) and has the gradient of the masked sum.
+- **false negatives left out** (``exclude``, a ``(B, B)`` mask whose row ``i`` marks the
+  items that are not anchor ``i``'s negatives: the same content, the same group, or
+  what a guide model ranks above anchor ``i``'s positive, GISTEmbed's rule): their
+  logits are set to ``-inf`` *before* the log-sum-exp, in every path (dense, tiled, the
+  Gram matrix of the two-view losses), so a left-out candidate never enters the sum.
+  (Subtracting its term afterwards, ``lse + log(1 - e^{lse_out - lse})``, cancels
+  catastrophically in float32 exactly when the left-out candidate dominates the sum: a
+  duplicate of the positive.) A ``(2, B, B)`` mask gives the anchors of each view their
+  own rows: ``[0]`` for the ``u_i``, ``[1]`` for the ``v_i`` (a symmetric loss's second
+  direction, the second view of NT-Xent), for rules that depend on the anchor's side.
 
 Only the ``u`` anchors (queries) get the hard negatives (they are documents, the ``v``
-side); exclusions apply to every anchor.
+side); exclusions apply to every anchor, each by its own row.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
 
 from .._validation import as_float_tensor, describe
-from ._core import maybe_normalize
+from ._core import masked_logsumexp, maybe_normalize
+from ._gram import gram_logsumexp
+from ._tiled import tiled_logsumexp
 
 
 class Extras(NamedTuple):
@@ -34,7 +41,7 @@ class Extras(NamedTuple):
 
     negatives: torch.Tensor | None  # (B, k, d), normalised as the views
     share: bool
-    exclude: torch.Tensor | None  # (B, B) bool, symmetric, False on the diagonal
+    exclude: torch.Tensor | None  # (V, B, B) bool, V = 1 or 2 (per anchor view), no diagonal
     exclude_negatives: torch.Tensor | None  # (B, B*k) with share, else (B, k)
 
     @property
@@ -48,6 +55,73 @@ class Extras(NamedTuple):
         if self.exclude_negatives is None:
             return total
         return total - self.exclude_negatives.sum(-1)
+
+    def left_out(self, view: int) -> torch.Tensor | int:
+        """Items left out of each anchor's candidates, for the anchors of ``view``."""
+        if self.exclude is None:
+            return 0
+        return self.exclude[min(view, len(self.exclude) - 1)].sum(-1)
+
+    def mask(self, views: Sequence[int], candidate_blocks: int) -> CandidateMask | None:
+        """The exclusions of one log-sum-exp whose anchor rows are ``B``-row blocks of the
+        views ``views`` (``(0,)``: the ``u_i``; ``(1,)``: the ``v_i``; ``(0, 1)``:
+        ``[u; v]``) and whose candidate columns are ``candidate_blocks`` blocks of the
+        ``B`` items (``2``: ``[u; v]``); ``None`` when nothing is left out."""
+        if self.exclude is None:
+            return None
+        n_views, b = self.exclude.shape[0], self.exclude.shape[-1]
+        device = self.exclude.device
+        items = torch.arange(b, device=device)
+        row_view = torch.tensor([min(v, n_views - 1) for v in views],
+                                device=device).repeat_interleave(b)
+        return CandidateMask(self.exclude, row_view, items.repeat(len(views)),
+                             items.repeat(candidate_blocks))
+
+
+class CandidateMask(NamedTuple):
+    """Which candidate columns leave which anchor rows' log-sum-exps: entry ``(r, c)`` of
+    an ``n x m`` logits matrix is left out when ``exclude[row_view[r], row_item[r],
+    col_item[c]]``. Built block by block of anchor rows (:meth:`block`), so a tiled
+    log-sum-exp never holds more of it than its tile."""
+
+    exclude: torch.Tensor  # (V, B, B)
+    row_view: torch.Tensor  # (n,)
+    row_item: torch.Tensor  # (n,)
+    col_item: torch.Tensor  # (m,)
+
+    def block(self, start: int = 0, stop: int | None = None) -> torch.Tensor:
+        """The ``(stop - start, m)`` mask of anchor rows ``start..stop``."""
+        rows = self.exclude[self.row_view[start:stop], self.row_item[start:stop]]
+        return rows[:, self.col_item]
+
+
+def candidate_logsumexp(anchors: torch.Tensor, candidates: torch.Tensor, temperature: Any,
+                        chunk: int | None, *, skip_self: bool = False,
+                        partner: int | None = None,
+                        mask: CandidateMask | None = None) -> torch.Tensor:
+    """``log sum_j exp(a_i . c_j / temperature)`` for every anchor row over the candidates
+    it keeps: ``j = i`` left out with ``skip_self`` (``candidates`` is ``anchors``),
+    ``j = (i + partner) mod m`` with ``partner`` (DCL's positive), and the entries of
+    ``mask`` (the excluded items). Everything left out is masked *before* the sum, dense
+    (``chunk=None``) or ``chunk`` anchor rows at a time; an anchor left with no
+    candidate reads ``-inf`` (with a zero gradient)."""
+    if chunk is not None:
+        return tiled_logsumexp(anchors, candidates, temperature, chunk, skip_self=skip_self,
+                               partner=partner, mask=mask)
+    n, m = anchors.shape[-2], candidates.shape[-2]
+    left_out = None if mask is None else mask.block()
+    if skip_self or partner is not None:
+        rows = torch.arange(n, device=anchors.device)
+        pairs = torch.zeros(n, m, dtype=torch.bool, device=anchors.device)
+        if skip_self:
+            pairs[rows, rows] = True
+        if partner is not None:
+            pairs[rows, (rows + partner) % m] = True
+        left_out = pairs if left_out is None else left_out | pairs
+    if skip_self and candidates is anchors:  # a Gram matrix, with its hand-written backward
+        return gram_logsumexp(anchors, temperature, exclude=left_out)
+    logits = torch.matmul(anchors / temperature, candidates.transpose(-1, -2))
+    return masked_logsumexp(logits, left_out)
 
 
 def check_extras(u: torch.Tensor, hard_negatives: Any, share: Any, exclude: Any,
@@ -73,10 +147,12 @@ def check_extras(u: torch.Tensor, hard_negatives: Any, share: Any, exclude: Any,
     mask = None
     if exclude is not None:
         mask = torch.as_tensor(exclude, device=u.device)
-        if mask.dtype != torch.bool or tuple(mask.shape) != (b, b):
-            raise ValueError(f"exclude must be a boolean (B, B) = ({b}, {b}) mask of items "
-                             f"that are not each other's negatives; got {describe(exclude)}")
-        mask = (mask | mask.T) & ~torch.eye(b, dtype=torch.bool, device=u.device)
+        if mask.dtype != torch.bool or tuple(mask.shape) not in ((b, b), (2, b, b)):
+            raise ValueError(f"exclude must be a boolean (B, B) = ({b}, {b}) mask whose row "
+                             f"i marks the items that are not anchor i's negatives (or "
+                             f"(2, B, B): one for the u anchors, one for the v anchors); "
+                             f"got {describe(exclude)}")
+        mask = mask.reshape(-1, b, b) & ~torch.eye(b, dtype=torch.bool, device=u.device)
     excluded_negatives = None
     if exclude_negatives is not None:
         assert negatives is not None
@@ -101,9 +177,7 @@ def negatives_logsumexp(anchors: torch.Tensor, extras: Extras,
         logits = anchors @ negatives.reshape(-1, negatives.shape[-1]).T / temperature
     else:
         logits = torch.einsum("bd,bkd->bk", anchors, negatives) / temperature
-    if extras.exclude_negatives is not None:
-        logits = logits.masked_fill(extras.exclude_negatives, float("-inf"))
-    return torch.logsumexp(logits, dim=-1)
+    return masked_logsumexp(logits, extras.exclude_negatives)
 
 
 def add_negatives(lse: torch.Tensor, extra: torch.Tensor | None) -> torch.Tensor:
@@ -112,37 +186,3 @@ def add_negatives(lse: torch.Tensor, extra: torch.Tensor | None) -> torch.Tensor
         return lse
     b = len(extra)
     return torch.cat([torch.logaddexp(lse[:b], extra), lse[b:]])
-
-
-def drop_pairs(lse: torch.Tensor, anchors: torch.Tensor, candidates: torch.Tensor,
-               rows: torch.Tensor, cols: torch.Tensor, temperature: Any) -> torch.Tensor:
-    """``lse`` (one per anchor row) without the terms ``e^{a_r . c_c / t}`` of the pairs
-    ``(rows, cols)``: ``lse + log(1 - e^{lse_dropped - lse})``."""
-    if not len(rows):
-        return lse
-    logits = (anchors[rows] * candidates[cols]).sum(-1) / temperature
-    n = len(lse)
-    top = torch.full((n,), float("-inf"), dtype=logits.dtype, device=logits.device)
-    top = top.scatter_reduce(0, rows, logits.detach(), reduce="amax")
-    has = torch.isfinite(top)
-    shift = torch.where(has, top, torch.zeros_like(top))
-    summed = torch.zeros(n, dtype=logits.dtype, device=logits.device).index_add(
-        0, rows, torch.exp(logits - shift[rows]))
-    dropped = torch.where(has, torch.log(summed.clamp_min(torch.finfo(summed.dtype).tiny))
-                          + shift, torch.full_like(shift, float("-inf")))
-    # at most everything: a set left empty reads -inf (its anchor has no candidate left)
-    gap = torch.where(has, (dropped - lse).clamp(max=-1e-7), torch.full_like(lse, -1.0))
-    kept = lse + torch.log(-torch.expm1(gap))
-    return torch.where(has, kept, lse)
-
-
-def excluded_pairs(extras: Extras, offsets: tuple[tuple[int, int], ...]
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows and columns of every excluded pair ``(i, j)`` of ``extras.exclude``, once per
-    ``(row offset, column offset)``: e.g. ``((0, 0), (0, B), (B, 0), (B, B))`` for the
-    ``2B`` rows ``[u; v]`` of NT-Xent."""
-    assert extras.exclude is not None
-    i, j = torch.nonzero(extras.exclude, as_tuple=True)
-    rows = torch.cat([i + r for r, _ in offsets])
-    cols = torch.cat([j + c for _, c in offsets])
-    return rows, cols

@@ -56,9 +56,10 @@ def resolve_chunk_size(chunk_size: Any, rows: int, cols: int) -> int | None:
 
 
 def _tile_logits(a: torch.Tensor, b: torch.Tensor, temperature: Any, start: int, stop: int,
-                 skip_self: bool, partner: int | None) -> torch.Tensor:
+                 skip_self: bool, partner: int | None, mask: Any) -> torch.Tensor:
     """Logits of anchor rows ``start..stop`` against every candidate, the entries left
-    out set to -inf in place (by index: no mask of the tile's size is built)."""
+    out set to -inf in place (self and partner by index; ``mask``, a
+    :class:`~skcontrast.losses._negatives.CandidateMask`, by the tile's block of it)."""
     logits = torch.matmul(a[..., start:stop, :] / temperature, b.transpose(-1, -2))
     rows = torch.arange(stop - start, device=a.device)
     cols = rows + start
@@ -66,7 +67,16 @@ def _tile_logits(a: torch.Tensor, b: torch.Tensor, temperature: Any, start: int,
         logits[..., rows, cols] = float("-inf")
     if partner is not None:
         logits[..., rows, (cols + partner) % b.shape[-2]] = float("-inf")
+    if mask is not None:
+        logits.masked_fill_(mask.block(start, stop), float("-inf"))
     return logits
+
+
+def _finite_peak(logits: torch.Tensor) -> torch.Tensor:
+    """Each row's largest logit, 0 for a row with every entry left out (so that its
+    exponentials are 0 rather than NaN)."""
+    peak = logits.amax(-1, keepdim=True)
+    return peak.masked_fill_(~torch.isfinite(peak), 0.0)
 
 
 class _TiledLogSumExp(torch.autograd.Function):
@@ -85,24 +95,24 @@ class _TiledLogSumExp(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, temperature: Any, chunk: int,
-                skip_self: bool, partner: int | None, fuse: bool) -> torch.Tensor:
+                skip_self: bool, partner: int | None, mask: Any, fuse: bool) -> torch.Tensor:
         wants_a, wants_b, wants_t = (fuse and w for w in ctx.needs_input_grad[:3])
         unit_a: Any = torch.zeros_like(a) if wants_a else None
         unit_b: Any = torch.zeros_like(b) if wants_b else None
         parts, excess = [], []
         for start in range(0, a.shape[-2], chunk):
             stop = min(start + chunk, a.shape[-2])
-            logits = _tile_logits(a, b, temperature, start, stop, skip_self, partner)
-            peak = logits.amax(-1, keepdim=True)
+            logits = _tile_logits(a, b, temperature, start, stop, skip_self, partner, mask)
+            peak = _finite_peak(logits)
             p = logits.sub_(peak).exp_()  # in place: one tile in memory
             total = p.sum(-1)
-            lse = peak.squeeze(-1) + total.log()
+            lse = peak.squeeze(-1) + total.log()  # -inf for a row with no candidate
             parts.append(lse)
             if not (wants_a or wants_b or wants_t):
                 continue
-            p.div_(total[..., None])  # the softmax of each row
+            p.div_(total.clamp_min(torch.finfo(p.dtype).tiny)[..., None])  # each row's softmax
             if wants_t:
-                excess.append(torch.special.entr(p).sum(-1) - lse)
+                excess.append((torch.special.entr(p).sum(-1) - lse).nan_to_num_(posinf=0.0))
             p.div_(temperature)
             if wants_a:
                 unit_a[..., start:stop, :] = torch.matmul(p, b)
@@ -113,7 +123,7 @@ class _TiledLogSumExp(torch.autograd.Function):
         units = [torch.cat(excess, dim=-1) if wants_t else None, unit_a, unit_b]
         ctx.save_for_backward(a, b, lse, t, *units)
         ctx.temperature, ctx.chunk = temperature, chunk
-        ctx.skip_self, ctx.partner = skip_self, partner
+        ctx.skip_self, ctx.partner, ctx.mask = skip_self, partner, mask
         return lse
 
     @staticmethod
@@ -139,7 +149,7 @@ class _TiledLogSumExp(torch.autograd.Function):
             grad_t = more[2] if wants_t else grad_t
         if grad_t is not None:
             grad_t = grad_t.reshape(t.shape).to(t.dtype)
-        return grad_a, grad_b, grad_t, None, None, None, None
+        return grad_a, grad_b, grad_t, None, None, None, None, None
 
 
 def _recomputed(ctx: Any, a: torch.Tensor, b: torch.Tensor, lse: torch.Tensor,
@@ -152,12 +162,15 @@ def _recomputed(ctx: Any, a: torch.Tensor, b: torch.Tensor, lse: torch.Tensor,
     for start in range(0, a.shape[-2], ctx.chunk):
         stop = min(start + ctx.chunk, a.shape[-2])
         g = grad[..., start:stop]
-        p = _tile_logits(a, b, temperature, start, stop, ctx.skip_self, ctx.partner)
-        p.sub_(lse[..., start:stop, None]).exp_()  # softmax probabilities, in place
+        p = _tile_logits(a, b, temperature, start, stop, ctx.skip_self, ctx.partner, ctx.mask)
+        tile_lse = lse[..., start:stop, None]
+        # softmax probabilities, in place (0 in a row with no candidate)
+        p.sub_(tile_lse.masked_fill(~torch.isfinite(tile_lse), 0.0)).exp_()
         if wants_t:
             # sum_j p_j logit_j = lse - entropy(p), so d lse / d t = (entropy - lse) / t
             entropy = torch.special.entr(p).sum(-1)
-            grad_t += (g * (entropy - lse[..., start:stop])).sum() / temperature
+            excess = (entropy - lse[..., start:stop]).nan_to_num_(posinf=0.0)
+            grad_t += (g * excess).sum() / temperature
         weights = p.mul_((g / temperature)[..., None])
         if wants_a:
             grad_a[..., start:stop, :] = torch.matmul(weights, b)
@@ -167,7 +180,8 @@ def _recomputed(ctx: Any, a: torch.Tensor, b: torch.Tensor, lse: torch.Tensor,
 
 
 def tiled_logsumexp(a: torch.Tensor, b: torch.Tensor, temperature: Any, chunk_size: int, *,
-                    skip_self: bool = False, partner: int | None = None) -> torch.Tensor:
+                    skip_self: bool = False, partner: int | None = None,
+                    mask: Any = None) -> torch.Tensor:
     """``log sum_j exp(a_i . b_j / temperature)`` for every row of ``a``, ``chunk_size``
     rows at a time; shape ``(..., n)``.
 
@@ -184,8 +198,10 @@ def tiled_logsumexp(a: torch.Tensor, b: torch.Tensor, temperature: Any, chunk_si
         Leave out ``j = i`` (``b`` is ``a``).
     partner : int or None, default=None
         Also leave out ``j = (i + partner) mod m`` (DCL's positive).
+    mask : CandidateMask or None, default=None
+        Further entries left out (excluded items), masked in each tile before its sum.
     """
-    return _TiledLogSumExp.apply(a, b, temperature, chunk_size, skip_self, partner,
+    return _TiledLogSumExp.apply(a, b, temperature, chunk_size, skip_self, partner, mask,
                                  torch.is_grad_enabled())
 
 
