@@ -240,6 +240,49 @@ def test_jest_with_siglip_is_the_papers_sampler_on_the_two_models_logits():
     assert kept.tolist() == jest_select(L, R, 8, 4, g).tolist()
 
 
+@pytest.mark.parametrize(("lambda_pos", "lambda_ent"), [(3.0, 1.0), (1.0, 0.25)])
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_jest_with_siglip_scores_the_loss_as_it_is_trained(lambda_pos, lambda_ent, symmetric):
+    # the balance weights are part of the loss: a sub-batch's score is the difference of
+    # the two models' summed losses under them (lambda_pos=3 read 0.98 for 2.63)
+    import math
+
+    loss = SigLIP(temperature=0.5, bias=-2.0, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
+                  symmetric=symmetric, chunk_size=None)
+    n, keep, sizes = 24, 8, chunk_sizes(8, 4)
+    z, zr = unit_pairs(n, seed=0), unit_pairs(n, seed=1)
+    sel = JESTSelector(keep, 2 / 3, n_chunks=4, reference=zr.numpy(), loss=loss,
+                       random_state=0)
+    batch = torch.as_tensor(next(iter(sel.split(np.zeros((n, 1))))))
+    g = copy_generator(sel)
+    kept = sel.curate(CurationBatch(z, batch))
+    learner, reference = z.double(), zr[batch].double()
+
+    def score(rows):  # JEST's learnability of a sub-batch, straight from the loss
+        rows = sorted(rows)
+        if len(rows) == 1:  # one pair: its positive term alone (no batch to call it on)
+            return sum(sign * lambda_pos * math.log1p(math.exp(
+                -(float(x[rows[0], 0] @ x[rows[0], 1]) / 0.5 - 2.0)))
+                for x, sign in ((learner, 1), (reference, -1)))
+        return len(rows) * float(loss(learner[rows, 0], learner[rows, 1])
+                                 - loss(reference[rows, 0], reference[rows, 1]))
+
+    rng = np.random.default_rng(0)
+    for size in (2, 5, 11):
+        rows = rng.choice(n, size, replace=False)
+        block = (loss.pair_losses(learner[:, 0], learner[:, 1])
+                 - loss.pair_losses(reference[:, 0], reference[:, 1]))[rows][:, rows].sum()
+        assert float(block) == pytest.approx(score(rows), rel=1e-9)
+    chosen: list[int] = []
+    for size in sizes:
+        draws = torch.rand(n, generator=g).tolist()
+        base = score(chosen) if chosen else 0.0
+        keys = {k: score([*chosen, k]) - base - math.log(-math.log(draws[k]))
+                for k in range(n) if k not in chosen}
+        chosen += sorted(keys, key=keys.get, reverse=True)[:size]
+    assert kept.tolist() == chosen
+
+
 @pytest.mark.parametrize("score", ["learnability", "hard"])
 def test_jest_with_any_loss_equals_a_brute_force_sampler(score):
     loss = SymmetricInfoNCE(temperature=0.3)

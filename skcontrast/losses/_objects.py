@@ -61,7 +61,7 @@ from ._references import (
     margin_pair_terms,
     reference_softmax_terms,
 )
-from ._sigmoid import siglip
+from ._sigmoid import siglip, sigmoid_pair_losses
 from ._supervised import DISTANCES, NO_POSITIVE_CONVENTIONS, contrastive_margin, supcon
 
 #: A learned temperature stays above this (CLIP caps its inverse at 100).
@@ -159,6 +159,12 @@ class Loss(BaseEstimator):
     #: own entry never is one) and ``positives``, and the view of each row and entry; or
     #: ``None`` for a loss with no such form.
     queue_terms: ClassVar[Callable[..., LossTerms] | None] = None
+
+    #: ``pair_losses(u, v, **overrides) -> (..., B, B)``: for a loss that is a sum of
+    #: pair terms (SigLIP), each pair's term as the loss is trained (balance weights
+    #: included), so that a sub-batch's summed loss is the sum of its block; ``None``
+    #: for a loss whose terms couple the pairs (a log-sum-exp).
+    pair_losses: ClassVar[Callable[..., torch.Tensor] | None] = None
 
     def affinity(self, u: Any, v: Any, batch_size: int, **overrides: Any) -> torch.Tensor:
         """Pair weights ``w(k, l)`` of ``n`` candidate pairs, ``(..., n, n)``: how much
@@ -645,6 +651,23 @@ class SigLIP(Loss):
         self.normalize = normalize
         self.symmetric = symmetric
         self.chunk_size = chunk_size
+
+    def pair_losses(self, u: Any, v: Any, **overrides: Any) -> torch.Tensor:
+        """The ``(..., B, B)`` matrix of each pair's term in the loss as it is trained:
+        ``lambda_pos * softplus(-l_ii)`` on the diagonal, ``lambda_ent *
+        softplus(l_ij)`` off it (Zhai et al. 2023, Eq. 1, with the balance of Sors et al.
+        2021, Eq. 5). The sum of its block over any sub-batch is the sub-batch's summed
+        loss (mean x size; the same with ``symmetric``): what JEST samples over (Evans
+        et al. 2024, Sec. 2)."""
+        o = self.options(**overrides)
+        u, v = (maybe_normalize(as_float_tensor(x, n), o["normalize"])
+                for x, n in ((u, "u"), (v, "v")))
+        logits = torch.matmul(u / o["temperature"], v.transpose(-1, -2)) + o["bias"]
+        terms = sigmoid_pair_losses(logits)
+        own = torch.eye(terms.shape[-2], terms.shape[-1], dtype=torch.bool,
+                        device=terms.device)
+        return terms * torch.where(own, torch.as_tensor(float(o["lambda_pos"])),
+                                   torch.as_tensor(float(o["lambda_ent"]))).to(terms)
 
     def affinity(self, u: Any, v: Any, batch_size: int, **overrides: Any) -> torch.Tensor:
         """Exactly what two pairs add to the loss when they share a batch: the negative

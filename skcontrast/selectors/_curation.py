@@ -22,10 +22,9 @@ import torch
 from sklearn.base import clone
 
 from .._validation import check_choice, check_int, check_real, describe
-from ..losses import Loss, SigLIP
-from ..losses._core import maybe_normalize
+from ..losses import Loss
 from ._base import BatchSelector, check_batch_size, n_partition_batches, partition
-from ._jest import SCORES, chunk_sizes, gumbel_chunks, jest_select
+from ._jest import SCORES, block_sample, chunk_sizes, gumbel_chunks, score_matrix
 
 
 class CurationBatch(NamedTuple):
@@ -405,8 +404,10 @@ class JESTSelector(CuratingSelector):
     - ``'easy_reference'``: minus the reference's (what the reference finds easy).
 
     The loss is the one being trained, as it is at that step (``loss=None``), or this
-    selector's own. With :class:`~skcontrast.losses.SigLIP` it decomposes over pairs and
-    the sampler is the paper's (:func:`jest_select` on the two models' logits). Any other
+    selector's own. A loss that is a sum of pair terms (:class:`~skcontrast.losses.SigLIP`,
+    whose ``pair_losses`` give them with its balance weights and learned temperature and
+    bias) is scored by the paper's sampler on the two models' pair-loss matrices (as
+    :func:`jest_select` on their logits). Any other
     loss is scored on sub-batches directly: the first chunk by each row's loss in the
     super-batch (the terms of its anchors), each later chunk by the summed loss of the
     chosen rows plus the candidate, less that of the chosen rows: exact, at
@@ -486,11 +487,10 @@ class JESTSelector(CuratingSelector):
         n_chunks = min(int(self.n_chunks), keep)
         learner = batch.embeddings.float() if self.score != "easy_reference" else None
         reference = self.reference_embeddings(batch) if self.score != "hard" else None
-        if isinstance(loss, SigLIP):
-            logits = [None if z is None else _siglip_logits(z, loss)
-                      for z in (learner, reference)]
-            return jest_select(logits[0], logits[1], keep, n_chunks, self._generator,
-                               score=self.score)
+        if loss.pair_losses is not None:  # the loss is a sum of pair terms (SigLIP)
+            pairs = [None if z is None else loss.pair_losses(*_views(z)).detach()
+                     for z in (learner, reference)]
+            return block_sample(score_matrix(*pairs), keep, n_chunks, self._generator)
         models = [(z, sign) for z, sign in ((learner, 1.0), (reference, -1.0)) if z is not None]
 
         def first() -> torch.Tensor:
@@ -516,13 +516,9 @@ class JESTSelector(CuratingSelector):
         return gumbel_chunks(first(), update, chunk_sizes(keep, n_chunks), self._generator)
 
 
-def _siglip_logits(z: torch.Tensor, loss: Loss) -> torch.Tensor:
-    """SigLIP's logits ``u . v / t + b`` of a batch of pairs (or a single view against
-    itself), with the loss's normalisation, temperature and bias."""
-    o = loss.options()
-    u, v = (z[:, 0], z[:, 1]) if z.ndim == 3 else (z, z)
-    u, v = (maybe_normalize(x, o.get("normalize", True)) for x in (u, v))
-    return u @ v.T / float(o["temperature"]) + float(o["bias"])
+def _views(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two views of a batch of pairs (a single view is its own positive)."""
+    return (z[:, 0], z[:, 1]) if z.ndim == 3 else (z, z)
 
 
 class RhoLossSelector(CuratingSelector):

@@ -51,12 +51,21 @@ def pair_scores(learner_logits: Any, reference_logits: Any = None,
             raise ValueError(f"reference_logits has shape {tuple(reference.shape)} but "
                              f"learner_logits {tuple(learner.shape)}: both score the same "
                              "super-batch")
+    return score_matrix(None if learner is None else sigmoid_pair_losses(learner),
+                        None if reference is None else sigmoid_pair_losses(reference))
+
+
+def score_matrix(learner: torch.Tensor | None, reference: torch.Tensor | None
+                 ) -> torch.Tensor:
+    """A sub-batch's score as a block sum, from the two models' ``(S, S)`` pair-loss
+    matrices (either ``None`` where the score does not use it): learner minus
+    reference, the learner's alone, or the reference's negated."""
     if reference is None:
         assert learner is not None
-        return sigmoid_pair_losses(learner)
+        return learner
     if learner is None:
-        return -sigmoid_pair_losses(reference)
-    return sigmoid_pair_losses(learner) - sigmoid_pair_losses(reference.to(learner))
+        return -reference
+    return learner - reference.to(learner)
 
 
 def _square(logits: Any, name: str) -> torch.Tensor:
@@ -122,15 +131,19 @@ def jest_select(learner_logits: Any, reference_logits: Any, keep: int, n_chunks:
     True
     """
     scores = pair_scores(learner_logits, reference_logits, score)
-    size = scores.shape[0]
-    keep = check_int(keep, "keep", minimum=1, maximum=size)
+    keep = check_int(keep, "keep", minimum=1, maximum=scores.shape[0])
     n_chunks = check_int(n_chunks, "n_chunks", minimum=1, maximum=keep)
-    check_generator(generator)
-    scores_t = scores
+    return block_sample(scores, keep, n_chunks, check_generator(generator))
+
+
+def block_sample(scores: torch.Tensor, keep: int, n_chunks: int,
+                 generator: torch.Generator | None) -> torch.Tensor:
+    """JEST's chunked sampling of ``keep`` rows under a score that is the block sum of
+    the ``(S, S)`` matrix ``scores`` (Evans et al. 2024, Algorithm 1)."""
 
     def add(gains: torch.Tensor, chosen: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
         # the score each row would add, now that ``new`` is in the sub-batch
-        return gains + scores_t[new].sum(0) + scores_t[:, new].sum(1)
+        return gains + scores[new].sum(0) + scores[:, new].sum(1)
 
     return gumbel_chunks(torch.diagonal(scores).clone(), add, chunk_sizes(keep, n_chunks),
                          generator)
