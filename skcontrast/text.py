@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import numbers
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -171,8 +171,10 @@ def top_k_search(scores: Any, n_queries: int, n_documents: int, k: int, *,
     block of query indices against a block of document indices (both int64 tensors); the
     blocks are at most ``query_chunk x document_chunk``, and each query keeps a running
     top ``k``, so memory is ``O(query_chunk x (document_chunk + k))`` whatever the
-    corpus. Ties are broken by the smaller document index (the result does not depend on
-    the chunking).
+    corpus. Ties are broken by the smaller document index, so the result does not depend
+    on the chunking as long as ``scores`` gives a document the same score in any block
+    (a matrix product may not, in its last bits: :func:`mine_hard_negatives` scores
+    identical rows once for that reason).
 
     Returns
     -------
@@ -332,6 +334,69 @@ def _row_ids(arrays: list[np.ndarray], chunk: int = 65536) -> np.ndarray:
     return ids
 
 
+class _Units(NamedTuple):
+    """Corpus rows grouped into units of identical rows: each unit is searched once (by
+    its first row) and stands for all its rows, in index order."""
+
+    first: np.ndarray  # (u,) each unit's smallest row index, ascending
+    members: np.ndarray  # the rows, unit by unit, each unit's in ascending order
+    starts: np.ndarray  # (u,) where each unit's rows begin in ``members``
+    sizes: np.ndarray  # (u,)
+
+    @property
+    def merged(self) -> bool:
+        """Whether some unit holds more than one row."""
+        return len(self.first) < len(self.members)
+
+    @classmethod
+    def of(cls, keys: np.ndarray) -> _Units:
+        """Units of the rows with equal ``keys``."""
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        position = np.empty_like(order)
+        position[order] = np.arange(len(order))
+        unit = position[inverse.reshape(-1)]
+        members = np.argsort(unit, kind="stable")
+        sizes = np.bincount(unit, minlength=len(order))
+        return cls(first[order], members, np.cumsum(sizes) - sizes, sizes)
+
+    def expand(self, values: np.ndarray, ranked: np.ndarray, width: int, slack: int,
+               allowed: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Ranked units (``-inf``/``-1`` where none) as ranked rows: every row of a unit
+        takes its score; the rows ``allowed(queries, rows)`` keeps (at most ``slack`` of
+        a query's first ``width + slack`` rows are not), ordered by score (descending)
+        then row index, the first ``width`` per query (``-inf``/``-1`` padding).
+
+        Exact for identical rows, which share their unit's one score: a unit left out
+        of a query's top units scores at most the last one kept and its rows have larger
+        indices than the first rows of the kept units of that score."""
+        valid = np.isfinite(values) & (ranked >= 0)
+        need = width + max(0, slack)
+        counts = np.where(valid, np.minimum(self.sizes[np.clip(ranked, 0, None)], need), 0)
+        # the units that can reach a query's first ``need`` rows: those before the one
+        # where the count reaches ``need``, and any of its score
+        reach = np.cumsum(counts, axis=1) - counts < need
+        boundary = np.where(reach, values, np.inf).min(1, keepdims=True)
+        counts = np.where(reach | (values == boundary), counts, 0)
+        flat = counts.reshape(-1)
+        entry = np.repeat(np.arange(flat.size), flat)
+        offset = np.arange(entry.size) - np.repeat(np.cumsum(flat) - flat, flat)
+        rows = self.members[self.starts[ranked.reshape(-1)[entry]] + offset]
+        scores = values.reshape(-1)[entry]
+        query = entry // values.shape[1]
+        keep = allowed(query, rows)
+        query, rows, scores = query[keep], rows[keep], scores[keep]
+        order = np.lexsort((rows, -scores, query))
+        query, rows, scores = query[order], rows[order], scores[order]
+        place = np.arange(len(query)) - np.searchsorted(query, query)
+        kept = place < width
+        out_values = np.full((len(values), width), -np.inf, dtype=values.dtype)
+        out_rows = np.full((len(values), width), -1, dtype=np.int64)
+        out_values[query[kept], place[kept]] = scores[kept]
+        out_rows[query[kept], place[kept]] = rows[kept]
+        return out_values, out_rows
+
+
 def _unit(x: torch.Tensor) -> torch.Tensor:
     return x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)
 
@@ -474,48 +539,69 @@ def mine_hard_negatives(anchors: Any, positives: Any, corpus: Any = None, *,
     n = len(A)
     group_key = None if group_of is None else np.unique(
         np.concatenate([group_of, corpus_group]), return_inverse=True)[1].reshape(-1)
+    # identical corpus rows are one unit, scored once: a matrix product can give two
+    # copies of a row different last bits in different blocks, and then the larger
+    # index could rank first
+    units = _Units.of(corpus_key)
+    rep = units.first  # each unit's smallest corpus index, ascending
+    n_units = len(rep)
+    # a unit's group, or -1 when its rows are in several groups (never left out whole)
+    unit_group = None
+    if group_key is not None:
+        rows_group = group_key[n:][units.members]
+        low = np.minimum.reduceat(rows_group, units.starts)
+        high = np.maximum.reduceat(rows_group, units.starts)
+        unit_group = np.where(low == high, low, -1)
     # few exclusions per anchor: search the top ``depth`` and filter after; many (large
     # groups): mask them inside each block instead
     in_block = depth - q > 256
-    pk, ak, ck = (torch.from_numpy(k).to(where) for k in (positive_key, anchor_key, corpus_key))
-    gk = None if group_key is None else torch.from_numpy(group_key).to(where)
+    pk, ak, ck = (torch.from_numpy(k).to(where) for k in (positive_key, anchor_key,
+                                                           corpus_key[rep]))
+    qg = None if group_key is None else torch.from_numpy(group_key[:n]).to(where)
+    ug = None if unit_group is None else torch.from_numpy(unit_group).to(where)
+    c_rep = c[torch.from_numpy(rep).to(where)] if units.merged else c
 
     def scores(qi: torch.Tensor, dj: torch.Tensor) -> torch.Tensor:
         qi, dj = qi.to(where), dj.to(where)
-        block = a[qi] @ c[dj].T
+        block = a[qi] @ c_rep[dj].T  # each unit once, whatever the block
         if not in_block:
             return block
         out = (pk[qi][:, None] == ck[dj][None, :]) | (ak[qi][:, None] == ck[dj][None, :])
-        if gk is not None:
-            out |= gk[qi][:, None] == gk[n + dj][None, :]
+        if qg is not None and ug is not None:
+            out |= qg[qi][:, None] == ug[dj][None, :]
         return block.masked_fill(out, float("-inf"))
+
+    def allowed(queries: np.ndarray, corpus_rows: np.ndarray) -> np.ndarray:
+        """Rows not of the pair's group (a unit may span groups)."""
+        if group_key is None:
+            return np.ones(len(corpus_rows), dtype=bool)
+        return group_key[n + corpus_rows] != group_key[queries]
 
     _, query_chunk, document_chunk = _check_blocks(1, query_chunk, document_chunk)
     positive_np = positive.cpu().numpy()
     indices = np.full((n, n_negatives), -1, dtype=np.int64)
     found = np.full((n, n_negatives), np.nan, dtype=np.float32)
-    for rows, values, ranked in _top_k_blocks(scores, n, len(C),
-                                              q if in_block else max(1, depth),
+    for rows, values, ranked in _top_k_blocks(scores, n, n_units,
+                                              min(n_units, max(1, q if in_block else depth)),
                                               query_chunk, document_chunk):
-        if not in_block:  # leave out the duplicates and the group's members found
-            at = np.clip(ranked, 0, None)
+        if not in_block:  # leave out the units that repeat the positive or the anchor
+            at = rep[np.clip(ranked, 0, None)]
             out = (corpus_key[at] == positive_key[rows, None]) | \
                 (corpus_key[at] == anchor_key[rows, None])
-            if group_key is not None:
-                out |= group_key[n + at] == group_key[rows, None]
             values = np.where(out, -np.inf, values)
-            order = np.argsort(np.isneginf(values), axis=1, kind="stable")
-            values = np.take_along_axis(values, order, 1)
-            ranked = np.take_along_axis(ranked, order, 1)
+        if units.merged or group_key is not None:  # else the ranked units are the rows
+            values, ranked = units.expand(values, ranked, q, depth - q,
+                                          lambda i, j, first=rows.start: allowed(i + first, j))
         valid = np.isfinite(values)
         rank = np.cumsum(valid, axis=1)  # 1-based rank among the allowed candidates
         keep = valid & (rank > p) & (rank <= q)
         if relative_margin is not None:
             keep &= values < relative_margin * positive_np[rows, None]
-        order = np.argsort(~keep, axis=1, kind="stable")[:, :n_negatives]
+        width = min(n_negatives, keep.shape[1])  # a corpus smaller than n_negatives
+        order = np.argsort(~keep, axis=1, kind="stable")[:, :width]
         picked = np.take_along_axis(keep, order, 1)
-        indices[rows] = np.where(picked, np.take_along_axis(ranked, order, 1), -1)
-        found[rows] = np.where(picked, np.take_along_axis(values, order, 1), np.nan)
+        indices[rows, :width] = np.where(picked, np.take_along_axis(ranked, order, 1), -1)
+        found[rows, :width] = np.where(picked, np.take_along_axis(values, order, 1), np.nan)
     chosen = indices >= 0
     complete = chosen.all(1)
     out = Bunch(indices=indices, scores=found,

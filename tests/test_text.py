@@ -260,6 +260,47 @@ def test_mined_negatives_equal_the_float64_brute_force(window, margin, with_grou
                                [found], atol=1e-5)
 
 
+@pytest.mark.parametrize("document_chunk", [1, 5, 7, 13, 64, 1000])
+@pytest.mark.parametrize("groups_of", [None, "small", "large"])
+def test_identical_corpus_rows_rank_by_index_in_any_chunking(document_chunk, groups_of):
+    # a matrix product can give two copies of a row different last bits in different
+    # blocks: 17 of 30 chunkings let a larger index rank first. Copies may sit in
+    # several groups; a group of 400 is masked inside the search
+    from reference import mine_brute_force
+
+    from skcontrast.text import mine_hard_negatives
+
+    rng = np.random.default_rng(0)
+    m = 90 if groups_of != "large" else 600
+    A = rng.normal(size=(9, 16)).astype(np.float32)
+    P = A + 0.5 * rng.normal(size=(9, 16)).astype(np.float32)
+    C = rng.normal(size=(12, 16)).astype(np.float32)[rng.integers(0, 12, size=m)]
+    groups = None if groups_of is None else np.arange(9) % 3
+    corpus_groups = None if groups_of is None else rng.integers(0, 4, size=m)
+    if groups_of == "large":
+        corpus_groups[:400] = 0
+    keys = np.unique(np.concatenate([P, A, C]), axis=0, return_inverse=True)[1].reshape(-1)
+    expected = mine_brute_force(A, P, C, 4, 0, 12, None, keys[9:18], keys[:9], keys[18:],
+                                groups, corpus_groups)
+    mined = mine_hard_negatives(A, P, C, n_negatives=4, rank_window=(0, 12), groups=groups,
+                                corpus_groups=corpus_groups, device="cpu", query_chunk=4,
+                                document_chunk=document_chunk)
+    assert mined.indices.tolist() == expected
+
+
+def test_a_corpus_smaller_than_n_negatives_leaves_minus_one_with_a_warning():
+    from skcontrast.text import mine_hard_negatives
+
+    rng = np.random.default_rng(1)
+    A, C = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    with pytest.warns(UserWarning, match="3 of 3 pairs found fewer than 4 negatives"):
+        mined = mine_hard_negatives(A, A + 0.1, C, n_negatives=4, rank_window=(0, 10),
+                                    device="cpu")
+    assert mined.indices.shape == (3, 4) and (mined.indices[:, 3] == -1).all()
+    assert sorted(mined.indices[0, :3].tolist()) == [0, 1, 2]
+    assert np.isnan(mined.scores[:, 3]).all() and not mined.complete.any()
+
+
 def test_large_groups_are_masked_inside_the_search():
     # a group of 300 corpus items: too many to search past, so they are masked in blocks
     from reference import mine_brute_force
