@@ -113,7 +113,8 @@ def ranking_scores(ranked: Any, query_groups: Any, document_groups: Any, k: int 
     ----------
     ranked : array-like of int, shape (n_queries, K)
         Document indices per query, best first (``K >= k``; ``-1`` marks no result), as
-        :meth:`skcontrast.text.HybridRetriever.search` returns.
+        :meth:`skcontrast.text.HybridRetriever.search` returns; each document at most
+        once per query (a repeat is refused: it would count its gain twice).
     query_groups : array-like of shape (n_queries,)
     document_groups : array-like of shape (n_documents,)
     k : int, default=10
@@ -143,6 +144,13 @@ def ranking_scores(ranked: Any, query_groups: Any, document_groups: Any, k: int 
         raise ValueError(f"query_groups has {len(queries)} entries for {len(ranked)} queries")
     if len(ranked) and (ranked.max() >= len(documents) or ranked.min() < -1):
         raise ValueError(f"ranked names documents outside 0..{len(documents) - 1}")
+    ordered = np.sort(ranked, axis=1)
+    repeated = (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)
+    if repeated.any():
+        query, at = np.argwhere(repeated)[0]
+        raise ValueError(f"ranked lists document {int(ordered[query, at + 1])} more than once "
+                         f"for query {int(query)} ({int(repeated.any(1).sum())} quer(y/ies) "
+                         "with repeats): a ranked list holds each document once")
     top = ranked[:, :k]
     found = np.where(top >= 0, documents[np.clip(top, 0, None)] == queries[:, None], False)
     values, counts = np.unique(documents, return_counts=True)

@@ -516,3 +516,40 @@ def test_class_retrieval_on_the_gpu_equals_the_cpu():
     cpu, gpu = M.class_retrieval(H, y), M.class_retrieval(H, y, device="cuda")
     for key in cpu:
         assert gpu[key] == pytest.approx(cpu[key], abs=1e-12)
+
+
+def _ranking_brute_force(ranked, query_groups, document_groups, k):
+    """recall@1, recall@k, nDCG@k and MRR@k, one query at a time."""
+    out = {"recall@1": [], f"recall@{k}": [], f"ndcg@{k}": [], f"mrr@{k}": []}
+    for row, group in zip(ranked, query_groups, strict=True):
+        hits = [j >= 0 and document_groups[j] == group for j in row[:k]]
+        relevant = sum(g == group for g in document_groups)
+        ideal = sum(1 / math.log2(r + 2) for r in range(min(relevant, k)))
+        out["recall@1"].append(float(hits[0]))
+        out[f"recall@{k}"].append(float(any(hits)))
+        out[f"ndcg@{k}"].append(sum(h / math.log2(r + 2) for r, h in enumerate(hits)) / ideal)
+        out[f"mrr@{k}"].append(next((1 / (r + 1) for r, h in enumerate(hits) if h), 0.0))
+    return {key: float(np.mean(v)) for key, v in out.items()}
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_ranking_scores_equal_their_formulas_and_stay_in_the_unit_interval(k):
+    rng = np.random.default_rng(k)
+    document_groups = rng.integers(0, 4, size=12)
+    query_groups = rng.integers(0, 4, size=9)
+    ranked = np.stack([rng.permutation(12)[:6] for _ in range(9)])
+    ranked[0, 4:] = -1  # fewer results than asked for
+    got = M.ranking_scores(ranked, query_groups, document_groups, k=k)
+    expected = _ranking_brute_force(ranked, query_groups, document_groups, k)
+    assert got.keys() == expected.keys()
+    for key, value in got.items():
+        assert value == pytest.approx(expected[key], abs=1e-12) and 0 <= value <= 1
+
+
+def test_ranking_scores_refuse_a_document_listed_twice():
+    # a repeat counted its gain twice: nDCG@3 read 2.131
+    with pytest.raises(ValueError, match="ranked lists document 0 more than once for "
+                                         "query 0"):
+        M.ranking_scores([[0, 0, 0], [1, 2, -1]], [0, 1], [0, 1, 1], k=3)
+    assert M.ranking_scores([[0, -1, -1], [1, 2, -1]], [0, 1], [0, 1, 1],
+                            k=3)["ndcg@3"] == pytest.approx(1.0)
