@@ -176,6 +176,9 @@ def top_k_search(scores: Any, n_queries: int, n_documents: int, k: int, *,
     (a matrix product may not, in its last bits: :func:`mine_hard_negatives` scores
     identical rows once for that reason).
 
+    A NaN or ``+inf`` score is refused, naming its query (``-inf`` excludes a
+    document).
+
     Returns
     -------
     values : ndarray of shape (n_queries, k), float32
@@ -210,6 +213,7 @@ def _top_k_blocks(scores: Any, n_queries: int, n_documents: int, k: int, query_c
             block = scores(queries, docs).float()
             v, i = _chunk_top(block, min(k, block.shape[1]))
             del block  # before the next block is made: one block alive at a time
+            _check_scores(v[:, 0], queries)  # NaN and +inf rank first: each row's top
             i = i + d0
             if best_v is not None and best_i is not None:
                 v, i = torch.cat([best_v, v], 1), torch.cat([best_i, i.to(best_i.device)], 1)
@@ -219,6 +223,18 @@ def _top_k_blocks(scores: Any, n_queries: int, n_documents: int, k: int, query_c
             indices[:, :best_i.shape[1]] = best_i.cpu().numpy()
         indices[np.isneginf(values)] = -1  # excluded (scored -inf), or no document
         yield slice(q0, q0 + len(queries)), values, indices
+
+
+def _check_scores(best: torch.Tensor, queries: torch.Tensor) -> None:
+    """Refuse NaN or ``+inf`` among a block's scores, naming the first query that has
+    one (a row's best value shows it: ``topk`` ranks NaN above every number)."""
+    bad = torch.isnan(best) | torch.isposinf(best)
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise ValueError(f"the scores of query {int(queries[row])} hold "
+                         f"{float(best[row])}: scores must be finite, or -inf for an "
+                         f"excluded document ({int(bad.sum())} quer(y/ies) of this block "
+                         "affected)")
 
 
 def _check_blocks(k: Any, query_chunk: Any, document_chunk: Any) -> tuple[int, int, int]:

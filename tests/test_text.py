@@ -219,6 +219,22 @@ def test_top_k_search_is_a_sort_whatever_the_chunks(query_chunk, document_chunk)
     assert (indices[:, 3:] == -1).all() and np.isneginf(values[:, 3:]).all()
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_top_k_search_refuses_nan_and_inf_scores_naming_the_query(bad):
+    # NaN ranked first, silently
+    from skcontrast.text import top_k_search
+
+    S = np.arange(40, dtype=np.float32).reshape(4, 10)
+    S[2, 7] = bad
+    with pytest.raises(ValueError, match=f"the scores of query 2 hold {bad}: scores must "
+                                         "be finite, or -inf"):
+        top_k_search(lambda qi, dj: torch.from_numpy(block(S, qi, dj)), 4, 10, 3,
+                     query_chunk=3, document_chunk=4)
+    S[2, 7] = -np.inf  # an excluded document
+    _, indices = top_k_search(lambda qi, dj: torch.from_numpy(block(S, qi, dj)), 4, 10, 10)
+    assert indices[2].tolist() == [9, 8, 6, 5, 4, 3, 2, 1, 0, -1]
+
+
 def _mining_case(seed=0, n=12, m=30, d=5):
     rng = np.random.default_rng(seed)
     A = rng.normal(size=(n, d))
