@@ -202,6 +202,27 @@ def block(S, qi, dj):
     return S[qi.numpy()][:, dj.numpy()]
 
 
+@pytest.mark.parametrize(("text", "tokenizer"), [
+    ("👍", {"analyzer": "word"}), ("!!!", {"analyzer": "word"}),
+    ("ab", {"analyzer": "char", "ngram_range": (3, 4)})])
+def test_a_text_with_no_token_is_refused_in_fit_transform_and_mining(text, tokenizer):
+    # it embedded to the zero vector, whose cosine is undefined
+    from skcontrast.text import HashingNgramTokenizer, mine_hard_negatives
+
+    tokens = HashingNgramTokenizer(**tokenizer)
+    bad = [*PAIRS[:5], ("fine text", text), *PAIRS[5:]]
+    with pytest.raises(ValueError, match=rf"X\[5, 1\] \('{text}'\) yields no token"):
+        ContrastiveEmbedder(**SMALL, tokenizer=tokens).fit(bad)
+    est = ContrastiveEmbedder(**SMALL, tokenizer=tokens).fit(PAIRS)
+    with pytest.raises(ValueError, match=rf"X\[2\] \('{text}'\) yields no token"):
+        est.transform(["daumen hoch", "rotes herz", text])
+    anchors = [a for a, _ in PAIRS]
+    positives = [b for _, b in PAIRS]
+    with pytest.raises(ValueError, match="yields no token"):
+        mine_hard_negatives(anchors, positives, [*positives, text], embedding=est,
+                            n_negatives=1, rank_window=(0, 3), device="cpu")
+
+
 @pytest.mark.parametrize(("query_chunk", "document_chunk"), [(3, 4), (100, 1000), (1, 1)])
 def test_top_k_search_is_a_sort_whatever_the_chunks(query_chunk, document_chunk):
     from skcontrast.text import top_k_search

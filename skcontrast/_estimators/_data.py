@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -903,18 +903,41 @@ def vocabulary_of(tokenizer: Any) -> int | None:
     return None if size is None else int(size)
 
 
-def tokenize(tokenizer: Any, texts: list[str], name: str = "X") -> Any:
+def tokenize(tokenizer: Any, texts: list[str], name: str = "X",
+             where: Callable[[int], str] | None = None) -> Any:
     """Token ids of ``texts``: a long tensor ``(n, L)``, or a dict of them (a Hugging
-    Face tokenizer's ``input_ids``, ``attention_mask``, ...), padded to the longest."""
+    Face tokenizer's ``input_ids``, ``attention_mask``, ...), padded to the longest.
+
+    A text that yields no token (every id 0, the padding, or an all-zero
+    ``attention_mask``: "!!!" for a word tokenizer, "ab" for character 3-grams) is
+    refused, named by ``where(i)`` (``name[i]`` by default): it would embed to the zero
+    vector, whose cosine is undefined."""
     if _is_hf_tokenizer(tokenizer):
         encoded = tokenizer(texts, padding=True, truncation=True, return_tensors="np")
-        return {k: torch.from_numpy(np.asarray(encoded[k], dtype=np.int64))
-                for k in tokenizer.model_input_names if k in encoded}
-    out = tokenizer(texts)
+        out: Any = {k: torch.from_numpy(np.asarray(encoded[k], dtype=np.int64))
+                    for k in tokenizer.model_input_names if k in encoded}
+    else:
+        out = tokenizer(texts)
+        if isinstance(out, Mapping):
+            out = {k: _token_matrix(v, len(texts), f"tokenizer output {k!r} for {name}")
+                   for k, v in out.items()}
+        else:
+            out = _token_matrix(out, len(texts), f"the tokenizer's output for {name}")
     if isinstance(out, Mapping):
-        return {k: _token_matrix(v, len(texts), f"tokenizer output {k!r} for {name}")
-                for k, v in out.items()}
-    return _token_matrix(out, len(texts), f"the tokenizer's output for {name}")
+        present = out.get("attention_mask", out.get("input_ids"))
+    else:
+        present = out
+    if present is not None and len(texts):
+        empty = ~(present != 0).any(1)
+        if bool(empty.any()):
+            i = int(empty.nonzero()[0, 0])
+            label = where(i) if where is not None else f"{name}[{i}]"
+            raise ValueError(f"{label} ({texts[i]!r}) yields no token with this tokenizer "
+                             f"({int(empty.sum())} text(s) of {name} do): it would embed to "
+                             "the zero vector, whose cosine is undefined. Leave it out, or "
+                             "use a tokenizer that covers it (e.g. a character analyzer "
+                             "with a shorter ngram_range)")
+    return out
 
 
 def _token_matrix(value: Any, n: int, label: str) -> torch.Tensor:
@@ -946,7 +969,9 @@ def _read_text(tokenizer: Any, X: Any, spec: InputSpec | None, *, single: bool,
     if spec is None and columns == 1 and not single:
         raise ValueError(f"{name} is a list of single strings; contrastive training takes "
                          "pairs of texts (rows of two strings: an anchor and its positive)")
-    tokens = tokenize(tokenizer, list(table.T.reshape(-1)), name)
+    tokens = tokenize(tokenizer, list(table.T.reshape(-1)), name,
+                      where=lambda f: f"{name}[{f % n}]" if table.shape[1] == 1
+                      else f"{name}[{f % n}, {f // n}]")
     vocabulary = vocabulary_of(tokenizer)
     if spec is not None and vocabulary != spec.views[0].vocabulary:
         raise ValueError(f"the tokenizer now makes {vocabulary} token ids; the model was "
