@@ -282,3 +282,57 @@ def test_data_parallel_processes_train_on_whole_selector_batches(tmp_path):
         assert rows_seen == list(range(16))
     for batch in drawn:
         assert len(batch) == 4 and len(set(labels[batch])) == 4
+
+
+def _static_model(texts):
+    """A SentenceTransformer of a StaticEmbedding over a WordPiece tokenizer trained on
+    ``texts``: its tokenizer gives flat input_ids with offsets."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    raw = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    raw.train_from_iterator(texts, trainers.WordPieceTrainer(
+        vocab_size=150, special_tokens=["[PAD]", "[UNK]"]))
+    torch.manual_seed(0)
+    return st.SentenceTransformer(modules=[_modules().StaticEmbedding(raw, embedding_dim=8)],
+                                  device="cpu")
+
+
+def test_the_guard_reads_a_static_embeddings_flat_token_ids():
+    # StaticEmbedding's input_ids are flat with offsets: the guard crashed ("expected
+    # sequence of length 11 at dim 1 (got 7)")
+    model = _static_model([t for row in ROWS for t in row[:3]])
+    rows = ROWS[:9]
+    features = _features(model, rows)
+    assert "offsets" in features[0] and features[0]["input_ids"].ndim == 1
+    loss = SkcontrastLoss(model, InfoNCE(0.1, false_negatives=FalseNegativeGuard()))
+    got = loss(features)
+    z = [model(f)["sentence_embedding"] for f in features]
+    texts = np.array([r[:3] for r in rows], dtype=object)
+    exclude = torch.tensor([[i != j and bool({texts[i, 0], texts[i, 1]} &
+                                             {texts[j, 0], texts[j, 1]}) for j in range(9)]
+                            for i in range(9)])
+    excluded_negatives = torch.tensor([[texts[m, 2] in (texts[i, 0], texts[i, 1])
+                                        for m in range(9)] for i in range(9)])
+    assert exclude[1, 8] and excluded_negatives[2, 3]
+    expected = info_nce(z[0], z[1], temperature=0.1, hard_negatives=torch.stack(z[2:], 1),
+                        exclude=exclude, exclude_negatives=excluded_negatives)
+    torch.testing.assert_close(got, expected)
+
+
+def test_content_ids_are_one_rule_for_every_tokenizer_output(model):
+    # padded ids with a mask (each column padded to its own length), flat ids with
+    # offsets, strings: equal ids exactly for equal texts
+    texts = [[r[c] for r in ROWS] for c in range(3)]
+    expected = np.unique(np.array(texts, dtype=object).T.astype(str), return_inverse=True)[1]
+    expected = expected.reshape(len(ROWS), 3)
+    static = _static_model([t for row in ROWS for t in row[:3]])
+    for forms in ([model.tokenize(t) for t in texts], [static.tokenize(t) for t in texts],
+                  texts):
+        ids = FalseNegativeGuard.content_ids(forms).numpy()
+        for a in range(ids.size):
+            for b in range(ids.size):
+                same = expected.flat[a] == expected.flat[b]
+                assert (ids.flat[a] == ids.flat[b]) == same
+    with pytest.raises(ValueError, match="one entry per item"):
+        FalseNegativeGuard.content_ids([texts[0], texts[1][:3]])

@@ -556,43 +556,23 @@ def guard_rows(loss: Any, data: ViewData, spec: InputSpec, groups: Any
 
 def content_keys(data: ViewData) -> torch.Tensor:
     """``(n, c)`` ids of each row's views (and hard negatives): equal ids, equal content
-    (identical token ids, or identical numeric rows)."""
+    (:meth:`~skcontrast.losses.FalseNegativeGuard.content_ids`)."""
+    from ..losses import FalseNegativeGuard
     from ._data import TensorViews
 
     if not isinstance(data, TensorViews) or any(v is None for v in data.views):
         raise ValueError("FalseNegativeGuard(same_content=True) compares the rows' content, "
                          "which needs text or array input (not a Dataset)")
-    n = len(data)
-    columns = []
+    columns: list[Any] = []
     for i, view in enumerate(data.views):
         assert view is not None
         if i == 2:  # the hard negatives, (n, k, ...): a column each
-            x = _content(view, lead=2)
-            columns += [x[:, c] for c in range(x.shape[1])]
+            k = next(iter(view.values())).shape[1] if isinstance(view, dict) else view.shape[1]
+            columns += [{name: t[:, c] for name, t in view.items()}
+                        if isinstance(view, dict) else view[:, c] for c in range(k)]
         else:
-            columns.append(_content(view, lead=1))
-    flat = [c.reshape(n, -1) for c in columns]
-    # columns of one width and type share ids (a hard negative can repeat a positive);
-    # columns of other shapes never hold the same content
-    ids = torch.empty(n, len(flat), dtype=torch.long)
-    offset = 0
-    for kind in dict.fromkeys((c.shape[1], c.dtype) for c in flat):
-        alike = [i for i, c in enumerate(flat) if (c.shape[1], c.dtype) == kind]
-        codes = torch.unique(torch.cat([flat[i] for i in alike]), dim=0,
-                             return_inverse=True)[1].reshape(len(alike), n)
-        ids[:, alike] = codes.T + offset
-        offset += int(codes.max()) + 1
-    return ids
-
-
-def _content(view: Any, lead: int) -> torch.Tensor:
-    """A view's values with its ``lead`` item axes kept and the rest flattened: token
-    ids alone when it has them (the attention mask follows from them), else every
-    tensor of the view side by side."""
-    parts = [view["input_ids"]] if isinstance(view, dict) and "input_ids" in view else (
-        list(view.values()) if isinstance(view, dict) else [view])
-    flat = [p.cpu().reshape(*p.shape[:lead], -1) for p in parts]
-    return flat[0] if len(flat) == 1 else torch.cat([f.double() for f in flat], dim=-1)
+            columns.append(view)
+    return FalseNegativeGuard.content_ids(columns)
 
 
 def embed_net(net: SelectorNet, data: ViewData, view: int | None = 0, augment: Any = None,

@@ -197,7 +197,7 @@ class SkcontrastLoss(nn.Module):
         guard = getattr(self.loss, "false_negatives", None)
         if guard is not None:
             b = len(u)
-            keys = None if features is None else _content_ids(features).to(u.device)
+            keys = None if features is None else guard.content_ids(features).to(u.device)
             groups = None
             if guard.same_group:
                 if labels is None:
@@ -210,17 +210,3 @@ class SkcontrastLoss(nn.Module):
 
     def get_config_dict(self) -> dict:
         return {"loss": repr(self.loss)}
-
-
-def _content_ids(features: list[dict]) -> torch.Tensor:
-    """``(B, columns)`` ids: equal ids for texts with the same token ids (padding
-    ignored)."""
-    seen: dict[tuple, int] = {}
-    columns = []
-    for f in features:
-        ids = f["input_ids"].cpu()
-        mask = f.get("attention_mask")
-        mask = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.cpu().bool()
-        columns.append([seen.setdefault(tuple(row[m].tolist()), len(seen))
-                        for row, m in zip(ids, mask, strict=True)])
-    return torch.tensor(columns).T

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -82,6 +83,51 @@ class FalseNegativeGuard(BaseEstimator):
                                  f"training row, (n, d) or (n, 2, d) with n = {n_rows}; got "
                                  f"{describe(guide)}")
 
+    @staticmethod
+    def content_ids(columns: Sequence[Any]) -> torch.Tensor:
+        """``(n, c)`` int64 ids of ``c`` columns of ``n`` items: equal ids for equal
+        content, what ``same_content`` compares. One rule for every input form:
+
+        - strings (a list or array of ``n`` of them): equal strings;
+        - token ids as a tokenizer gives them: a dict with ``input_ids`` and an
+          ``attention_mask`` (padded; the masked positions are ignored, so columns
+          padded to other lengths compare), or flat ``input_ids`` with ``offsets``
+          (sentence-transformers' ``StaticEmbedding``: row ``i`` is ``input_ids[
+          offsets[i]:offsets[i + 1]]``), or a dict of ``input_ids`` alone: equal token
+          sequences;
+        - an array or tensor ``(n, ...)`` (numbers, or padded ids of one tokenizer
+          call): equal rows, among columns of one width and dtype (other shapes never
+          hold the same content).
+        """
+        n: int | None = None
+        keyed: list[tuple[Any, Any]] = []  # (kind, (n, w) rows or n strings) per column
+        for column in columns:
+            kind, rows = _content_rows(column)
+            if n is not None and len(rows) != n:
+                raise ValueError(f"content columns must hold one entry per item; got {n} "
+                                 f"and {len(rows)}")
+            n = len(rows)
+            keyed.append((kind, rows))
+        if n is None:
+            raise ValueError("content_ids needs at least one column")
+        ids = torch.empty(n, len(keyed), dtype=torch.long)
+        offset = 0
+        for kind in dict.fromkeys(k for k, _ in keyed):
+            alike = [i for i, (k, _) in enumerate(keyed) if k == kind]
+            if kind == "strings":
+                inverse = np.unique(np.concatenate([keyed[i][1] for i in alike]),
+                                    return_inverse=True)[1]
+                codes = torch.from_numpy(inverse.astype(np.int64)).reshape(len(alike), n)
+            else:
+                width = max(keyed[i][1].shape[1] for i in alike)
+                stack = torch.cat([torch.nn.functional.pad(
+                    keyed[i][1], (0, width - keyed[i][1].shape[1]), value=-1) for i in alike])
+                codes = torch.unique(stack, dim=0, return_inverse=True)[1].reshape(len(alike),
+                                                                                    n)
+            ids[:, alike] = codes.T + offset
+            offset += int(codes.max()) + 1 if codes.numel() else 0
+        return ids
+
     def masks(self, u: torch.Tensor, v: torch.Tensor, negatives: torch.Tensor | None,
               index: torch.Tensor | None, keys: torch.Tensor | None,
               groups: torch.Tensor | None, share: bool) -> dict:
@@ -145,3 +191,45 @@ class FalseNegativeGuard(BaseEstimator):
         if negatives is not None:
             out["exclude_negatives"] = exclude_negatives
         return out
+
+
+def _content_rows(column: Any) -> tuple[Any, Any]:
+    """A column as ``(kind, rows)``: equal rows of one kind are equal content. Token
+    sequences become int64 rows padded with -1 (kind ``'tokens'``); strings an array of
+    them (``'strings'``); other arrays their flattened rows (kind: dtype and width)."""
+    if isinstance(column, Mapping):
+        if "input_ids" not in column:
+            values = [_content_rows(v)[1].double() for v in column.values()]
+            return ("mapping", len(values)), torch.cat(values, dim=1)
+        ids = torch.as_tensor(column["input_ids"]).cpu().long()
+        if "offsets" in column:  # flat ids of all rows, each row from its offset
+            starts = torch.as_tensor(column["offsets"]).cpu().long().reshape(-1)
+            ends = torch.cat([starts[1:], torch.tensor([len(ids)])])
+            lengths = ends - starts
+            keep = torch.arange(int(lengths.max()) if len(lengths) else 0)
+            rows = torch.full((len(starts), len(keep)), -1, dtype=torch.long)
+            present = keep[None, :] < lengths[:, None]
+            rows[present] = ids[(starts[:, None] + keep[None, :])[present]]
+            return "tokens", rows
+        ids = ids.reshape(len(ids), -1)
+        mask = column.get("attention_mask")
+        if mask is None:
+            return "tokens", ids
+        mask = torch.as_tensor(mask).cpu().bool().reshape(ids.shape)
+        # the unmasked ids first, in order; -1 after them (padding on either side)
+        order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)
+        rows = torch.where(mask.gather(1, order), ids.gather(1, order), -1)
+        return "tokens", rows
+    if isinstance(column, list | tuple) or (isinstance(column, np.ndarray)
+                                            and column.dtype.kind in "USO"):
+        texts = np.asarray(column, dtype=object).reshape(-1)
+        if not all(isinstance(t, str) for t in texts):
+            raise ValueError(f"a content column is a list of strings, token ids or an "
+                             f"array; got {describe(column)}")
+        return "strings", texts.astype(str)
+    rows = torch.as_tensor(np.asarray(column) if not isinstance(column, torch.Tensor)
+                           else column).cpu()
+    rows = rows.reshape(len(rows), -1)
+    if rows.is_floating_point():
+        rows = rows + 0.0  # -0.0 as 0.0
+    return (rows.dtype, rows.shape[1]), rows
