@@ -132,6 +132,31 @@ def test_one_process_with_an_accelerator_and_its_errors(tmp_path):
 
 
 @needs_accelerate
+@pytest.mark.parametrize("kind", ["jest", "spectral"])
+def test_a_resumed_checkpoint_keeps_the_cached_selection_embeddings(tmp_path, kind):
+    # the embeddings the steps computed (a curating selector's table, or the net's for an
+    # adaptive selector) are part of the state: resuming re-embedded every row
+    from accelerate import Accelerator
+
+    from skcontrast.selectors import JESTSelector, SpectralBatchSelector
+
+    X, _ = make_paired_gaussians(64, 4, random_state=0)
+    selector = JESTSelector(8, 0.5, score="hard") if kind == "jest" else \
+        SpectralBatchSelector(16)
+    params = {"n_components": 3, "hidden_layer_sizes": (8,), "random_state": 0,
+              "device": "cpu", "selector": selector, "selection_pass": "cached"}
+    whole = ContrastiveEmbedder(accelerator=Accelerator(cpu=True), max_epochs=3,
+                                **params).fit(X)
+    ContrastiveEmbedder(accelerator=Accelerator(cpu=True), max_epochs=2,
+                        callbacks=[AcceleratorCheckpoint(tmp_path / "s")], **params).fit(X)
+    resumed = ContrastiveEmbedder(accelerator=Accelerator(cpu=True), max_epochs=1,
+                                  callbacks=[AcceleratorCheckpoint(tmp_path / "s",
+                                                                   resume=True)],
+                                  **params).fit(X)
+    np.testing.assert_allclose(resumed.transform(X), whole.transform(X), atol=1e-6)
+
+
+@needs_accelerate
 def test_a_resumed_checkpoint_refuses_another_data_sets_memory(tmp_path):
     from accelerate import Accelerator
 

@@ -218,6 +218,7 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
         if old is not None:
             self._check_warm_start(old, factory, loss, len(data))
         seed = old.seed if old is not None else self._seed()
+        rows_digest = data.fingerprint()
         check_monitors(self.callbacks, held_out is not None, self.scoring is not None)
         scoring = self._scorer(held_out)
         data = with_labels(self._place(data, device), loss_labels)
@@ -239,9 +240,12 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
                 before = old.criterion_.loss
                 restart = tuple(name for name in loss.learnable
                                 if getattr(before, name, None) != getattr(loss, name, None))
-                net.load_training_state(old.training_state(), restart=restart)
+                net.load_training_state(old.training_state(), restart=restart,
+                                        rows=rows_digest)
+                net.data_fingerprint = rows_digest
                 net.partial_fit(data, None, epochs=self.max_epochs)
             else:
+                net.data_fingerprint = rows_digest
                 net.fit(data, None)
         net.check_finite_weights()  # every exit: the end, an early stop, an interrupt
         return net

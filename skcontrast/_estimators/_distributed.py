@@ -42,12 +42,14 @@ from skorch.hf import AccelerateMixin
 from skorch.history import History
 
 from .._validation import check_int
-from ._net import SelectorNet
+from ._net import SelectorNet, without_row_caches
 from ._persist import write_replacing
 from ._step import batch_length, take_rows
 
 META = "skcontrast_state.json"
 CRITERION = "skcontrast_criterion.pt"
+#: the selector's state and the selection embeddings of the training rows (tensors)
+SELECTION = "skcontrast_selection.pt"
 
 PRECISION_OF_ACCELERATE = {"no": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -311,8 +313,17 @@ class AcceleratorCheckpoint(Callback):
                              "their index, so resume on the same training set and memory, "
                              "or start afresh without resume=True")
         accelerator.load_state(str(folder))
+        selection = {"selector_state": state.get("selector_state", {}), "selection": None}
+        if (folder / SELECTION).is_file():
+            selection.update(torch.load(folder / SELECTION, map_location="cpu",
+                                        weights_only=True))
+        rows = getattr(X, "fingerprint", lambda: None)()
+        if rows is None or (selection["selection"] or {}).get("rows") != rows:
+            selection = without_row_caches(selection)  # other training rows
         net.selector.set_epoch(state["selector_epoch"])
-        net.selector.load_state_dict(state.get("selector_state", {}))
+        net.selector.load_state_dict(selection["selector_state"])
+        net.load_selection_state(selection["selection"])
+        net.data_fingerprint = rows
         net.history = History(state["history"])
         net.criterion_.load_state_dict(criterion)
 
@@ -324,12 +335,14 @@ class AcceleratorCheckpoint(Callback):
         accelerator.save_state(str(folder))
         if accelerator.is_main_process:
             state = {"selector_epoch": net.selector.current_epoch,
-                     "selector_state": net.selector.state_dict(),
                      "history": net.history.to_list()}
             write_replacing(folder / META, json.dumps(state, default=_plain).encode())
-            buffer = io.BytesIO()
-            torch.save(net.criterion_.state_dict(), buffer)
-            write_replacing(folder / CRITERION, buffer.getvalue())
+            for name, value in ((CRITERION, net.criterion_.state_dict()),
+                               (SELECTION, {"selector_state": net.selector.state_dict(),
+                                            "selection": net.selection_state()})):
+                buffer = io.BytesIO()
+                torch.save(value, buffer)
+                write_replacing(folder / name, buffer.getvalue())
         accelerator.wait_for_everyone()
 
 

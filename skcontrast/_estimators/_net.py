@@ -168,6 +168,10 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
         self.labels = labels
         self.augmentation = augmentation
         self.seed = seed
+        # the training rows' digest, and the steps' embeddings of them: training state
+        # (a warm start on the same rows continues from them)
+        self.data_fingerprint: str | None = None
+        self._embedding_cache = self._embedded = None
         self.precision = precision
         self.num_workers = num_workers
         self.labelled = labelled
@@ -187,7 +191,6 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
 
     def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
         super().on_train_begin(net, X=X, y=y, **kwargs)
-        self._embedding_cache = self._embedded = None  # filled by this fit's steps
         self._mode_snapshot = None  # the next step walks the module trees
         self._warned_lone = False
         self._warned_coverage = False
@@ -301,21 +304,31 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
                 "history": self.history.to_list(),
                 "selector_epoch": self.selector.current_epoch,
                 "selector_state": self.selector.state_dict(),
+                "selection": self.selection_state(),
                 "held_out_rows": None if self.held_out_rows is None
                 else np.asarray(self.held_out_rows).tolist(),
                 "seed": self.seed,
                 "grad_scaler": None if getattr(self, "grad_scaler_", None) is None
                 else self.grad_scaler_.state_dict()}
 
-    def load_training_state(self, state: dict, restart: tuple[str, ...] = ()) -> None:
+    def load_training_state(self, state: dict, restart: tuple[str, ...] = (),
+                            rows: str | bool | None = True) -> None:
         """Continue from :meth:`training_state` (of this net's structure).
 
         The optimizer's state is taken when the optimizer is of the same class and
         holds the same parameter groups; its settings (learning rate, ...) stay this
         net's own. A learned loss parameter (temperature, SigLIP's bias) is taken when
         this net learns it too and it is not in ``restart`` (the parameters whose
-        starting value the loss changed); otherwise it is this net's start.
+        starting value the loss changed); otherwise it is this net's start. The
+        embeddings of the training rows that ``selection_pass='cached'`` keeps (the
+        net's, and a selector's under ``'cache'``) are taken when ``rows``, the digest of
+        the rows this net trains on (:meth:`ViewData.fingerprint`), is the one they were
+        computed on (``True``: as they are, for a loaded model); a fit on other rows
+        starts without them.
         """
+        if rows is not True and (rows is None or
+                                 (state.get("selection") or {}).get("rows") != rows):
+            state = without_row_caches(state)
         _load_state(self.inference_module(), state["module"], "the network")
         criterion = dict(state["criterion"])
         learned = tuple(ContrastiveCriterion.PARAMETERS.values())
@@ -328,6 +341,7 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
         self.history = History(copy.deepcopy(state["history"]))
         self.selector.set_epoch(state["selector_epoch"])
         self.selector.load_state_dict(state.get("selector_state", {}))
+        self.load_selection_state(state.get("selection"))
         rows = state.get("held_out_rows")
         self.held_out_rows = None if rows is None else np.asarray(rows, dtype=np.int64)
         scaler = state.get("grad_scaler")
@@ -404,7 +418,7 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
 
     def on_train_end(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
         super().on_train_end(net, X=X, y=y, **kwargs)
-        self.training_data = self._embedding_cache = self._embedded = None
+        self.training_data = None
 
 
     def run_single_epoch(self, iterator: Any, training: bool, prefix: str, step_fn: Any,
@@ -500,8 +514,20 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
         state = super().__getstate__()
         for transient in ("_batch_terms", "training_data", "_warned_lone",
                           "_warned_coverage", "_checked_augmentation", "_stopped_by",
-                          "_embedding_cache", "_embedded", "_listeners", "_mode_snapshot"):
+                          "_listeners", "_mode_snapshot"):
             state.pop(transient, None)  # rebuilt by every fit
         state["train_split"] = None  # the held-out data stays out of the pickle
         return state
 
+
+
+def without_row_caches(state: dict) -> dict:
+    """A training state without the embeddings of training rows it carries (the net's
+    selection embeddings, and every selector's ``'cache'`` entry)."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != "cache"}
+        return value
+
+    return {**state, "selection": None, "selector_state": strip(state.get("selector_state", {}))}

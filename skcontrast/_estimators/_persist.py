@@ -410,14 +410,51 @@ def training_state_files(state: dict) -> tuple[dict, dict]:
                 .contiguous()
     groups = [{k: v for k, v in g.items() if k not in _GROUP_DATA} | {"size": len(g["params"])}
               for g in optimizer["param_groups"]]
+    selection = {"selector": state["selector_state"], "net": state.get("selection")}
+    selection = _plain_json(_tensors_out(selection, "selection", tensors),
+                            "the selector's state")
     fitted = {"seed": state["seed"], "selector_epoch": state["selector_epoch"],
-              "selector_state": _plain_json(state["selector_state"], "the selector's state"),
+              "selector_state": selection["selector"], "selection": selection["net"],
               "held_out_rows": state["held_out_rows"],
               "optimizer": {"class": path_of(state["optimizer_class"]),
                             "param_groups": _plain_json(groups, "the optimizer's settings")},
               "history": _plain_json(state["history"], "the training history"),
               "extra_state": extra}
     return tensors, fitted
+
+
+#: How a tensor inside a selector's or the selection's state is named in the JSON: the
+#: key of its entry in the safetensors file.
+TENSOR_ENTRY = "__tensor__"
+
+
+def _tensors_out(value: Any, key: str, tensors: dict) -> Any:
+    """``value`` with each tensor moved into ``tensors`` (under a key made from its
+    place) and replaced by ``{TENSOR_ENTRY: key}``: state that JSON alone cannot hold
+    (a selector's embeddings of the training rows)."""
+    if isinstance(value, torch.Tensor) and value.numel() != 1:
+        tensors[key] = value.detach().cpu().contiguous()
+        return {TENSOR_ENTRY: key}
+    if isinstance(value, dict):
+        return {k: _tensors_out(v, f"{key}.{k}", tensors) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_tensors_out(v, f"{key}.{i}", tensors) for i, v in enumerate(value)]
+    return value
+
+
+def _tensors_in(value: Any, tensors: dict) -> Any:
+    """The inverse of :func:`_tensors_out`: a named tensor the file lacks is an error."""
+    if isinstance(value, dict):
+        if set(value) == {TENSOR_ENTRY}:
+            key = value[TENSOR_ENTRY]
+            if not isinstance(key, str) or key not in tensors:
+                raise ValueError(f"malformed saved configuration: the state names tensor "
+                                 f"{key!r}, which the weights file does not hold")
+            return tensors[key]
+        return {k: _tensors_in(v, tensors) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_tensors_in(v, tensors) for v in value]
+    return value
 
 
 def files_training_state(tensors: dict, fitted: dict) -> dict:
@@ -430,7 +467,9 @@ def files_training_state(tensors: dict, fitted: dict) -> dict:
             "optimizer_class": _expect(saved.get("class"), str, "the optimizer's class"),
             "history": _expect(fitted.get("history"), list, "history"),
             "selector_epoch": _natural(fitted.get("selector_epoch"), "selector_epoch"),
-            "selector_state": _expect(fitted.get("selector_state"), dict, "selector_state"),
+            "selector_state": _tensors_in(_expect(fitted.get("selector_state"), dict,
+                                                  "selector_state"), tensors),
+            "selection": _tensors_in(fitted.get("selection"), tensors),
             "held_out_rows": _rows(fitted.get("held_out_rows")),
             "seed": _natural(fitted.get("seed"), "seed")}
 

@@ -256,7 +256,8 @@ class BatchSupply(_Net):
             embeddings = embeddings[:, :2]  # not the hard negatives
         rows = embeddings.detach().float()
         cache = getattr(self, "_embedding_cache", None)
-        if cache is None or cache.shape[1:] != rows.shape[1:] or cache.device != rows.device:
+        if cache is None or cache.shape[1:] != rows.shape[1:] or cache.device != rows.device \
+                or len(cache) != len(self.training_data):
             n = len(self.training_data)
             cache = self._embedding_cache = rows.new_zeros((n, *rows.shape[1:]))
             self._embedded = torch.zeros(n, dtype=torch.bool, device=rows.device)
@@ -264,12 +265,36 @@ class BatchSupply(_Net):
         cache[index] = rows
         self._embedded[index] = True
 
+    def selection_state(self) -> dict:
+        """What ``selection_pass='cached'`` carries to the next fit on the same rows: the
+        training steps' embeddings of them (with the rows' digest), a copy."""
+        cache = getattr(self, "_embedding_cache", None)
+        return {"rows": self.data_fingerprint,
+                "embeddings": None if cache is None else cache.detach().cpu().clone(),
+                "embedded": None if cache is None else self._embedded.cpu().clone()}
+
+    def load_selection_state(self, state: dict | None) -> None:
+        """Continue from :meth:`selection_state` (kept for the rows it names: a fit on
+        other rows starts without it)."""
+        state = state or {}
+        embeddings, embedded = state.get("embeddings"), state.get("embedded")
+        self.data_fingerprint = state.get("rows")
+        if embeddings is None or embedded is None:
+            self._embedding_cache = self._embedded = None
+            return
+        if embedded.dtype != torch.bool or embedded.shape != embeddings.shape[:1]:
+            raise ValueError(f"the saved selection embeddings ({tuple(embeddings.shape)}) and "
+                             f"their mask ({tuple(embedded.shape)}, {embedded.dtype}) do not "
+                             "match: the saved state is damaged")
+        self._embedding_cache = embeddings.to(self.compute_device, torch.float32)
+        self._embedded = embedded.to(self.compute_device)
+
     def cached_embeddings(self) -> np.ndarray | None:
         """The embeddings the training steps computed (each sample's from the last step
         that trained it), the rows no step has embedded yet completed by a fresh pass;
         ``None`` before any training step of this fit."""
         cache = getattr(self, "_embedding_cache", None)
-        if cache is None:
+        if cache is None or len(cache) != len(self.training_data):
             return None
         out = cache.cpu().numpy()
         missing = np.flatnonzero(~self._embedded.cpu().numpy())

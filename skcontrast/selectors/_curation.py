@@ -179,8 +179,43 @@ class CuratingSelector(BatchSelector):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state.pop("_reference_module", None)  # a device copy, made again when needed
-        state.pop("_caches", None)  # embeddings of one fit's rows, rebuilt as it goes
         return state
+
+    def state_dict(self) -> dict:
+        """With ``selection_pass='cached'``, the embeddings of the training rows it has
+        met, under ``'cache'`` (tensors: a saved model keeps them beside its weights), so
+        that a warm start, a saved and loaded model or a checkpoint continues exactly
+        (2 + 2 epochs = 4)."""
+        state = super().state_dict()
+        caches = getattr(self, "_caches", None)
+        if caches:
+            state["cache"] = {"n_samples": int(self._n_samples),
+                              **{model: {"embeddings": table.detach().cpu().clone(),
+                                         "known": known.clone()}
+                                 for model, (table, known) in caches.items()}}
+        return state
+
+    def load_state_dict(self, state: dict) -> CuratingSelector:
+        state = dict(state)
+        cache = state.pop("cache", None)
+        super().load_state_dict(state)
+        self._caches = {}
+        if cache is None:
+            return self
+        n = check_int(cache.get("n_samples"), "the cache's n_samples", minimum=1)
+        for model in MODELS:
+            entry = cache.get(model)
+            if entry is None:
+                continue
+            table, known = entry.get("embeddings"), entry.get("known")
+            if not isinstance(table, torch.Tensor) or not isinstance(known, torch.Tensor) \
+                    or known.dtype != torch.bool or known.shape != (n,) or len(table) != n:
+                raise ValueError(f"the saved {model} embeddings of {type(self).__name__} "
+                                 f"do not hold one row per sample (n_samples={n}) with a "
+                                 "boolean mask: the saved state is damaged")
+            self._caches[model] = (table.float(), known.cpu())
+        self._n_samples = n
+        return self
 
     # -- the epoch: super-batches --------------------------------------------------------
 
@@ -270,8 +305,9 @@ class CuratingSelector(BatchSelector):
         values = embeddings.detach().float()
         caches = self.__dict__.setdefault("_caches", {})
         cache = caches.get(model)
-        if cache is None or cache[0].shape[1:] != values.shape[1:] \
-                or cache[0].device != values.device:
+        if cache is not None and cache[0].device != values.device:  # e.g. a loaded state
+            cache = caches[model] = (cache[0].to(values.device), cache[1])
+        if cache is None or cache[0].shape[1:] != values.shape[1:]:
             table = values.new_zeros((self._n_samples, *values.shape[1:]))
             cache = caches[model] = (table, torch.zeros(self._n_samples, dtype=torch.bool))
         cache[0][rows.to(values.device)] = values
