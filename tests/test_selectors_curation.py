@@ -521,3 +521,21 @@ def test_a_rows_loss_is_its_own(loss):
     z[:, 1] = z[:, 0]  # aligned views, a small loss everywhere ...
     z[3, 1] = -z[3, 0]  # ... except pair 3's, which point apart
     assert int(row_losses(z, None, loss).argmax()) == 3
+
+
+def test_fixed_reference_embeddings_need_one_row_per_sample_in_the_views_layout():
+    # 500 rows for 32 trained on misaligned scores; (n, k) rows for pairs were taken too
+    from skcontrast import ContrastiveEmbedder
+
+    X, _ = make_paired_gaussians(32, 4, random_state=0)
+    small = {"n_components": 3, "hidden_layer_sizes": (8,), "max_epochs": 1,
+             "random_state": 0}
+    for reference, match in ((np.zeros((500, 2, 3)), r"n = 32; got shape \(500, 2, 3\)"),
+                             (np.zeros((32, 3, 3)), r"n = 32; got shape \(32, 3, 3\)")):
+        with pytest.raises(ValueError, match=match):
+            ContrastiveEmbedder(**small, selector=JESTSelector(8, reference=reference)).fit(X)
+    with pytest.raises(ValueError, match=r"do not match the learner's \(n, 2, k\) pairs"):
+        ContrastiveEmbedder(**small, selector=RhoLossSelector(
+            8, reference=np.ones((32, 3), dtype=np.float32))).fit(X)
+    rows = np.ones((32, 2, 5), dtype=np.float32)  # another model's width is fine
+    ContrastiveEmbedder(**small, selector=RhoLossSelector(8, reference=rows)).fit(X)

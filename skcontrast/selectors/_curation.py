@@ -234,6 +234,7 @@ class CuratingSelector(BatchSelector):
     def _select(self, X, y, groups, rng):
         n = len(X)
         self._check_curation_params()
+        self._check_fixed_reference(n)
         batches = partition(rng.permutation(n), self.super_batch_size(n), self.drop_last)
         # the step-level draws of this epoch: reproducible from (random_state, epoch)
         self._generator = torch.Generator().manual_seed(int(rng.integers(2**63)))
@@ -248,6 +249,18 @@ class CuratingSelector(BatchSelector):
     def nominal_batch_size(self, n: int) -> int | None:
         """The rows that train at a step (``batch_size``), not the super-batch."""
         return min(int(self.batch_size), n)
+
+    def _check_fixed_reference(self, n: int) -> None:
+        """Fixed reference embeddings hold one row per sample: ``(n, 2, k)`` for pairs
+        (or two crops), ``(n, k)`` for single views."""
+        if self._reference_kind() != "embeddings":
+            return
+        shape = tuple(self.reference.shape) if hasattr(self.reference, "shape") else \
+            np.shape(self.reference)
+        if len(shape) not in (2, 3) or shape[0] != n or (len(shape) == 3 and shape[1] != 2):
+            raise ValueError(f"reference embeddings must hold one row per training sample, "
+                             f"(n, 2, k) for pairs or (n, k) for single views with n = {n}; "
+                             f"got shape {shape}")
 
     def _check_curation_params(self) -> None:
         if not isinstance(self.drop_last, bool):
@@ -376,10 +389,16 @@ class CuratingSelector(BatchSelector):
             table = self.reference if isinstance(self.reference, torch.Tensor) \
                 else torch.as_tensor(np.asarray(self.reference))
             index = batch.index.to("cpu", torch.long)
-            if len(table) <= int(index.max()):
-                raise ValueError(f"reference embeddings hold {len(table)} rows but the "
-                                 f"batch names row {int(index.max())}: give one embedding "
-                                 "per training row")
+            n = getattr(self, "_n_samples", None)
+            if (n is not None and len(table) != n) or len(table) <= int(index.max()):
+                raise ValueError(f"reference embeddings hold {len(table)} rows for "
+                                 f"{n if n is not None else 'more'} training samples: give "
+                                 "one embedding per training row")
+            if table.ndim != z.ndim:
+                layout = "(n, 2, k) pairs" if z.ndim == 3 else "(n, k) single views"
+                raise ValueError(f"reference embeddings of shape {tuple(table.shape)} do not "
+                                 f"match the learner's {layout}: give them in the layout "
+                                 "of the training views")
             out = table.detach()[index.to(table.device)]
             return out.to(z.device, torch.float32)
         if batch.views is None:
@@ -505,6 +524,18 @@ class JESTSelector(CuratingSelector):
         self.selection_pass = selection_pass
         self.drop_last = drop_last
         self.random_state = random_state
+
+    def _check_fixed_reference(self, n: int) -> None:
+        """Fixed reference embeddings hold one row per sample: ``(n, 2, k)`` for pairs
+        (or two crops), ``(n, k)`` for single views."""
+        if self._reference_kind() != "embeddings":
+            return
+        shape = tuple(self.reference.shape) if hasattr(self.reference, "shape") else \
+            np.shape(self.reference)
+        if len(shape) not in (2, 3) or shape[0] != n or (len(shape) == 3 and shape[1] != 2):
+            raise ValueError(f"reference embeddings must hold one row per training sample, "
+                             f"(n, 2, k) for pairs or (n, k) for single views with n = {n}; "
+                             f"got shape {shape}")
 
     def _check_curation_params(self) -> None:
         super()._check_curation_params()
