@@ -309,6 +309,30 @@ def test_shards_are_equal_groups_of_neighbouring_rows():
     assert [len(s) for s in shard_rows(Z, None, rng)] == [1000]
 
 
+@pytest.mark.parametrize("shard_size", [41, 60, 75, 82, 150, 599])
+def test_a_shard_size_leaves_every_shard_big_enough_or_is_refused_by_name(shard_size):
+    # 600 rows at shard_size 41 or 60 failed with "needs at least 41 samples; got n=38",
+    # a count the user never gave: shards are now equal to within one, or refused
+    from skcontrast.selectors import CommunityBatchSelector
+    from skcontrast.selectors._graph import shard_rows
+
+    X = np.random.default_rng(0).normal(size=(600, 2, 8)).astype(np.float32)
+    count = -(-600 // shard_size)
+    if 600 // count < 41:
+        with pytest.raises(ValueError, match=rf"shard_size={shard_size} splits the 600 "
+                                             rf"samples into {count} shards of 40, fewer "
+                                             r"than the 41 that the rank window \(p, q\) = "
+                                             r"\(10, 40\) needs; use shard_size >= 43"):
+            CommunityBatchSelector(32, shard_size=shard_size, random_state=0).epoch_batches(X)
+        return
+    batches = CommunityBatchSelector(32, shard_size=shard_size,
+                                     random_state=0).epoch_batches(X)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(600))
+    shards = shard_rows(unit_rows(X), shard_size, np.random.default_rng(0))
+    assert len(shards) == count and {len(s) for s in shards} <= {600 // count,
+                                                                  600 // count + 1}
+
+
 def test_sharded_communities_are_as_hard_as_one_graph():
     X, _ = make_paired_embeddings(4000, 32, n_groups=40, random_state=0)
     loss = SymmetricInfoNCE(0.1)

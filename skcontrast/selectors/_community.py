@@ -205,7 +205,8 @@ class CommunityBatchSelector(BatchSelector):
         shard_size = None if self.shard_size is None else check_int(
             self.shard_size, "shard_size", minimum=q + 1)
         Z = unit_rows(X)
-        shards = shard_rows(Z, shard_size, rng)
+        shards = shard_rows(Z, shard_size, rng, minimum=q + 1,
+                            need=f"the rank window (p, q) = ({p}, {q})")
         seeds = rng.integers(2**63, size=len(shards))
         jobs = (delayed(_shard_communities)(Z[torch.from_numpy(rows)].numpy(), p, q,
                                             self.search, self.probes,

@@ -153,25 +153,45 @@ def _balanced_axis(sample: torch.Tensor, rng: np.random.Generator,
     return centres[0] - centres[1]
 
 
-def shard_rows(Z: torch.Tensor, shard_size: int | None,
-               rng: np.random.Generator) -> list[np.ndarray]:
+def shard_sizes(n: int, shard_size: int | None, minimum: int = 1,
+                need: str = "") -> list[int]:
+    """The sizes of the shards of ``n`` rows: ``c = ceil(n / shard_size)`` shards equal
+    to within one (one shard of all rows when ``shard_size`` is ``None`` or at least
+    ``n``). A ``shard_size`` whose shards would hold fewer than ``minimum`` rows (``need``
+    says what needs them) is refused, naming it."""
+    if shard_size is None or shard_size >= n:
+        return [n]
+    count = -(-n // shard_size)
+    base, extra = divmod(n, count)
+    if base < minimum:
+        smallest = next(s for s in range(shard_size, n + 1)
+                        if n // -(-n // s) >= minimum)
+        raise ValueError(f"shard_size={shard_size} splits the {n} samples into {count} "
+                         f"shards of {base}{'-' + str(base + 1) if extra else ''}, fewer "
+                         f"than the {minimum} that {need} needs; use shard_size >= {smallest} "
+                         "(or None: one graph)")
+    return [base + (1 if i < extra else 0) for i in range(count)]
+
+
+def shard_rows(Z: torch.Tensor, shard_size: int | None, rng: np.random.Generator,
+               minimum: int = 1, need: str = "") -> list[np.ndarray]:
     """The rows of ``Z`` in shards of at most ``shard_size`` (sorted indices), shards of
-    neighbouring rows, by recursive balanced bisection: each group of rows over the size
-    is split in two halves along the axis joining the centres of a spherical 2-means (of
-    a sample of the group), the rows nearest the first centre to one half, so that all
-    shards have the same size (to within one) and every step costs O(n) memory. One
-    shard of all rows when ``shard_size`` is ``None`` or at least ``n``.
+    neighbouring rows, by recursive balanced bisection: each group of rows that is to
+    make ``c > 1`` shards is split along the axis joining the centres of a spherical
+    2-means (of a sample of the group), the rows nearest the first centre to the part
+    that makes ``c // 2`` of them, so that all shards have the same size to within one
+    (:func:`shard_sizes`, which refuses a size leaving shards under ``minimum``) and
+    every step costs O(n) memory.
 
     Nearest neighbours mostly fall in the same shard, so a graph built within shards
     keeps most of the graph of the whole; each shard costs the memory of its own graph.
     """
     n = len(Z)
-    if shard_size is None or shard_size >= n:
-        return [np.arange(n)]
-    done, todo = [], [np.arange(n)]
+    sizes = shard_sizes(n, shard_size, minimum, need)
+    done, todo = [], [(np.arange(n), sizes)]
     while todo:
-        rows = todo.pop(0)
-        if len(rows) <= shard_size:
+        rows, parts = todo.pop(0)
+        if len(parts) == 1:
             done.append(np.sort(rows))
             continue
         axis = _balanced_axis(Z[torch.from_numpy(rng.choice(
@@ -180,8 +200,9 @@ def shard_rows(Z: torch.Tensor, shard_size: int | None,
         side = torch.cat([Z[torch.from_numpy(rows[s:s + step])] @ axis
                           for s in range(0, len(rows), step)])
         order = torch.argsort(side, descending=True, stable=True).numpy()
-        half = -(-len(rows) // 2)
-        todo += [rows[order[:half]], rows[order[half:]]]
+        first = parts[:len(parts) // 2]
+        cut = sum(first)
+        todo += [(rows[order[:cut]], first), (rows[order[cut:]], parts[len(parts) // 2:])]
     return done
 
 

@@ -190,7 +190,7 @@ class RandomWalkBatchSelector(BatchSelector):
         shard_size = None if self.shard_size is None else check_int(
             self.shard_size, "shard_size", minimum=b)
         Z = unit_rows(X)
-        shards = shard_rows(Z, shard_size, rng)
+        shards = shard_rows(Z, shard_size, rng, minimum=b, need=f"the batch size {b}")
         if len(shards) == 1:
             return walk_batches(candidate_graph(Z, m, k, rng), batch_sizes(n, b, self.drop_last),
                                 restart, rng)
