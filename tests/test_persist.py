@@ -331,3 +331,28 @@ def test_a_warm_start_on_other_rows_does_not_reuse_their_cached_embeddings(pairs
     half.set_params(warm_start=True).fit(other)
     stripped.set_params(warm_start=True).fit(other)
     np.testing.assert_array_equal(half.transform(X), stripped.transform(X))
+
+
+@pytest.mark.parametrize(("slot", "where", "value"), [
+    ("tokenizer_", "attributes", {"estimator": "skcontrast.selectors._basic."
+                                  "ShuffledBatchSelector", "params": {"dict": {}}}),
+    ("tokenizer", "params", {"import": "torch.nn.modules.linear.Linear"}),
+    ("selector", "params", {"estimator": "skcontrast.memory._sogclr.SogCLRMemory",
+                            "params": {"dict": {}}}),
+    ("memory", "params", {"estimator": "skcontrast.losses._objects.InfoNCE",
+                          "params": {"dict": {}}}),
+    ("optimizer", "params", {"import": "torch.nn.modules.linear.Linear"}),
+    ("module", "params", {"import": "torch.optim.sgd.SGD"}),
+    ("temperature_", "attributes", {"import": "torch.nn.modules.linear.Linear"}),
+])
+def test_each_restored_slot_takes_only_its_kind_of_object(saved, tmp_path, slot, where, value):
+    # an edited config put torch.nn.Linear in the tokenizer's place: it loaded, and
+    # transform failed far from the cause
+    def edit(config, folder):
+        target = config["fitted"]["attributes"] if where == "attributes" else config["params"]
+        target[slot] = value
+
+    folder, mark = _planted(saved, tmp_path, edit)
+    with pytest.raises(ValueError, match=rf"malformed saved configuration: {slot} holds "):
+        skcontrast.load(folder)
+    assert not mark.exists()

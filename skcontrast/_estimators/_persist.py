@@ -522,7 +522,7 @@ def decode_attributes(fitted: dict, allowed: tuple[str, ...]) -> dict:
     out = {}
     for name, value in saved.items():
         with entry_errors(f"the fitted attribute {name!r}"):
-            out[name] = _decode(value, name)
+            out[name] = check_slot(name, _decode(value, name))
     return out
 
 
@@ -652,6 +652,63 @@ def _checked_config(config: Any, where: str) -> dict:
     return config
 
 
+def _slot_kinds() -> dict[str, Callable[[Any], bool]]:
+    """What each restored slot (a parameter or fitted attribute) may hold besides plain
+    values: a tokenizer slot a tokenizer, a selector slot a selector, ... A slot not
+    named here holds plain values only (numbers, strings, arrays and their lists)."""
+    from torch import nn
+
+    from .. import datasets, memory, selectors, text
+    from ..losses import Loss
+    from ._schedule import WarmupCosine
+
+    def module_class(v: Any) -> bool:  # a module class or factory (or a partial of one)
+        if isinstance(v, functools.partial):
+            return module_class(v.func)
+        return (isinstance(v, type) and issubclass(v, nn.Module)) or v is datasets.digit_cnn
+
+    def augmentation(v: Any) -> bool:  # an augmentation object, or what a factory makes
+        if isinstance(v, functools.partial):
+            return isinstance(v.func, type) and issubclass(v.func, _field_objects())
+        return isinstance(v, _field_objects() + (nn.Module,))
+
+    tokenizer = (lambda v: isinstance(v, text.HashingNgramTokenizer))  # noqa: E731
+    return {"tokenizer": tokenizer, "tokenizer_": tokenizer,
+            "selector": lambda v: isinstance(v, selectors.BatchSelector),
+            "loss": lambda v: isinstance(v, Loss),
+            "memory": lambda v: isinstance(v, memory.BaseMemory),
+            "lr_schedule": lambda v: isinstance(v, WarmupCosine),
+            "optimizer": lambda v: isinstance(v, type) and issubclass(v, torch.optim.Optimizer),
+            "module": module_class, "projection_head": module_class,
+            "augmentation": augmentation}
+
+
+def check_slot(name: str, value: Any) -> Any:
+    """``value``, read from a saved configuration for the slot ``name``, if every object
+    in it is of the slot's kind (:func:`_slot_kinds`); else an error naming the slot,
+    before anything is built from it (an edited file could put any allow-listed class,
+    ``torch.nn.Linear`` say, in a tokenizer's place)."""
+    accepts = _slot_kinds().get(name)
+
+    def walk(v: Any) -> None:
+        if v is None or isinstance(v, bool | int | float | str | np.ndarray | np.generic):
+            return
+        if isinstance(v, list | tuple):
+            for item in v:
+                walk(item)
+        elif isinstance(v, dict):
+            for item in v.values():
+                walk(item)
+        elif accepts is None or not accepts(v):
+            kind = path_of(v if isinstance(v, type) else type(v))
+            raise ValueError(f"malformed saved configuration: {name} holds {kind}, which "
+                             f"is not what {name} takes" + ("" if accepts is not None else
+                                                          " (plain values only)"))
+
+    walk(value)
+    return value
+
+
 def choose_params(config: dict, given: dict, names: list[str]) -> dict:
     """The estimator's parameters: decoded from the file, or passed to ``load``."""
     unknown = sorted(set(given) - set(names))
@@ -677,7 +734,7 @@ def choose_params(config: dict, given: dict, names: list[str]) -> dict:
                 missing[name] = value.get("was")
         else:
             with entry_errors(f"the parameter {name!r}"):
-                params[name] = _decode(value, name)
+                params[name] = check_slot(name, _decode(value, name))
     if missing:
         listed = ", ".join(f"{k}=<{v}>" for k, v in missing.items())
         raise ValueError(f"the saved model was built from objects a saved file does not hold "
