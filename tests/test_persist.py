@@ -356,3 +356,43 @@ def test_each_restored_slot_takes_only_its_kind_of_object(saved, tmp_path, slot,
     with pytest.raises(ValueError, match=rf"malformed saved configuration: {slot} holds "):
         skcontrast.load(folder)
     assert not mark.exists()
+
+
+class _ReadsValues(nn.Module):
+    """An encoder that reads a tensor's value while it is built: it cannot be built on
+    torch's meta device, so its shapes are compared when it is built for real."""
+
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.linear = nn.Linear(n_in, n_out)
+        self.scale = float(torch.ones(1).item())
+
+    def forward(self, x):
+        return self.linear(x) * self.scale
+
+
+@pytest.mark.parametrize("edit", ["declared samples", "remembered samples", "queue size"])
+def test_declared_memory_sizes_are_compared_before_anything_is_built(pairs, tmp_path, edit):
+    # a memory of 2**33 samples in an edited config made load allocate 64 GB before any
+    # size was compared (an encoder that cannot be built on meta skipped every check)
+    from skcontrast.memory import CrossBatchMemory
+
+    X, _ = pairs
+    memory = CrossBatchMemory(32) if edit == "queue size" else SogCLRMemory()
+    ContrastiveEmbedder(_ReadsValues, **SMALL, loss="dcl", memory=memory,
+                        batch_size=8).fit(X).save(tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    if edit == "declared samples":
+        config["fitted"]["n_samples"] = 2**20
+        match = r"the saved memory remembers 48 samples, but the configuration declares " \
+                r"n_samples=1048576"
+    elif edit == "remembered samples":
+        config["fitted"]["extra_state"]["criterion.memory_state._extra_state"][
+            "n_samples"] = 2**20
+        match = r"the saved memory remembers 1048576 samples"
+    else:
+        config["params"]["memory"]["params"]["dict"]["size"] = 2**20
+        match = r"queue holds \[32, 32, 32\] entries .* declares size=1048576"
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=match):
+        skcontrast.load(tmp_path / "m", module=_ReadsValues)

@@ -165,32 +165,36 @@ class NetBuilder(ParameterChecks):
 
     def check_saved_shapes(self, spec: InputSpec, n_samples: int, shared: bool,
                            state: dict) -> None:
-        """Compare the shapes of a saved model's tensors with those its parameters
-        declare, building the network on torch's ``meta`` device (nothing allocated), so
-        that a configuration declaring other layer sizes or sample counts is refused
-        before anything is built. A module that cannot be built there (code of your own
-        that reads its tensors' values) is compared when it is built for real."""
-        try:
-            with torch.device("meta"), warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # the fit said them already
-                parts = {"module": self._factory(spec, shared)(),
-                         "criterion": ContrastiveCriterion(
-                             self._loss(), structure=self._structure(spec.items_paired),
-                             memory=self.memory, n_samples=n_samples)}
-        except Exception:
-            return
-        for part, module in parts.items():
-            saved = state[part]
-            for key, value in module.state_dict().items():
-                stored = saved.get(key)
-                if not isinstance(stored, torch.Tensor) or value.numel() == 0:
-                    continue  # missing keys are named when loading; empty ones grow
-                if tuple(stored.shape) != tuple(value.shape):
-                    raise ValueError(
-                        f"the saved tensor '{part}.{key}' has shape {tuple(stored.shape)}, "
-                        f"but the saved parameters build it with shape {tuple(value.shape)}: "
-                        "the configuration does not describe these weights (edited or "
-                        "damaged); nothing was built")
+        """Compare the sizes a saved model's parameters declare with its stored tensors
+        before anything is built: the memory's sample count with the one the file says
+        it remembers, and every tensor's shape with the one the parameters give it,
+        each part (the loss module with its memory, the network) built on torch's
+        ``meta`` device (nothing allocated), so that a configuration declaring other
+        layer or memory sizes is refused. The loss module is always compared; a network
+        that cannot be built there (code of your own that reads its tensors' values) is
+        compared when it is built for real, after the loss module has passed."""
+        counters = state["criterion"].get("memory_state._extra_state")
+        if isinstance(counters, dict) and counters.get("n_samples") != n_samples:
+            raise ValueError(f"the saved memory remembers {counters.get('n_samples')!r} "
+                             f"samples, but the configuration declares n_samples="
+                             f"{n_samples}: the configuration does not describe the saved "
+                             "state (edited or damaged); nothing was built")
+
+        def criterion() -> torch.nn.Module:
+            return ContrastiveCriterion(self._loss(), structure=self._structure(
+                spec.items_paired), memory=self.memory, n_samples=n_samples)
+
+        for part, make, required in (("criterion", criterion, True),
+                                     ("module", self._factory(spec, shared), False)):
+            try:
+                with torch.device("meta"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # the fit said them already
+                    module = make()
+            except Exception:
+                if required:
+                    raise
+                continue
+            _compare_saved(part, module.state_dict(), state[part])
 
     def _place(self, data: ViewData, device: str) -> ViewData:
         """Where the training arrays live: on the training device when asked and they fit."""
@@ -293,3 +297,17 @@ class NetBuilder(ParameterChecks):
             callbacks.append(("lr_schedule", ScheduleCallback(clone(self.lr_schedule),
                                                               per_epoch, self.max_epochs)))
         return callbacks + extra + list(self.callbacks or [])
+
+
+def _compare_saved(part: str, built: dict, saved: dict) -> None:
+    """Refuse a saved tensor whose shape differs from the one the parameters build."""
+    for key, value in built.items():
+        stored = saved.get(key)
+        if not isinstance(stored, torch.Tensor) or value.numel() == 0:
+            continue  # missing keys are named when loading; empty ones grow
+        if tuple(stored.shape) != tuple(value.shape):
+            raise ValueError(
+                f"the saved tensor '{part}.{key}' has shape {tuple(stored.shape)}, but the "
+                f"saved parameters build it with shape {tuple(value.shape)}: the "
+                "configuration does not describe these weights (edited or damaged); nothing "
+                "was built")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -126,6 +127,24 @@ class XBMState(MemoryState):
         self.register_buffer("bank", torch.zeros(0, 0))
         self.register_buffer("keys", torch.zeros(0, dtype=torch.long))
         self.register_buffer("views", torch.zeros(0, dtype=torch.int8))
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any,
+                              **kwargs: Any) -> None:
+        # a saved queue holds `size` entries (or none yet): a configuration declaring
+        # another size would reallocate it, at that size, at the next step
+        bank = state_dict.get(prefix + "bank")
+        rows = [len(t) for t in (bank, state_dict.get(prefix + "keys"),
+                                 state_dict.get(prefix + "views")) if t is not None]
+        counters = state_dict.get(prefix + "_extra_state") or {}
+        inside = all(isinstance(counters.get(k, 0), int) and 0 <= counters.get(k, 0) <=
+                     self.size for k in ("pointer", "filled"))
+        if any(r not in (0, self.size) for r in rows) or len(set(rows)) > 1 or not inside:
+            raise ValueError(f"the saved CrossBatchMemory queue holds {rows} entries "
+                             f"(pointer {counters.get('pointer')}, filled "
+                             f"{counters.get('filled')}), but the configuration declares "
+                             f"size={self.size}: it does not describe the saved state "
+                             "(edited or damaged)")
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, batch_loss: Callable[..., LossTerms], embeddings: torch.Tensor,
                 labels: torch.Tensor | None, index: torch.Tensor, *, structure: str,
