@@ -670,7 +670,7 @@ def _slot_kinds() -> dict[str, Callable[[Any], bool]]:
     def augmentation(v: Any) -> bool:  # an augmentation object, or what a factory makes
         if isinstance(v, functools.partial):
             return isinstance(v.func, type) and issubclass(v.func, _field_objects())
-        return isinstance(v, _field_objects() + (nn.Module,))
+        return isinstance(v, (*_field_objects(), nn.Module))
 
     tokenizer = (lambda v: isinstance(v, text.HashingNgramTokenizer))  # noqa: E731
     return {"tokenizer": tokenizer, "tokenizer_": tokenizer,
