@@ -565,3 +565,22 @@ def test_curation_on_the_gpu(pairs, data_on_device):
         steps = est.history_[-1]["batches"]
         assert steps[0]["train_batch_size"] == len(set(steps[0]["kept"])) == 16
         assert np.isfinite(est.transform(X)).all()
+
+
+@pytest.mark.parametrize("kind", [ContrastiveEmbedder, SupConEmbedder])
+def test_a_last_update_that_overflows_the_activations_is_refused(kind):
+    # sgd at lr=1e30: the step's loss and the weights (about 1e30) stayed finite, and
+    # transform returned NaN (SupCon failed on NaN in H, saying nothing of divergence)
+    from skcontrast.exceptions import TrainingDivergedError
+
+    X, y = make_paired_gaussians(16, 4, n_clusters=2, random_state=0)
+    data = (X,) if kind is ContrastiveEmbedder else (X[:, 0], y)
+    est = kind(**{**SMALL, "max_epochs": 1, "batch_size": 16}, optimizer="sgd")
+    with pytest.raises(TrainingDivergedError, match="embeds training rows as NaN or "
+                                                    "infinite values"):
+        clone(est).set_params(lr=1e30).fit(*data)
+    est.fit(*data)
+    before = est.transform(data[0])
+    with pytest.raises(TrainingDivergedError, match="the estimator is as it was"):
+        est.set_params(warm_start=True, lr=1e30).fit(*data)
+    np.testing.assert_array_equal(est.transform(data[0]), before)

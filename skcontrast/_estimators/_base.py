@@ -248,6 +248,7 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
                 net.data_fingerprint = rows_digest
                 net.fit(data, None)
         net.check_finite_weights()  # every exit: the end, an early stop, an interrupt
+        net.check_finite_outputs(data)
         return net
 
     def _finish(self, net: SelectorNet) -> None:

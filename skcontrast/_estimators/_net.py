@@ -290,6 +290,30 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
             raise TrainingInterrupted(f"{self.interrupted}; and {message}")
         raise TrainingDivergedError(f"training diverged in its last steps: {message}")
 
+    def check_finite_outputs(self, data: Any, rows: int = 8) -> None:
+        """Refuse a trained network whose embeddings of a few training rows (``rows``,
+        spread over ``data``) are NaN or infinite, or overflow when normalised: finite
+        weights can still overflow the activations (a last update of lr=1e30). Called
+        at every exit of a fit, after :meth:`check_finite_weights`."""
+        n = len(data)
+        if n == 0:
+            return
+        index = np.unique(np.linspace(0, n - 1, min(rows, n)).astype(np.int64))
+        out = self.embed(data.select(0), view=0, indices=index) if self.labelled else \
+            self.embed(data, indices=index)
+        if bool(torch.isfinite(out.reshape(len(out), -1, out.shape[-1]).norm(dim=-1)).all()):
+            return
+        message = (
+            f"after {len(self.history)} epoch(s) the network embeds training rows as NaN or "
+            f"infinite values (its weights are finite, its activations overflow), so "
+            f"transform would return them; the model was not kept (the estimator is as it "
+            f"was before this fit). Lower the learning rate (lr={self.lr}), raise the "
+            f"temperature (temperature={plain_temperature(self.criterion_)}), or check that "
+            "the module does not output NaN or inf")
+        if self.interrupted is not None:
+            raise TrainingInterrupted(f"{self.interrupted}; and {message}")
+        raise TrainingDivergedError(f"training diverged in its last steps: {message}")
+
     # -- state that travels: warm starts and saved models ------------------------------
 
     def training_state(self) -> dict:
