@@ -384,8 +384,8 @@ def test_declared_memory_sizes_are_compared_before_anything_is_built(pairs, tmp_
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     if edit == "declared samples":
         config["fitted"]["n_samples"] = 2**20
-        match = r"the saved memory remembers 48 samples, but the configuration declares " \
-                r"n_samples=1048576"
+        match = r"the saved tensor 'criterion.memory_state.log_u' has shape \(48, 1\), but " \
+                r"the saved parameters build it with shape \(1048576, 1\)"
     elif edit == "remembered samples":
         config["fitted"]["extra_state"]["criterion.memory_state._extra_state"][
             "n_samples"] = 2**20

@@ -173,12 +173,6 @@ class NetBuilder(ParameterChecks):
         layer or memory sizes is refused. The loss module is always compared; a network
         that cannot be built there (code of your own that reads its tensors' values) is
         compared when it is built for real, after the loss module has passed."""
-        counters = state["criterion"].get("memory_state._extra_state")
-        if isinstance(counters, dict) and counters.get("n_samples") != n_samples:
-            raise ValueError(f"the saved memory remembers {counters.get('n_samples')!r} "
-                             f"samples, but the configuration declares n_samples="
-                             f"{n_samples}: the configuration does not describe the saved "
-                             "state (edited or damaged); nothing was built")
 
         def criterion() -> torch.nn.Module:
             return ContrastiveCriterion(self._loss(), structure=self._structure(
@@ -195,6 +189,13 @@ class NetBuilder(ParameterChecks):
                     raise
                 continue
             _compare_saved(part, module.state_dict(), state[part])
+        # the counter a memory keeps beside its buffers (no buffer shows it)
+        counters = state["criterion"].get("memory_state._extra_state")
+        if isinstance(counters, dict) and counters.get("n_samples") != n_samples:
+            raise ValueError(f"the saved memory remembers {counters.get('n_samples')!r} "
+                             f"samples, but the configuration declares n_samples="
+                             f"{n_samples}: the configuration does not describe the saved "
+                             "state (edited or damaged); nothing was built")
 
     def _place(self, data: ViewData, device: str) -> ViewData:
         """Where the training arrays live: on the training device when asked and they fit."""
