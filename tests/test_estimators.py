@@ -404,15 +404,49 @@ def test_supcon_requires_y():
         SupConEmbedder(max_epochs=1).fit(np.zeros((10, 3)), None)
 
 
-def test_a_batch_of_one_sample_is_skipped_with_a_warning():
+class _LoneBatch(ShuffledBatchSelector):
+    """A selector of one's own whose epoch ends with a batch of one sample."""
+
+    def _select(self, X, y, groups, rng, loss=None):
+        order = rng.permutation(len(X))
+        return [order[:-1].astype(np.int64), order[-1:].astype(np.int64)]
+
+    def _n_batches(self, n, y):
+        return 2
+
+
+def test_a_remainder_of_one_sample_joins_a_batch_and_a_lone_batch_is_skipped():
+    # one rule: a built-in selector's remainder of one joins the batch before it, so
+    # every sample trains every epoch; a batch of one from a selector of one's own has
+    # nothing to contrast and is skipped, with a warning
     X, _ = make_paired_gaussians(17, 4, random_state=0)  # 17 = 2 x 8 + 1
-    est = ContrastiveEmbedder(n_components=2, hidden_layer_sizes=(4,), max_epochs=3,
-                              batch_size=8, random_state=0)
-    with pytest.warns(UserWarning, match=r"1 batch\(es\) of a single sample .*n=17") as seen:
-        est.fit(X)
-    assert len([w for w in seen if "single sample" in str(w.message)]) == 1  # once per fit
+    small = {"n_components": 2, "hidden_layer_sizes": (4,), "max_epochs": 3,
+             "random_state": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = ContrastiveEmbedder(**small, batch_size=8).fit(X)
     assert est.history_[:, "n_batches"] == [2, 2, 2]
+    assert sorted(len(b) for b in ShuffledBatchSelector(8).split(X)) == [8, 9]
+    with pytest.warns(UserWarning, match=r"1 batch\(es\) of a single sample .*n=17") as seen:
+        est = ContrastiveEmbedder(**small, selector=_LoneBatch(16)).fit(X)
+    assert len([w for w in seen if "single sample" in str(w.message)]) == 1  # once per fit
+    assert est.history_[:, "n_batches"] == [1, 1, 1]
     assert np.isfinite(est.history_[:, "train_loss"]).all()
+
+
+def test_a_super_batch_remainder_of_one_row_is_curated_with_the_others():
+    # 9 rows and super-batches of 8: the ninth row was never embedded or trained
+    seen = []
+
+    class Recording(JESTSelector):
+        def curate(self, batch):
+            seen.append(batch.index.tolist())
+            return super().curate(batch)
+
+    X, _ = make_paired_gaussians(9, 4, random_state=0)
+    ContrastiveEmbedder(n_components=2, hidden_layer_sizes=(4,), max_epochs=2,
+                        random_state=0, selector=Recording(4, 0.5, score="hard")).fit(X)
+    assert [sorted(rows) for rows in seen] == [list(range(9))] * 2
 
 
 @pytest.mark.parametrize("views, width", [("first", 3), ("concat", 6), ("mean", 3)])

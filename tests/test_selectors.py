@@ -63,8 +63,12 @@ def assert_partition(batches, n, b):
     assert all(batch.dtype == np.int64 and batch.ndim == 1 for batch in batches)
     assert sorted(flat.tolist()) == list(range(n)), "every sample exactly once"
     sizes = sorted(len(batch) for batch in batches)
-    assert sizes.count(b) >= len(batches) - 1
-    assert sizes[0] == (n % b or b), "only one short batch, holding the remainder"
+    full, rest = divmod(n, b)
+    # one short batch holds the remainder; a remainder of one joins a full batch
+    expected = [b] * full + [rest] if rest > 1 or not full else [b] * full
+    if rest == 1 and full:
+        expected[-1] += 1
+    assert sizes == sorted(s for s in expected if s), (sizes, expected)
 
 
 # --------------------------------------------------------------------------------------
@@ -695,11 +699,11 @@ def test_given_batches_are_checked():
 
 
 def test_osgd_ranks_a_single_sample_batch_last():
-    X = embeddings(17, seed=1)  # 17 = 4 x 4 + 1: the partition ends with one sample
+    X = embeddings(17, seed=1)  # 17 = 4 x 4 + 1: the remainder of one joins a batch
     selector = OSGDSelector(4, k=5, q=4, loss=SymmetricInfoNCE(0.2), random_state=0)
     batches = list(selector.split(X))
-    assert [len(b) for b in batches] == [4, 4, 4, 4]  # the singleton scored NaN, dropped
-    scores = selector.score(X, [[0, 1], [2]])
+    assert sorted(len(b) for b in batches) == [4, 4, 4, 5]
+    scores = selector.score(X, [[0, 1], [2]])  # a batch of one scores NaN (last)
     assert np.isfinite(scores[0]) and np.isnan(scores[1])
 
 
@@ -732,6 +736,9 @@ def test_class_balanced_batches_are_a_partition_with_k_per_class(drop_last, coun
     for batch in batches[:sel.n_balanced_]:
         assert class_profile(batch, y) == [k] * p  # P classes, K samples each
     assert all(len(batch) == b for batch in batches[:-1])
+    assert len(batches[-1]) <= b + 1  # a lone last sample joins the batch before it
+    if len(batches[-1]) == b + 1 and sel.n_balanced_ == len(batches) - 1:
+        return  # the lone sample joined the last balanced batch
     # the balanced batches run out only when fewer than P classes have K samples left
     left = np.bincount(y[np.concatenate(batches[sel.n_balanced_:])], minlength=len(counts)) \
         if len(batches) > sel.n_balanced_ else np.zeros(len(counts), int)

@@ -161,11 +161,11 @@ class BatchSupply(_Net):
                 self._warned_lone = True
                 warnings.warn(
                     f"the selector made {len(lone)} batch(es) of a single sample in an epoch "
-                    f"(e.g. n={len(self.training_data)} leaves a remainder of 1 after the "
-                    "full batches): one pair has nothing to contrast, so such batches are "
-                    "skipped (a shuffling selector skips a different sample each epoch, a "
-                    "fixed partition always the same); choose a batch size that leaves no "
-                    "remainder of 1, or drop_last=True", UserWarning, stacklevel=2)
+                    f"of n={len(self.training_data)} samples: one pair has nothing to "
+                    "contrast, so such batches are skipped. The built-in selectors let a "
+                    "remainder of one sample join the batch before it; a selector of your "
+                    "own can do the same (skcontrast.selectors.BatchSelector's partition "
+                    "rule), or leave it out (drop_last)", UserWarning, stacklevel=2)
         if self.history:
             self.history.record("select_time", time.perf_counter() - start)
             self.history.record("n_batches", len(batches))

@@ -14,6 +14,7 @@ from ..losses import Loss
 from ..losses._incremental import GrowingBatches
 from ._base import (
     BatchSelector,
+    batch_sizes,
     check_batch_size,
     check_embeddings,
     n_partition_batches,
@@ -168,10 +169,9 @@ class _GreedySelector(BatchSelector):
         b = check_batch_size(self.batch_size, n)
         fraction = _check_fraction(self.random_fraction, "random_fraction")
         u, v = views(X)
-        n_bins = n_partition_batches(n, b, False)
-        capacity = np.full(n_bins, b)
-        capacity[-1] = n - b * (n_bins - 1)
-        state = GrowingBatches(u, v, n_bins, b, loss.temperature,
+        capacity = batch_sizes(n, b, False)  # a remainder of one joins a batch
+        n_bins = len(capacity)
+        state = GrowingBatches(u, v, n_bins, int(capacity.max()), loss.temperature,
                                getattr(loss, "lambda_pos", 1.0), getattr(loss, "lambda_ent", 1.0))
         random_rounds = max(1, round(fraction * b))
         return state, capacity, random_rounds
@@ -207,13 +207,13 @@ class BcSSelector(_GreedySelector):
     Notes
     -----
     Every epoch is a partition: all batches have ``batch_size`` samples except the last,
-    which holds the remainder ``n mod batch_size``.
+    which holds the remainder ``n mod batch_size`` (a remainder of one joins a batch).
     """
 
     def _select(self, X, y, groups, rng, loss=None):
         state, capacity, random_rounds = self._setup(X, loss)
         remaining = torch.ones(len(X), dtype=torch.bool)
-        for r in range(self.batch_size):
+        for r in range(int(capacity.max())):  # rounds: each batch takes one sample
             candidates = torch.nonzero(remaining).squeeze(1)
             cand_u, cand_v = state.u[candidates], state.v[candidates]
             taken = torch.zeros(len(candidates), dtype=torch.bool)

@@ -7,7 +7,13 @@ from typing import Any
 import numpy as np
 
 from .._validation import check_choice, check_int, describe, encode_labels
-from ._base import BatchSelector, check_batch_size, n_partition_batches, partition
+from ._base import (
+    BatchSelector,
+    check_batch_size,
+    join_lone,
+    n_partition_batches,
+    partition,
+)
 from ._graph import unit_rows
 
 #: What a class with fewer than ``samples_per_class`` samples does in an epoch.
@@ -125,10 +131,14 @@ class ClassBalancedSelector(BatchSelector):
             left[chosen] -= 1
         rest = [g for c, gs in enumerate(groups_of) for g in gs[len(gs) - left[c]:]]
         pool = np.concatenate([*pooled, *rest]) if pooled or rest else np.empty(0, np.int64)
-        self.n_balanced_ = len(balanced)
         order = rng.permutation(len(balanced))
-        return [balanced[i].astype(np.int64) for i in order] + \
-            partition(rng.permutation(pool), b, self.drop_last)
+        pooled_batches = partition(rng.permutation(pool), b, self.drop_last)
+        batches = join_lone([balanced[i].astype(np.int64) for i in order] + pooled_batches,
+                            self.drop_last)
+        # a lone pooled sample that joined the last balanced batch leaves it P x K + 1
+        lone_joined = len(pooled_batches) == 1 and len(batches) == len(balanced)
+        self.n_balanced_ = len(balanced) - (1 if lone_joined else 0)
+        return batches
 
     def _groups(self, codes: np.ndarray, k: int, rng: np.random.Generator
                 ) -> tuple[list[list[np.ndarray]], list[np.ndarray]]:

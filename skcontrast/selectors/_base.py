@@ -105,15 +105,40 @@ def partition(order: np.ndarray, batch_size: int, drop_last: bool) -> list[np.nd
     """Cut an ordering of the samples into consecutive batches of ``batch_size``.
 
     With ``drop_last=False`` (the default everywhere) the last batch holds the remainder
-    ``n mod batch_size``; with ``drop_last=True`` the remainder is left out of this epoch.
+    ``n mod batch_size``, and a remainder of **one** sample joins the batch before it
+    (a batch of one has nothing to contrast; this way every sample trains every epoch);
+    with ``drop_last=True`` the remainder is left out of this epoch.
     """
-    n = len(order)
-    stop = n - n % batch_size if drop_last else n
-    return [order[i:i + batch_size].astype(np.int64) for i in range(0, stop, batch_size)]
+    sizes = batch_sizes(len(order), batch_size, drop_last)
+    bounds = np.cumsum(sizes)
+    return [order[stop - size:stop].astype(np.int64) for size, stop in zip(sizes, bounds,
+                                                                          strict=True)]
+
+
+def batch_sizes(n: int, batch_size: int, drop_last: bool) -> np.ndarray:
+    """Sizes of an epoch's batches under :func:`partition`'s rule: full batches, then the
+    remainder unless dropped, a remainder of one joining the last full batch."""
+    sizes = [batch_size] * (n // batch_size)
+    rest = n % batch_size
+    if rest and not drop_last:
+        if rest == 1 and sizes:
+            sizes[-1] += 1
+        else:
+            sizes.append(rest)
+    return np.asarray(sizes, dtype=np.int64)
+
+
+def join_lone(batches: list[np.ndarray], drop_last: bool) -> list[np.ndarray]:
+    """:func:`partition`'s rule for batches made in parts: a last batch of one sample
+    joins the batch before it (unless ``drop_last``, which leaves short batches out)."""
+    if drop_last or len(batches) < 2 or len(batches[-1]) != 1:
+        return batches
+    return [*batches[:-2], np.concatenate(batches[-2:]).astype(np.int64)]
 
 
 def n_partition_batches(n: int, batch_size: int, drop_last: bool) -> int:
-    return n // batch_size if drop_last else -(-n // batch_size)
+    """How many batches :func:`partition` makes."""
+    return len(batch_sizes(n, batch_size, drop_last))
 
 
 def refuse_curating(base: Any, wrapper: Any) -> None:
@@ -156,6 +181,16 @@ class BatchSelector(BaseEstimator):
         """Whether every epoch's batches are disjoint: no sample is in two batches, nor
         twice in one (they may leave samples out, as OSGD and ``drop_last`` do)."""
         return True
+
+    def largest_batch_size(self, n: int) -> int | None:
+        """The most rows a batch of this selector holds for ``n`` samples: the nominal
+        size, plus one where a one-sample remainder joins a batch (:func:`partition`)."""
+        b = self.nominal_batch_size(n)
+        if b is None:
+            return None
+        drop = self.get_params().get("drop_last", self.get_params().get(
+            "base_selector__drop_last", False))
+        return b + 1 if drop is False and n > b and n % b == 1 else b
 
     def nominal_batch_size(self, n: int) -> int | None:
         """The batch size this selector is set to for ``n`` samples (its own

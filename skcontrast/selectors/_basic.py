@@ -53,7 +53,8 @@ class FixedBatchSelector(_RandomPartition):
         Samples per batch (``2 <= batch_size <= n``).
     drop_last : bool, default=False
         ``False``: the last batch holds the remainder ``n mod batch_size`` (no sample is
-        ever dropped). ``True``: the remainder is left out.
+        ever dropped; a remainder of one joins the batch before it). ``True``: the
+        remainder is left out.
     random_state : int, numpy Generator or None, default=None
         Seed of the partition.
 

@@ -23,7 +23,13 @@ from sklearn.base import clone
 
 from .._validation import check_choice, check_int, check_real, describe
 from ..losses import Loss
-from ._base import BatchSelector, check_batch_size, n_partition_batches, partition
+from ._base import (
+    BatchSelector,
+    batch_sizes,
+    check_batch_size,
+    n_partition_batches,
+    partition,
+)
 from ._jest import SCORES, block_sample, chunk_sizes, gumbel_chunks, score_matrix
 
 
@@ -249,6 +255,12 @@ class CuratingSelector(BatchSelector):
     def nominal_batch_size(self, n: int) -> int | None:
         """The rows that train at a step (``batch_size``), not the super-batch."""
         return min(int(self.batch_size), n)
+
+    def largest_batch_size(self, n: int) -> int | None:
+        """The most rows a step keeps: those of a super-batch that a one-sample
+        remainder joined, kept in proportion."""
+        return max(self.kept_rows(size, n) for size in set(
+            batch_sizes(n, self.super_batch_size(n), self.drop_last).tolist()))
 
     def _check_fixed_reference(self, n: int) -> None:
         """Fixed reference embeddings hold one row per sample: ``(n, 2, k)`` for pairs

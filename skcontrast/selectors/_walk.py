@@ -10,7 +10,13 @@ import torch
 from joblib import Parallel, delayed
 
 from .._validation import check_int, check_real
-from ._base import BatchSelector, check_batch_size, n_partition_batches, partition
+from ._base import (
+    BatchSelector,
+    batch_sizes,
+    check_batch_size,
+    n_partition_batches,
+    partition,
+)
 from ._graph import candidate_graph, shard_rows, unit_rows
 
 #: A walk that claims no new sample in this many steps jumps to a random unclaimed one.
@@ -19,14 +25,6 @@ PATIENCE = 16
 
 def _check_probability(value: Any, name: str) -> float:
     return check_real(value, name, low=0, high=1, high_open=True)
-
-
-def batch_sizes(n: int, batch_size: int, drop_last: bool) -> np.ndarray:
-    """Sizes of an epoch's batches: full batches, then the remainder unless dropped."""
-    sizes = [batch_size] * (n // batch_size)
-    if n % batch_size and not drop_last:
-        sizes.append(n % batch_size)
-    return np.asarray(sizes, dtype=np.int64)
 
 
 def _shard_walks(Z: np.ndarray, n_candidates: int, n_neighbours: int, batch_size: int,
@@ -115,8 +113,8 @@ class RandomWalkBatchSelector(BatchSelector):
     equal-size **partition**: all walks run side by side and a sample joins the first
     walk that reaches it, and a walk whose neighbourhood is used up (16 steps without a
     new sample) jumps to a random unclaimed sample. Every sample is in exactly one batch
-    per epoch (the last holds the remainder ``n mod batch_size``, or is left out with
-    ``drop_last=True``).
+    per epoch (the last holds the remainder ``n mod batch_size``, a remainder of one
+    joining the batch before it, or is left out with ``drop_last=True``).
 
     Parameters
     ----------
