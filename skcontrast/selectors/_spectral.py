@@ -423,8 +423,9 @@ class SpectralBatchSelector(BatchSelector):
     3. k-means (Lloyd, k-means++ seeding) on those rows;
     4. an **exactly equal-size** assignment of points to the k centres at minimum
        total distance: every batch gets ``B`` points, except one per chunk that gets
-       the remainder ``m mod B`` (``B + 1`` when the remainder is one point). This transportation problem is solved exactly by
-       successive shortest paths on the ``k``-node graph of centres (see
+       the remainder ``m mod B`` (``B + 1`` when the remainder is one point). This
+       transportation problem is solved exactly by successive shortest paths on the
+       ``k``-node graph of centres (see
        :func:`~skcontrast.selectors.balanced_assignment`), instead of the published
        dense ``m x m`` Hungarian problem.
 
