@@ -537,18 +537,6 @@ class JESTSelector(CuratingSelector):
         self.drop_last = drop_last
         self.random_state = random_state
 
-    def _check_fixed_reference(self, n: int) -> None:
-        """Fixed reference embeddings hold one row per sample: ``(n, 2, k)`` for pairs
-        (or two crops), ``(n, k)`` for single views."""
-        if self._reference_kind() != "embeddings":
-            return
-        shape = tuple(self.reference.shape) if hasattr(self.reference, "shape") else \
-            np.shape(self.reference)
-        if len(shape) not in (2, 3) or shape[0] != n or (len(shape) == 3 and shape[1] != 2):
-            raise ValueError(f"reference embeddings must hold one row per training sample, "
-                             f"(n, 2, k) for pairs or (n, k) for single views with n = {n}; "
-                             f"got shape {shape}")
-
     def _check_curation_params(self) -> None:
         super()._check_curation_params()
         check_int(self.n_chunks, "n_chunks", minimum=1)
