@@ -1,7 +1,7 @@
 """Bigger batches or smarter batches? Closing the mini-batch gap on the digit images.
 
-Full-batch training reaches the optimal geometry (seed 000 Thm 1, seed 002 Thms 3-5);
-mini-batches of B do not. Three ways to close the gap, measured on the same SimCLR
+Full-batch training reaches the optimal geometry (Sreenivasan et al. 2023, Thm 1, Cho et al. 2023,
+Thms 3-5); mini-batches of B do not. Three ways to close the gap, measured on the same SimCLR
 set-up (scikit-learn's 8x8 digits, 70/30 split; the small CNN of
 skcontrast.datasets.digit_cnn with group normalisation; kornia augmentations; NT-Xent,
 temperature 0.2, Adam 1e-3), 3 seeds, mean +- std:
@@ -17,9 +17,16 @@ temperature 0.2, Adam 1e-3), 3 seeds, mean +- std:
 Each row is trained for the same number of epochs, and again for the same wall-clock
 time as shuffled B = 32 (its epochs = that time / the row's own epoch time). Scores: kNN
 accuracy (k=5) of the test embeddings and top-1 retrieval of each test image's
-augmented twin (seed 002's Table 2 metric).
+augmented twin (Cho et al. 2023's Table 2 metric).
 
     python examples/bigger_or_smarter.py [--quick] [--epochs E] [--out DIR]  (needs 'vision')
+
+References
+----------
+- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
+  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
+- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
+  https://arxiv.org/abs/2307.05906
 """
 
 import argparse

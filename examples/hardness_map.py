@@ -2,7 +2,7 @@
 
 SimCLR-style training, 3 seeds, scored by kNN accuracy (k=5, test embeddings against
 the training ones) and twin top-1 (each test item's other view retrieved among all test
-items' other views: seed 002's Table 2 metric); every number is the gain over shuffled
+items' other views: Cho et al. 2023's Table 2 metric); every number is the gain over shuffled
 batches with the same seed.
 
 Data
@@ -15,8 +15,8 @@ Data
 
 Settings (B = 32, NT-Xent at temperature 0.2, Adam 1e-3, same epochs for all)
     - shuffled (the reference);
-    - spectral (seed 002), OSGD (hardest of 4 random batches, seed 002 Alg. 6, as many
-      steps as shuffled), community (B3) and random walk (ProSampler), each tempered by
+    - spectral (Cho et al. 2023), OSGD (hardest of 4 random batches, Cho et al. 2023, Alg. 6, as
+      many steps as shuffled), community (B3) and random walk (ProSampler), each tempered by
       ``TemperedSelector`` at three hardness settings, ``random_share`` 0 (the
       selector's own batches), 0.5 and 0.8, without and with the false-negative guard
       ``exclude_neighbours=5``;
@@ -31,6 +31,11 @@ settings), ``hardness_table.txt`` (mean +- std over seeds) and ``hardness_runs.j
 
 The default run takes about half an hour on a 2-core CPU; --quick is a smoke run (seconds,
 used by the test suite).
+
+References
+----------
+- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
+  https://arxiv.org/abs/2307.05906
 """
 
 import argparse

@@ -1,7 +1,7 @@
-"""Seed 002 Tables 1-2 at the scale of the bundled digits: SimCLR and SogCLR objectives
+"""Cho et al. 2023, Tables 1-2 at the scale of the bundled digits: SimCLR and SogCLR objectives
 crossed with shuffled (SGD), OSGD and spectral (SC) batches.
 
-Seed 002 (Sec. 6.2, App. D.3) pre-trains a ResNet-18 on CIFAR-100 with B = 32 and scores
+Cho et al. 2023 (Sec. 6.2, App. D.3) pre-trains a ResNet-18 on CIFAR-100 with B = 32 and scores
 top-1 retrieval of each test image's augmented twin among all test images (Table 2),
 and among the augmentations of corrupted test images (Table 1). Here, at the scale of
 scikit-learn's 1,797 8x8 digits (70/30 split, no download):
@@ -9,7 +9,7 @@ scikit-learn's 1,797 8x8 digits (70/30 split, no download):
 - encoder: a small CNN (skcontrast.datasets.digit_cnn), two kornia augmentations per
   image, made on the training device;
 - objectives: SimCLR (loss=NTXent) and SogCLR (loss=DCL with SogCLRMemory, LibAUC's
-  GCLoss_v1, the SogCLR code base seed 002 builds on), temperature 0.2;
+  GCLoss_v1, the SogCLR code base Cho et al. 2023 builds on), temperature 0.2;
 - batches, B = 32: ShuffledBatchSelector (SGD), OSGDSelector (10 random candidates per
   step, the worst kept: the paper's 1500/150 ratio), SpectralBatchSelector (chunks of
   40 B, as in App. D.3);
@@ -22,6 +22,11 @@ scikit-learn's 1,797 8x8 digits (70/30 split, no download):
 3 seeds (model, augmentations, batches), mean +- std.
 
     python examples/sogclr_digits.py [--quick] [--epochs E] [--out DIR]   (needs 'vision')
+
+References
+----------
+- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
+  https://arxiv.org/abs/2307.05906
 """
 
 import argparse

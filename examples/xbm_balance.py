@@ -1,7 +1,7 @@
-"""Seed 001 App. E at the scale of the bundled digits: how much of cross-batch memory's
+"""Sors et al. 2021, App. E at the scale of the bundled digits: how much of cross-batch memory's
 gain is a change of the loss balance?
 
-Seed 001 trains a contrastive margin loss with and without XBM (Wang et al., 2020) on
+Sors et al. 2021 trains a contrastive margin loss with and without XBM (Wang et al., 2020) on
 Stanford Online Products in three set-ups (Table 5):
 
 - S1: XBM as its authors use it. The pair terms are summed per anchor (the batch loss
@@ -14,11 +14,16 @@ Stanford Online Products in three set-ups (Table 5):
 
 Here: SupConEmbedder with the margin loss (cosine distance, margin 0.5: the XBM
 authors' gradients), an MLP on the 64 pixels of scikit-learn's digits, plain SGD (so the
-learning rate folds into the Lambdas, seed 001 Eq. 6), B = 32, a queue of 10 batches
+learning rate folds into the Lambdas, Sors et al. 2021, Eq. 6), B = 32, a queue of 10 batches
 started after a tenth of the steps; mAP@R and R-mAP of the held-out 40% of the digits
-(seed 001 supp. C). S3 searches 10 configurations with 2-fold mAP@R. 3 seeds, mean +- std.
+(Sors et al. 2021 supp. C). S3 searches 10 configurations with 2-fold mAP@R. 3 seeds, mean +- std.
 
     python examples/xbm_balance.py [--quick] [--out DIR]
+
+References
+----------
+- Sors et al. 2021, Simple and effective balance of contrastive losses,
+  https://arxiv.org/abs/2112.11743
 """
 
 import argparse

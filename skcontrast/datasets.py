@@ -3,6 +3,11 @@
 Shapes follow the library's convention: paired data is ``(n, 2, d)`` (``X[i, 0]`` and
 ``X[i, 1]`` are the two views of item ``i``); the estimators also take the 2-D form
 ``(n, d0 + d1)`` with the views side by side.
+
+References
+----------
+- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
+  https://arxiv.org/abs/2307.05906
 """
 
 from __future__ import annotations
@@ -254,9 +259,9 @@ CORRUPTIONS = ("noise", "blur")
 
 def corrupt_images(images: Any, kinds: Any = CORRUPTIONS, *, severity: int = 1,
                    random_state: Any = None, device: Any = None) -> np.ndarray:
-    """Corrupted copies of images, the hard negatives of seed 002's Table 1 protocol.
+    """Corrupted copies of images, the hard negatives of Cho et al. 2023's Table 1 protocol.
 
-    Seed 002 (Sec. 6.2, App. D.3) retrieves each augmented image's twin among the
+    Cho et al. 2023 (Sec. 6.2, App. D.3) retrieves each augmented image's twin among the
     augmentations of CIFAR-100-C's corrupted images (Hendrycks & Dietterich, 2019), whose
     corrupted copies of one picture are near-duplicates of each other. This makes such a
     set from any images, on ``device`` (the GPU when given): one copy per corruption in
@@ -270,7 +275,7 @@ def corrupt_images(images: Any, kinds: Any = CORRUPTIONS, *, severity: int = 1,
         ``'blur'`` convolves each channel with a Gaussian of ``0.4 * severity`` pixels.
         Results are clipped to [0, 1].
     severity : int in 1..5, default=1
-        Seed 002 uses the mildest level, 1.
+        Cho et al. 2023 uses the mildest level, 1.
     random_state : int or None, default=None
         Seeds the noise.
     device : str, torch.device or None, default=None

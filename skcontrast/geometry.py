@@ -1,8 +1,20 @@
-"""Reference geometries and distances to them (seed 000, 002, 003; Wang & Isola 2020).
+"""Reference geometries and distances to them (Sreenivasan et al. 2023, 002, 003; Wang & Isola
+2020).
 
 Embeddings are rows: ``U`` of shape ``(n, d)`` holds ``n`` vectors of dimension ``d``
 (the papers write them as columns, so their ``U^T V`` is ``U @ V.T`` here). Every
 function accepts NumPy arrays and torch tensors and returns NumPy arrays or floats.
+
+References
+----------
+- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
+  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
+- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
+  https://arxiv.org/abs/2307.05906
+- Kini et al. 2023, Supervised-contrastive loss learns orthogonal frames and batching matters,
+  https://arxiv.org/abs/2306.07960
+- Koromilas et al. 2024, Bridging mini-batch and asymptotic analysis in contrastive learning: from
+  InfoNCE to kernel-based losses (ICML 2024), https://arxiv.org/abs/2405.18045
 """
 
 from __future__ import annotations
@@ -54,10 +66,11 @@ def _unit_rows(x: np.ndarray) -> np.ndarray:
 
 
 def simplex_etf(n: int, d: int) -> np.ndarray:
-    """``n`` unit vectors in R^d forming a simplex ETF (seed 000 Def. 1; needs ``d >= n-1``).
+    """``n`` unit vectors in R^d forming a simplex ETF (Sreenivasan et al. 2023, Def. 1; needs ``d
+    >= n-1``).
 
     Every pair has inner product ``-1/(n-1)``: the minimiser of the contrastive loss of
-    ``n`` pairs when ``n <= d + 1`` (Lemma 1 of seed 000/002).
+    ``n`` pairs when ``n <= d + 1`` (Lemma 1 of Sreenivasan et al. 2023; Cho et al. 2023).
 
     Returns
     -------
@@ -84,11 +97,12 @@ def simplex_etf(n: int, d: int) -> np.ndarray:
 
 
 def cross_polytope(n: int, d: int) -> np.ndarray:
-    """The simplex cross-polytope ``{+e_1, -e_1, ..., +e_d, -e_d}`` (seed 002 Def. 3; ``n = 2d``).
+    """The simplex cross-polytope ``{+e_1, -e_1, ..., +e_d, -e_d}`` (Cho et al. 2023, Def. 3; ``n =
+    2d``).
 
     Rows come in antipodal pairs (``2j`` and ``2j + 1``): each vector has one antipode
     (inner product -1) and is orthogonal to all the others. It minimises the contrastive
-    loss among symmetric, antipodal configurations when ``n = 2d`` (seed 002 Thm. 3).
+    loss among symmetric, antipodal configurations when ``n = 2d`` (Cho et al. 2023, Thm. 3).
 
     Returns
     -------
@@ -105,7 +119,8 @@ def cross_polytope(n: int, d: int) -> np.ndarray:
 
 
 def orthogonal_frame(k: int, d: int) -> np.ndarray:
-    """``k`` orthonormal, non-negative vectors in R^d (a k-OF of seed 003 Def. 2; ``d >= k``).
+    """``k`` orthonormal, non-negative vectors in R^d (a k-OF of Kini et al. 2023, Def. 2; ``d >=
+    k``).
 
     Returns
     -------
@@ -127,12 +142,13 @@ def reference_for(n: int, d: int) -> str:
         return "cross_polytope"
     raise ValueError(
         f"no reference geometry is known for n={n} points in d={d} dimensions: the simplex "
-        f"ETF needs d >= n - 1 and the cross-polytope needs n = 2d (seed 002 leaves other "
+        f"ETF needs d >= n - 1 and the cross-polytope needs n = 2d (Cho et al. 2023 leaves other "
         f"cases open)")
 
 
 def etf_gap(U: Any, V: Any = None, reference: str = "auto", *, normalize: bool = True) -> float:
-    """Distance ``||U V^T - G_ref||_F`` to the optimal geometry (seed 002 Sec. 6.1, Fig. 4e).
+    """Distance ``||U V^T - G_ref||_F`` to the optimal geometry (Cho et al. 2023, Sec. 6.1, Fig.
+    4e).
 
     ``G_ref`` is the Gram matrix of the reference solution with ``u_i = v_i``: the simplex
     ETF (diagonal 1, off-diagonal ``-1/(n-1)``) when ``d >= n - 1``, the cross-polytope
@@ -285,7 +301,7 @@ def _class_means(H: np.ndarray, y: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def orthogonal_frame_gap(H: Any, y: Any, *, normalize: bool = True) -> float:
-    """Distance of the class means to an orthogonal frame, Delta_GM of seed 003 (Sec. 3).
+    """Distance of the class means to an orthogonal frame, Delta_GM of Kini et al. 2023 (Sec. 3).
 
     ``||G_M / ||G_M||_F - I_k / ||I_k||_F||_F`` with ``G_M = M M^T`` the Gram matrix of
     the *uncentred* class means: 0 exactly when the means are orthogonal with equal
@@ -319,7 +335,7 @@ def orthogonal_frame_gap(H: Any, y: Any, *, normalize: bool = True) -> float:
 def neural_collapse(H: Any, y: Any, *, normalize: bool = True) -> float:
     """Within-class variability relative to between-class, ``tr(S_W S_B^+) / k`` (NC1).
 
-    The neural-collapse statistic of Papyan, Han & Donoho (2020), used in seed 003
+    The neural-collapse statistic of Papyan, Han & Donoho (2020), used in Kini et al. 2023
     (Fig. 10): 0 when every embedding equals its class mean (Def. 1).
 
     Parameters
@@ -415,7 +431,7 @@ def effective_rank(Z: Any) -> float:
     """Effective rank ``exp(H(p))``, ``p`` the normalised singular values (Roy & Vetterli 2007).
 
     About ``d`` for an isotropic cloud of ``n >> d`` points, 1 for points on a line
-    (seed 004 uses it to measure dimensional collapse).
+    (Koromilas et al. 2024 uses it to measure dimensional collapse).
 
     Parameters
     ----------

@@ -1,22 +1,23 @@
 """Direct optimisation of unit-norm embeddings: the unconstrained-features model.
 
 The papers study contrastive losses by optimising the embeddings themselves, free of
-any network: seed 000 Sec. 5 and seed 002 Sec. 6.1 for pairs ``(U, V)``, seed 003 Sec. 4
-(UFM+, non-negative features) for labelled ``H``. :func:`optimize_embeddings` runs that
-experiment with any batch selector and any loss of :mod:`skcontrast.losses`.
+any network: Sreenivasan et al. 2023, Sec. 5 and Cho et al. 2023, Sec. 6.1 for pairs ``(U, V)``,
+Kini et al. 2023, Sec. 4 (UFM+, non-negative features) for labelled ``H``.
+:func:`optimize_embeddings` runs that experiment with any batch selector and any loss of
+:mod:`skcontrast.losses`.
 
 What a step is
 --------------
-Seed 002 Appendix C writes every method as: choose mini-batch(es), take a gradient step
+Cho et al. 2023, Appendix C writes every method as: choose mini-batch(es), take a gradient step
 on their loss, re-normalise each embedding (Alg. 4-7). Here, with ``update='batch'``
 (default), **one step is one gradient update on one batch** yielded by the selector
 (Alg. 5 "SGD without replacement" with one batch per update for the partition
 selectors, Alg. 4/6 for random and OSGD candidates). Epochs are consecutive ``split``
 calls, and adaptive selectors see the current embeddings at the start of each epoch,
 so OSGD with ``candidates='random', n_groups=1, q=1`` re-selects before every step
-(Alg. 6, "top-1 batch per iteration" of seed 000). With ``update='epoch'``, one step is
-one gradient update on the mean loss of *all* batches of an epoch: gradient descent on
-the mini-batch objective of seed 002 Eq. 4 (full batch, all ``C(N, B)`` batches, or a
+(Alg. 6, "top-1 batch per iteration" of Sreenivasan et al. 2023). With ``update='epoch'``, one step
+is one gradient update on the mean loss of *all* batches of an epoch: gradient descent on
+the mini-batch objective of Cho et al. 2023, Eq. 4 (full batch, all ``C(N, B)`` batches, or a
 fixed subset, Fig. 4 b-d).
 
 Beyond the batch
@@ -26,6 +27,15 @@ Beyond the batch
 its denominator by a moving average over its visits, the correction with which SogCLR
 aims at the full-batch objective. :func:`memory_methods` asks, in the papers' setting,
 whether it closes the gap that fixed, shuffled and OSGD batches leave to the ETF.
+
+References
+----------
+- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
+  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
+- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
+  https://arxiv.org/abs/2307.05906
+- Kini et al. 2023, Supervised-contrastive loss learns orthogonal frames and batching matters,
+  https://arxiv.org/abs/2306.07960
 """
 
 from __future__ import annotations
@@ -102,7 +112,7 @@ def initial_embeddings(n: int, d: int, *, labelled: bool = False, nonnegative: b
                        random_state: Any = None) -> tuple[np.ndarray, ...]:
     """Random unit vectors, the same for every selector given ``random_state``.
 
-    Gaussian vectors normalised to unit length (seed 002 Sec. 6.1), their absolute values
+    Gaussian vectors normalised to unit length (Cho et al. 2023, Sec. 6.1), their absolute values
     for ``nonnegative`` (UFM+). Returns ``(U, V)``, or ``(H,)`` when ``labelled``.
     """
     rng = np.random.default_rng(random_state)
@@ -144,12 +154,12 @@ def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
     steps : int, default=500
         Gradient updates (see the module docstring for what one update covers).
     lr : float, default=0.5
-        Step size (0.5 in seed 000 Sec. 5 and seed 002 Sec. 6.1).
+        Step size (0.5 in Sreenivasan et al. 2023, Sec. 5 and Cho et al. 2023, Sec. 6.1).
     random_state : int or None, default=None
         Seeds the initial embeddings (and the selector when it has no seed of its own),
         so every selector starts from the same point.
     nonnegative : bool, default=False
-        Keep features non-negative (clip at 0 before normalising): UFM+ of seed 003.
+        Keep features non-negative (clip at 0 before normalising): UFM+ of Kini et al. 2023.
     labels : array-like of shape (n,), optional
         Optimise one set of embeddings ``H`` under a label loss instead of pairs.
     init : tuple of arrays, optional
@@ -343,7 +353,7 @@ def _record(step: int, params: list[torch.Tensor], batches: list[np.ndarray], lo
 
 
 def step_imbalanced_labels(n_classes: int, n_majority: int, ratio: float) -> np.ndarray:
-    """Labels with R-STEP imbalance (seed 003 Sec. 3): half the classes have
+    """Labels with R-STEP imbalance (Kini et al. 2023, Sec. 3): half the classes have
     ``n_majority`` samples, the other half ``n_majority / ratio`` (at least 2)."""
     k = check_int(n_classes, "n_classes", minimum=2)
     major = check_int(n_majority, "n_majority", minimum=2)
@@ -354,12 +364,13 @@ def step_imbalanced_labels(n_classes: int, n_majority: int, ratio: float) -> np.
 
 
 def paper_methods(n: int, batch_size: int) -> dict[str, tuple[BatchSelector, str]]:
-    """The batch-selection methods of seed 000 Fig. 2 / seed 002 Fig. 4, with their update.
+    """The batch-selection methods of Sreenivasan et al. 2023, Fig. 2 / Cho et al. 2023, Fig. 4,
+    with their update.
 
     ``full batch`` and ``all C(N,B)`` are gradient descent on the full and on the
     all-mini-batch objective (Thm. 1); the others take one update per selected batch.
-    OSGD scores every ``C(N, B)`` batch and keeps the worst one per step (seed 000
-    "top-1 mini-batch per iteration", seed 002 Alg. 6 with ``k = C(N, B)``, ``q = 1``).
+    OSGD scores every ``C(N, B)`` batch and keeps the worst one per step (Sreenivasan et al. 2023
+    "top-1 mini-batch per iteration", Cho et al. 2023, Alg. 6 with ``k = C(N, B)``, ``q = 1``).
     """
     b = batch_size
     every = math.comb(n, b)
@@ -379,7 +390,7 @@ def memory_methods(n: int, batch_size: int, gamma: float = 0.9
                    ) -> dict[str, tuple[BatchSelector, str, Any]]:
     """Fixed, shuffled and OSGD batches with SogCLR's moving-average estimator.
 
-    Does the global estimator close the mini-batch gap (seed 002 Fig. 4)? Each method is
+    Does the global estimator close the mini-batch gap (Cho et al. 2023, Fig. 4)? Each method is
     the one of :func:`paper_methods` with :class:`~skcontrast.memory.SogCLRMemory`.
     """
     from .memory import SogCLRMemory

@@ -31,7 +31,7 @@ def lse(values):
 
 
 def info_nce(U, V, t):
-    """Mean over anchors of (positive, entropy) for L(U, V), seed 000 Eq. 3."""
+    """Mean over anchors of (positive, entropy) for L(U, V), Sreenivasan et al. 2023, Eq. 3."""
     U, V = unit_rows(U), unit_rows(V)
     pos = ent = 0.0
     for i in range(len(U)):

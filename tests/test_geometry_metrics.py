@@ -52,7 +52,7 @@ def test_cross_polytope_gap_is_zero_under_relabelling(seed, d):
     assert G.etf_gap(y) == pytest.approx(0, abs=1e-9)
 
 
-def test_etf_gap_is_the_frobenius_distance_of_seed002():
+def test_etf_gap_is_the_frobenius_distance_of_cho_2023():
     rng = np.random.default_rng(0)
     u, v = rng.normal(size=(5, 8)), rng.normal(size=(5, 8))
     un = u / np.linalg.norm(u, axis=1, keepdims=True)

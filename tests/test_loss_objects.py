@@ -219,7 +219,7 @@ def test_siglip_affinity_is_exactly_its_pair_terms():
     torch.testing.assert_close(entropy, pairs)
 
 
-def test_symmetric_infonce_affinity_is_seed_002_eq_5():
+def test_symmetric_infonce_affinity_is_cho_2023_eq_5():
     u, v = views(8, 3, seed=4)
     torch.testing.assert_close(SymmetricInfoNCE(0.3).affinity(u, v, 4),
                                pair_affinity(u, v, 4, temperature=0.3))

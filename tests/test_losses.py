@@ -97,7 +97,7 @@ def test_supcon_matches_brute_force(seed, convention):
     np.testing.assert_allclose(out.loss.item(), lp * pos + le * ent, rtol=1e-10)
 
 
-def test_supcon_sum_is_seed003_eq3():
+def test_supcon_sum_is_kini_2023_eq3():
     g = np.random.default_rng(5)
     z, y = g.normal(size=(8, 3)), np.array([0, 0, 0, 1, 1, 2, 2, 2])
     np.testing.assert_allclose(L.supcon(z, y, temperature=0.5, reduction="sum").item(),
@@ -127,7 +127,7 @@ def test_contrastive_margin_matches_brute_force(averaging, distance, power):
 
 
 @pytest.mark.parametrize("b", [4, 6, 10])
-def test_global_average_equals_seed001_balance(b):
+def test_global_average_equals_sors_2021_balance(b):
     """Sec. 4.1: global averaging is lambda_p = 1/(b-1), lambda_e = 1 - 1/(b-1)."""
     z = np.random.default_rng(b).normal(size=(b, 5))
     y = np.repeat(np.arange(b // 2), 2)
@@ -199,12 +199,12 @@ def test_cross_polytope_closed_form():
 def test_theorem2_bound_is_attained_at_orthogonal_frame_with_collapse():
     y = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2])
     h = np.eye(4)[y]
-    bound = _seed003_bound(y)
+    bound = _kini_2023_bound(y)
     value = L.supcon(h, y, temperature=1.0, reduction="sum").item()
     assert value == pytest.approx(bound, rel=1e-12)
 
 
-def _seed003_bound(y_batch):
+def _kini_2023_bound(y_batch):
     n_b = len(y_batch)
     _, counts = np.unique(y_batch, return_counts=True)
     return sum(c * math.log(c - 1 + (n_b - c) * math.exp(-1)) for c in counts)
@@ -286,7 +286,7 @@ def test_kcl_uniformity_is_unbiased_over_subsets(seed, n, data):
 
 @st.composite
 def class_batches(draw):
-    """Batches whose present classes each have at least two members (seed 003's assumption)."""
+    """Batches whose present classes each have at least two members (Kini et al. 2023's assumption)."""
     k = draw(st.integers(1, 4))
     batches = []
     for _ in range(draw(st.integers(1, 3))):
@@ -297,13 +297,13 @@ def class_batches(draw):
 
 
 @given(data=class_batches(), seed=st.integers(0, 2**32 - 1), extra=st.integers(0, 2))
-def test_seed003_theorem2_lower_bound(data, seed, extra):
+def test_kini_2023_theorem2_lower_bound(data, seed, extra):
     k, batches = data
     total = bound = 0.0
     for i, y in enumerate(batches):
         h = unit_matrix(seed + i, len(y), k + extra, nonnegative=True)
         total += L.supcon(h, y, temperature=1.0, reduction="sum").item()
-        bound += _seed003_bound(y)
+        bound += _kini_2023_bound(y)
     assert total >= bound - 1e-9
 
 

@@ -1,4 +1,4 @@
-"""BalanceSearchCV: coordinate descent along seed 001's directions, as a real sklearn search."""
+"""BalanceSearchCV: coordinate descent along Sors et al. 2021's directions, as a real sklearn search."""
 
 import math
 
@@ -20,7 +20,7 @@ CURVATURE = np.array([100.0, 1.0, 10.0])  # skewed: very different along each di
 
 class QuadraticInR(BaseEstimator):
     """Not a skcontrast estimator: its score is a convex quadratic in r = A log h whose
-    Hessian has the rows of A (seed 001 Eq. 9) as eigenvectors."""
+    Hessian has the rows of A (Sors et al. 2021, Eq. 9) as eigenvectors."""
 
     def __init__(self, lambda_pos=1.0, lambda_ent=1.0, batch_size=32):
         self.lambda_pos = lambda_pos

@@ -227,3 +227,24 @@ def test_the_public_api_is_fully_annotated():
                         for p in signature.parameters.values() if p.name not in ("self", "cls")):
                     missing.append(f"{name}.{label}")
     assert missing == []
+
+
+def test_papers_are_cited_by_authors_and_year_never_by_an_internal_number():
+    """A user cannot resolve "seed 002": the package, the guide, the README, the examples
+    and the benchmarks cite papers as authors and year, with the references' links."""
+    import re
+
+    pattern = re.compile(r"\b[Ss]eeds? ?0\d\d\b|seed_?0\d\d")
+    found = []
+    for folder in ("skcontrast", "docs", "examples", "benchmarks"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix in (".py", ".rst", ".md", ".txt") and "_build" not in path.parts:
+                found += [f"{path.relative_to(ROOT)}:{n}" for n, line in
+                          enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                          if pattern.search(line)]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    found += ["README.md" for line in readme.splitlines() if pattern.search(line)]
+    assert not found, found
+    references = (ROOT / "docs" / "references.rst").read_text(encoding="utf-8")
+    for link in ("2307.05906", "2112.11743", "2306.07960", "2405.18045", "7n2dNATSHeQ"):
+        assert link in references

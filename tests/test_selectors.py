@@ -582,8 +582,8 @@ def test_corollary_2_1_accepts_binding_batches_of_a_fixed_partition():
     assert check_corollary_2_1(bound, y)
 
 
-def test_corollary_2_1_rejects_the_seed003_counter_example():
-    # Two batches as in seed 003 Fig. 5: class 0 split across batches, classes 1 and 2
+def test_corollary_2_1_rejects_the_kini_2023_counter_example():
+    # Two batches as in Kini et al. 2023, Fig. 5: class 0 split across batches, classes 1 and 2
     # never meet.
     y = np.array([0, 0, 1, 1, 0, 0, 2, 2])
     result = check_corollary_2_1([[0, 1, 2, 3], [4, 5, 6, 7]], y)

@@ -51,7 +51,7 @@ def test_theorem2_strict_subset_of_pairs_ends_away_and_all_pairs_reach_etf():
     assert subset.U[0] @ subset.U[1] > 0.99
 
 
-def test_osgd_beats_sgd_on_the_seed002_toy():
+def test_osgd_beats_sgd_on_the_cho_2023_toy():
     eps = 0.05
     u = np.array([[np.cos(eps), np.sin(eps)], [np.cos(eps), -np.sin(eps)],
                   [-np.cos(eps), -np.sin(eps)], [-np.cos(eps), np.sin(eps)]])

@@ -1,4 +1,12 @@
-"""ContrastiveEmbedder: paired views or two modalities, and SimCLR-style single views."""
+"""ContrastiveEmbedder: paired views or two modalities, and SimCLR-style single views.
+
+References
+----------
+- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
+  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
+- Sors et al. 2021, Simple and effective balance of contrastive losses,
+  https://arxiv.org/abs/2112.11743
+"""
 
 from __future__ import annotations
 
@@ -19,8 +27,8 @@ class ContrastiveEmbedder(BaseEmbedder):
     """Learn an embedding that maps the two views of an item close together.
 
     A scikit-learn transformer that trains a torch encoder with a contrastive loss
-    (default: the symmetric InfoNCE of CLIP, seed 000 Eq. 1-2) on batches chosen by a
-    pluggable batch selector. Inside ``fit`` it builds a skorch ``NeuralNet`` that drives
+    (default: the symmetric InfoNCE of CLIP, Sreenivasan et al. 2023, Eq. 1-2) on batches chosen by
+    a pluggable batch selector. Inside ``fit`` it builds a skorch ``NeuralNet`` that drives
     training; the selector decides which pairs share each mini-batch, epoch by epoch
     (adaptive selectors see the current embeddings of the whole training set first).
 
@@ -77,7 +85,7 @@ class ContrastiveEmbedder(BaseEmbedder):
         0.05, learn_temperature=True)``, ``NTXent()``, ``SigLIP()``, ``DCL()``, ...) or
         its function's name, shorthand for the object with defaults. It holds the
         temperature (fixed or learned; the final value is ``temperature_``), the balance
-        weights of seed 001 Eq. 5, ``chunk_size`` (tiled, O(B) memory; ``'auto'`` tiles
+        weights of Sors et al. 2021, Eq. 5, ``chunk_size`` (tiled, O(B) memory; ``'auto'`` tiles
         once one B x B similarity matrix would exceed 256 MiB) and its own options; tune
         them as ``loss__temperature``, ``loss__lambda_ent``, ... Label losses (SupCon,
         ContrastiveMargin) treat each pair as its own class. A bare callable ``f(u, v,

@@ -1,4 +1,12 @@
-"""SupConEmbedder: supervised contrastive representation learning from labels."""
+"""SupConEmbedder: supervised contrastive representation learning from labels.
+
+References
+----------
+- Sors et al. 2021, Simple and effective balance of contrastive losses,
+  https://arxiv.org/abs/2112.11743
+- Kini et al. 2023, Supervised-contrastive loss learns orthogonal frames and batching matters,
+  https://arxiv.org/abs/2306.07960
+"""
 
 from __future__ import annotations
 
@@ -16,10 +24,10 @@ from ._data import ItemViews, is_dataset, read_fit_input, read_input
 class SupConEmbedder(BaseEmbedder):
     """Learn an embedding where samples of a class gather and classes spread apart.
 
-    A scikit-learn transformer trained with the supervised contrastive loss of seed 003
-    (Eq. 3; Khosla et al., 2020) or the contrastive margin loss of seed 001, on batches
+    A scikit-learn transformer trained with the supervised contrastive loss of Kini et al. 2023
+    (Eq. 3; Khosla et al., 2020) or the contrastive margin loss of Sors et al. 2021, on batches
     chosen by a pluggable selector (:class:`~skcontrast.selectors.BindingSelector` adds
-    one example of every class to each batch, seed 003 Alg. 1). Inside ``fit`` it builds
+    one example of every class to each batch, Kini et al. 2023, Alg. 1). Inside ``fit`` it builds
     a skorch ``NeuralNet`` that drives training.
 
     ``X`` is a 2-D feature array ``(n, d)``, an N-D array or tensor ``(n, *shape)``
@@ -47,7 +55,7 @@ class SupConEmbedder(BaseEmbedder):
         base_temperature=0.07, anchors_without_positives='zero')`` (Khosla et al.'s
         conventions), ``ContrastiveMargin(margin=0.5)``, or a name for the object with
         defaults. It holds the temperature (fixed or learned), the balance weights of
-        seed 001 Eq. 5 and ``chunk_size``; tune them as ``loss__temperature``, ... A bare
+        Sors et al. 2021, Eq. 5 and ``chunk_size``; tune them as ``loss__temperature``, ... A bare
         callable ``f(z, y, temperature=...)`` works with ``FunctionLoss(f, labelled=True)``.
     batch_size : int or None, default=None
         Overrides the selector's batch size (the selector itself is never mutated).

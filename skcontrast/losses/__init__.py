@@ -5,24 +5,24 @@ Every loss function accepts NumPy arrays or torch tensors of shape ``(..., B, d)
 float64, uses log-sum-exp (or softplus) so that small temperatures cannot overflow,
 needs O(B^2) memory (or, with ``chunk_size``, O(B (d + chunk_size)) for the losses of
 :data:`TILED_LOSSES`), takes the balance weights ``lambda_pos`` and ``lambda_ent`` of
-seed 001 (Eq. 5) and can return its positive and entropy terms separately
+Sors et al. 2021 (Eq. 5) and can return its positive and entropy terms separately
 (``return_terms=True``).
 
-==========================  ==========================  ==========================================
-function                    object                      definition
-==========================  ==========================  ==========================================
-``info_nce``                :class:`InfoNCE`            one-sided InfoNCE, seed 000 Eq. 3
-``symmetric_info_nce``      :class:`SymmetricInfoNCE`   L^con = L(U,V) + L(V,U), seed 000 Eq. 1-2
-``nt_xent``                 :class:`NTXent`             SimCLR's 2B-way loss
-``dcl``                     :class:`DCL`                decoupled contrastive loss
-``dhel``                    :class:`DHEL`               decoupled hyperspherical energy, seed 004
-``kcl``                     :class:`KCL`                kernel contrastive loss, seed 004
-``siglip``                  :class:`SigLIP`             pairwise sigmoid loss (Zhai et al. 2023)
-``hard_negative_nce``       :class:`HardNegativeNCE`    HCL (Robinson et al. 2021)
-``debiased_nce``            :class:`DebiasedNCE`        debiased loss (Chuang et al. 2020)
-``supcon``                  :class:`SupCon`             supervised contrastive, seed 003 Eq. 3
-``contrastive_margin``      :class:`ContrastiveMargin`  pair margin loss, seed 001
-==========================  ==========================  ==========================================
+======================  =========================  =========================================
+function                object                     definition
+======================  =========================  =========================================
+``info_nce``            :class:`InfoNCE`           InfoNCE (Sreenivasan et al. 2023, Eq. 3)
+``symmetric_info_nce``  :class:`SymmetricInfoNCE`  L(U,V) + L(V,U) (the same, Eq. 1-2)
+``nt_xent``             :class:`NTXent`            SimCLR's 2B-way loss
+``dcl``                 :class:`DCL`               decoupled contrastive loss
+``dhel``                :class:`DHEL`              decoupled energy (Koromilas et al. 2024)
+``kcl``                 :class:`KCL`               kernel loss (Koromilas et al. 2024)
+``siglip``              :class:`SigLIP`            pairwise sigmoid loss (Zhai et al. 2023)
+``hard_negative_nce``   :class:`HardNegativeNCE`   HCL (Robinson et al. 2021)
+``debiased_nce``        :class:`DebiasedNCE`       debiased loss (Chuang et al. 2020)
+``supcon``              :class:`SupCon`            SupCon (Kini et al. 2023, Eq. 3)
+``contrastive_margin``  :class:`ContrastiveMargin`  pair margin loss (Sors et al. 2021)
+======================  =========================  =========================================
 
 The objects (:class:`Loss` and its subclasses) are scikit-learn-style: their parameters
 are the function's (temperature, fixed or learned, balance weights, ``chunk_size`` and
@@ -30,8 +30,21 @@ their own options), and an estimator's ``loss=`` takes one (grids tune
 ``loss__temperature``). They are what training, batch selection and memories share.
 
 :func:`batch_losses` scores many index batches in one vectorised call;
-:func:`pair_affinity` and :func:`pairwise_lower_bound` give the Jensen bound of seed 002
+:func:`pair_affinity` and :func:`pairwise_lower_bound` give the Jensen bound of Cho et al. 2023
 Eq. 5, the affinity of the spectral batch selector.
+
+References
+----------
+- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
+  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
+- Sors et al. 2021, Simple and effective balance of contrastive losses,
+  https://arxiv.org/abs/2112.11743
+- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
+  https://arxiv.org/abs/2307.05906
+- Kini et al. 2023, Supervised-contrastive loss learns orthogonal frames and batching matters,
+  https://arxiv.org/abs/2306.07960
+- Koromilas et al. 2024, Bridging mini-batch and asymptotic analysis in contrastive learning: from
+  InfoNCE to kernel-based losses (ICML 2024), https://arxiv.org/abs/2405.18045
 """
 
 from ._batched import pair_affinity, pairwise_lower_bound

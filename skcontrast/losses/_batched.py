@@ -1,4 +1,10 @@
-"""Losses of many index batches at once, and the pairwise Jensen bound of seed 002 Eq. 5."""
+"""Losses of many index batches at once, and the pairwise Jensen bound of Cho et al. 2023, Eq. 5.
+
+References
+----------
+- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
+  https://arxiv.org/abs/2307.05906
+"""
 
 from __future__ import annotations
 
@@ -93,7 +99,7 @@ def batch_values(u: Any, v: Any, batches: Any, *, y: Any = None,
 
 def pair_affinity(u: Any, v: Any, batch_size: int, *, temperature: Any = 1.0,
                   normalize: bool = True) -> torch.Tensor:
-    r"""Pair weights :math:`w(k, l)` of the Jensen bound of seed 002, Eq. 5.
+    r"""Pair weights :math:`w(k, l)` of the Jensen bound of Cho et al. 2023, Eq. 5.
 
     .. math::
 
@@ -142,7 +148,7 @@ def pair_affinity(u: Any, v: Any, batch_size: int, *, temperature: Any = 1.0,
 
 def pairwise_lower_bound(u: Any, v: Any, batch_size: int | None = None, *,
                          temperature: Any = 1.0, normalize: bool = True) -> torch.Tensor:
-    r"""Jensen lower bound of the batch loss :math:`\mathcal{L}^{con}` (seed 002, Eq. 5).
+    r"""Jensen lower bound of the batch loss :math:`\mathcal{L}^{con}` (Cho et al. 2023, Eq. 5).
 
     .. math::
 

@@ -1,16 +1,27 @@
 """The InfoNCE family: one-sided, symmetric (CLIP), NT-Xent (SimCLR), DCL and DHEL.
 
-All five share the positive/entropy split of seed 001 (Eq. 3-5): for an anchor with
+All five share the positive/entropy split of Sors et al. 2021 (Eq. 3-5): for an anchor with
 positive similarity ``s_pos`` and candidate similarities ``s_k``
 
     positive = -s_pos / temperature
     entropy  = log sum_k exp(s_k / temperature)
 
 and ``loss = lambda_pos * positive + lambda_ent * entropy``. With the default
-``lambda_pos = lambda_ent = 1`` this is exactly the standard loss. (Seed 001 writes the
+``lambda_pos = lambda_ent = 1`` this is exactly the standard loss. (Sors et al. 2021 writes the
 terms with the cosine *distance* ``1 - s``; the two forms differ by the constant
 ``(lambda_pos - lambda_ent) / temperature``, which changes no gradient.)
 The entropy is a log-sum-exp, so no raw exponential can overflow at small temperatures.
+
+References
+----------
+- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
+  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
+- Sors et al. 2021, Simple and effective balance of contrastive losses,
+  https://arxiv.org/abs/2112.11743
+- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
+  https://arxiv.org/abs/2307.05906
+- Koromilas et al. 2024, Bridging mini-batch and asymptotic analysis in contrastive learning: from
+  InfoNCE to kernel-based losses (ICML 2024), https://arxiv.org/abs/2405.18045
 """
 
 from __future__ import annotations
@@ -72,7 +83,7 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
              chunk_size: Any = None, hard_negatives: Any = None, share_negatives: bool = True,
              exclude: Any = None, exclude_negatives: Any = None,
              same_view_negatives: bool = False) -> torch.Tensor | LossTerms:
-    r"""One-sided InfoNCE loss :math:`\mathcal{L}(U, V)` (seed 000, Eq. 3).
+    r"""One-sided InfoNCE loss :math:`\mathcal{L}(U, V)` (Sreenivasan et al. 2023, Eq. 3).
 
     For anchor :math:`u_i` the positive is :math:`v_i` and the negatives are the other
     rows of ``v``:
@@ -90,7 +101,7 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     temperature : float or scalar tensor, default=0.1
         :math:`\tau > 0`; a tensor may be learnable.
     lambda_pos, lambda_ent : float, default=1.0
-        Balance weights of the positive and entropy terms (seed 001, Eq. 5).
+        Balance weights of the positive and entropy terms (Sors et al. 2021, Eq. 5).
     normalize : bool, default=True
         L2-normalise the rows of ``u`` and ``v`` first (inner products become cosines).
     reduction : {'mean', 'sum', 'none'}, default='mean'
@@ -171,7 +182,8 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
                        same_view_negatives: bool = False) -> torch.Tensor | LossTerms:
     r"""Symmetric contrastive loss :math:`\mathcal{L}^{con} = \mathcal{L}(U,V) + \mathcal{L}(V,U)`.
 
-    Seed 000, Eq. 1-2 and Eq. 4 (seed 002, Eq. 2): the loss of CLIP, each direction an
+    Sreenivasan et al. 2023, Eq. 1-2 and Eq. 4 (Cho et al. 2023, Eq. 2): the loss of CLIP, each
+    direction an
     :func:`info_nce`. At temperature 1 and a simplex ETF with :math:`u_i = v_i`, its
     value for ``N`` pairs is :math:`2\log(1 + (N-1)e^{-N/(N-1)})` (2.3465 for N=8).
 
@@ -189,8 +201,8 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
         :math:`\mathcal{L}(U,V)`, index 1 the anchors ``v_i`` of :math:`\mathcal{L}(V,U)`.
     directions : {'sum', 'mean'}, default='sum'
         How the two directions are combined. ``'sum'`` is :math:`\mathcal{L}^{con}` of
-        the papers (seed 000/002); ``'mean'`` is the convention of CLIP / open_clip,
-        ``(L_i2t + L_t2i) / 2``, exactly half of it.
+        the papers (Sreenivasan et al. 2023; Cho et al. 2023); ``'mean'`` is the convention of CLIP
+        / open_clip, ``(L_i2t + L_t2i) / 2``, exactly half of it.
     hard_negatives, share_negatives, exclude, exclude_negatives, same_view_negatives
         As in :func:`info_nce`; the hard negatives join the ``U -> V`` direction (they
         are candidates for the ``u`` anchors), the exclusions both, the same-view
@@ -312,7 +324,7 @@ def nt_xent(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
             return_terms: bool = False, denominator: Any = None,
             chunk_size: Any = None, hard_negatives: Any = None, share_negatives: bool = True,
             exclude: Any = None, exclude_negatives: Any = None) -> torch.Tensor | LossTerms:
-    r"""NT-Xent, the 2B-way loss of SimCLR (Chen et al., 2020; seed 004 "SimCLR").
+    r"""NT-Xent, the 2B-way loss of SimCLR (Chen et al., 2020; Koromilas et al. 2024 "SimCLR").
 
     The ``2B`` rows of ``[u; v]`` are all anchors; an anchor's positive is its partner
     in the other view and its negatives are the ``2B - 2`` remaining rows of *both*
@@ -353,7 +365,7 @@ def dcl(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
         return_terms: bool = False, denominator: Any = None,
         chunk_size: Any = None, hard_negatives: Any = None, share_negatives: bool = True,
         exclude: Any = None, exclude_negatives: Any = None) -> torch.Tensor | LossTerms:
-    r"""Decoupled contrastive loss (Yeh et al., 2022; seed 004 "DCL").
+    r"""Decoupled contrastive loss (Yeh et al., 2022; Koromilas et al. 2024 "DCL").
 
     :func:`nt_xent` with the positive removed from the denominator, which removes the
     coupling between the positive and negative gradients:
@@ -395,7 +407,7 @@ def dhel(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
          lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
          include_positive_view: bool = True, return_terms: bool = False,
          chunk_size: Any = None) -> torch.Tensor | LossTerms:
-    r"""Decoupled hyperspherical energy loss (Koromilas et al., 2024; seed 004).
+    r"""Decoupled hyperspherical energy loss (Koromilas et al., 2024; Koromilas et al. 2024).
 
     The uniformity (entropy) part contrasts an anchor only with the *other anchors of
     its own view*, so it no longer involves the positive at all — alignment and

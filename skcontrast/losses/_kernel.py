@@ -1,4 +1,10 @@
-"""Kernel contrastive loss (KCL) of Koromilas et al. (2024), seed 004."""
+"""Kernel contrastive loss (KCL) of Koromilas et al. (2024), Koromilas et al. 2024.
+
+References
+----------
+- Koromilas et al. 2024, Bridging mini-batch and asymptotic analysis in contrastive learning: from
+  InfoNCE to kernel-based losses (ICML 2024), https://arxiv.org/abs/2405.18045
+"""
 
 from __future__ import annotations
 
@@ -48,7 +54,7 @@ def kcl(u: Any, v: Any, *, kernel: str | Callable = "gaussian", temperature: Any
         lambda_pos: float = 1.0, lambda_ent: float = 16.0, normalize: bool = True,
         reduction: str = "mean", return_terms: bool = False,
         chunk_size: int | str | None = None) -> torch.Tensor | LossTerms:
-    r"""Kernel contrastive loss (Koromilas et al., 2024; seed 004 "KCL").
+    r"""Kernel contrastive loss (Koromilas et al., 2024; Koromilas et al. 2024 "KCL").
 
     Alignment and uniformity are kernel averages, with no softmax coupling them:
 
@@ -59,7 +65,7 @@ def kcl(u: Any, v: Any, *, kernel: str | Callable = "gaussian", temperature: Any
 
     Because the uniformity term is a U-statistic (a mean over distinct pairs), the
     batch loss is an *unbiased* estimator of its population value whatever the batch
-    size (seed 004, Proposition): averaged over all size-``M`` subsets of a set it
+    size (Koromilas et al. 2024, Proposition): averaged over all size-``M`` subsets of a set it
     equals the value on the whole set.
 
     Parameters

@@ -1,7 +1,7 @@
 """The losses as objects: one small scikit-learn-style object per loss function.
 
 A loss object holds the loss's parameters (its temperature, fixed or learned, the
-balance weights of seed 001 Eq. 5, ``chunk_size`` and its own options) and computes the
+balance weights of Sors et al. 2021, Eq. 5, ``chunk_size`` and its own options) and computes the
 loss by calling its function of :mod:`skcontrast.losses`, so nothing is computed twice.
 It is what training, selection and memory share: an estimator trains with it, an
 adaptive selector scores batches with the *live* copy of it (the learned temperature
@@ -21,11 +21,24 @@ What each loss declares:
 :attr:`Loss.queue_terms`
     Its anchors against a queue of stored embeddings (XBM), or ``None``.
 :meth:`Loss.affinity`
-    The pair weights that selection clusters on (seed 002 Eq. 5 for the InfoNCE family).
+    The pair weights that selection clusters on (Cho et al. 2023, Eq. 5 for the InfoNCE family).
 
 A custom loss is a subclass: set ``function`` (a function ``f(a, b, **params)`` that
 returns the loss, or :class:`~skcontrast.losses.LossTerms` with ``return_terms=True``)
 and write an ``__init__`` that stores its parameters. See the user guide, "Losses".
+
+References
+----------
+- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
+  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
+- Sors et al. 2021, Simple and effective balance of contrastive losses,
+  https://arxiv.org/abs/2112.11743
+- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
+  https://arxiv.org/abs/2307.05906
+- Kini et al. 2023, Supervised-contrastive loss learns orthogonal frames and batching matters,
+  https://arxiv.org/abs/2306.07960
+- Koromilas et al. 2024, Bridging mini-batch and asymptotic analysis in contrastive learning: from
+  InfoNCE to kernel-based losses (ICML 2024), https://arxiv.org/abs/2405.18045
 """
 
 from __future__ import annotations
@@ -171,7 +184,7 @@ class Loss(BaseEstimator):
         pairs ``k`` and ``l`` add to the loss when they share a batch of ``batch_size``
         (what :class:`~skcontrast.selectors.SpectralBatchSelector` clusters on).
 
-        The default is the Jensen bound of seed 002 Eq. 5 (the affinity of
+        The default is the Jensen bound of Cho et al. 2023, Eq. 5 (the affinity of
         :math:`\\mathcal{L}^{con}`) at this loss's temperature.
         """
         params = self.options(**overrides)
@@ -228,7 +241,7 @@ class Loss(BaseEstimator):
 
 class _SoftmaxLoss(Loss):
     """Shared by the losses whose entropy term is a log-sum-exp over candidates: their
-    form against a queue and their affinity (seed 002 Eq. 5, generalised)."""
+    form against a queue and their affinity (Cho et al. 2023, Eq. 5, generalised)."""
 
     #: the (anchor view, candidate view) blocks of the similarity matrix it contrasts
     blocks: ClassVar[tuple[tuple[int, int], ...]] = ((0, 1), (1, 0))
@@ -241,7 +254,7 @@ class _SoftmaxLoss(Loss):
         return batch_size - 1
 
     def affinity(self, u: Any, v: Any, batch_size: int, **overrides: Any) -> torch.Tensor:
-        r"""The Jensen bound of seed 002 Eq. 5 for this loss's candidates: with
+        r"""The Jensen bound of Cho et al. 2023, Eq. 5 for this loss's candidates: with
         :math:`x = a_k^\top c_l / \tau` for every block (anchor view, candidate view) it
         contrasts and :math:`p_k = u_k^\top v_k / \tau`,
         :math:`w(k, l) = \sum_{blocks} f_{kl} + f_{lk}`,
@@ -282,7 +295,8 @@ class _SoftmaxLoss(Loss):
 
 
 class InfoNCE(_SoftmaxLoss):
-    r"""One-sided InfoNCE :math:`\mathcal{L}(U, V)` (seed 000, Eq. 3): :func:`info_nce`.
+    r"""One-sided InfoNCE :math:`\mathcal{L}(U, V)` (Sreenivasan et al. 2023, Eq. 3):
+    :func:`info_nce`.
 
     Parameters
     ----------
@@ -292,7 +306,7 @@ class InfoNCE(_SoftmaxLoss):
         Learn the temperature (kept above 0.01, smoothly) when an estimator trains with
         this loss, as CLIP does.
     lambda_pos, lambda_ent : float, default=1.0
-        Balance of the positive and entropy terms (seed 001, Eq. 5).
+        Balance of the positive and entropy terms (Sors et al. 2021, Eq. 5).
     normalize : bool, default=True
         L2-normalise the embeddings first.
     chunk_size : int, 'auto' or None, default='auto'
@@ -349,7 +363,7 @@ class InfoNCE(_SoftmaxLoss):
 
 class SymmetricInfoNCE(_SoftmaxLoss):
     r"""The symmetric loss :math:`\mathcal{L}^{con} = \mathcal{L}(U,V) + \mathcal{L}(V,U)`
-    of seed 000 (Eq. 1-2) and CLIP: :func:`symmetric_info_nce`.
+    of Sreenivasan et al. 2023 (Eq. 1-2) and CLIP: :func:`symmetric_info_nce`.
 
     Parameters
     ----------
@@ -433,7 +447,8 @@ class DCL(NTXent):
 
 
 class DHEL(_SoftmaxLoss):
-    r"""Decoupled hyperspherical energy loss (Koromilas et al., 2024; seed 004): :func:`dhel`.
+    r"""Decoupled hyperspherical energy loss (Koromilas et al., 2024; Koromilas et al. 2024):
+    :func:`dhel`.
 
     Parameters
     ----------
@@ -461,7 +476,7 @@ class DHEL(_SoftmaxLoss):
 
 
 class KCL(Loss):
-    r"""Kernel contrastive loss (Koromilas et al., 2024; seed 004): :func:`kcl`.
+    r"""Kernel contrastive loss (Koromilas et al., 2024; Koromilas et al. 2024): :func:`kcl`.
 
     Parameters
     ----------
@@ -510,14 +525,14 @@ class KCL(Loss):
 # --------------------------------------------------------------------------------------
 
 class SupCon(_SoftmaxLoss):
-    r"""Supervised contrastive loss (Khosla et al., 2020; seed 003 Eq. 3): :func:`supcon`.
+    r"""Supervised contrastive loss (Khosla et al., 2020; Kini et al. 2023, Eq. 3): :func:`supcon`.
 
     Parameters
     ----------
     temperature, learn_temperature, lambda_pos, lambda_ent, normalize, chunk_size
         As in :class:`InfoNCE`.
     base_temperature : float or None, default=None
-        ``None``: no factor (seed 003); a number multiplies the loss by
+        ``None``: no factor (Kini et al. 2023); a number multiplies the loss by
         ``temperature / base_temperature`` (Khosla et al.'s code, 0.07).
     anchors_without_positives : {'exclude', 'zero'}, default='exclude'
         How an anchor whose class has no other member in the batch counts.
@@ -560,7 +575,7 @@ class SupCon(_SoftmaxLoss):
 
 
 class ContrastiveMargin(Loss):
-    r"""Contrastive margin loss with global/separate averaging (seed 001, Sec. 3.2.1 and
+    r"""Contrastive margin loss with global/separate averaging (Sors et al. 2021, Sec. 3.2.1 and
     4.1): :func:`contrastive_margin`.
 
     Parameters

@@ -1,6 +1,6 @@
 """Losses of anchors against reference embeddings held outside the batch.
 
-A cross-batch memory (XBM, Wang et al. 2020; seed 001 App. E) keeps detached embeddings
+A cross-batch memory (XBM, Wang et al. 2020; Sors et al. 2021, App. E) keeps detached embeddings
 of earlier batches; the loss of a batch's anchors is then taken against those
 *references* instead of against the batch itself. Which references are an anchor's
 candidates, and which of them are its positives, is given as two boolean masks of shape
@@ -12,10 +12,17 @@ candidates, and which of them are its positives, is given as two boolean masks o
       positive_a = -mean_{r in P(a)} s_ar / t
       entropy_a  = log sum_{r in C(a)} exp(s_ar / t)         (DCL: over C(a) \\ P(a))
 
-  which is SupCon's anchor loss (seed 003 Eq. 3) with the references as the batch; with
-  one positive per anchor it is the InfoNCE anchor loss (seed 001 Eq. 3-4).
-- :func:`margin_pair_terms`: the contrastive margin loss (seed 001 Eq. 1-2) over the
+  which is SupCon's anchor loss (Kini et al. 2023, Eq. 3) with the references as the batch; with
+  one positive per anchor it is the InfoNCE anchor loss (Sors et al. 2021, Eq. 3-4).
+- :func:`margin_pair_terms`: the contrastive margin loss (Sors et al. 2021, Eq. 1-2) over the
   pairs of the masks, with its three averaging conventions.
+
+References
+----------
+- Sors et al. 2021, Simple and effective balance of contrastive losses,
+  https://arxiv.org/abs/2112.11743
+- Kini et al. 2023, Supervised-contrastive loss learns orthogonal frames and batching matters,
+  https://arxiv.org/abs/2306.07960
 """
 
 from __future__ import annotations
@@ -74,7 +81,7 @@ def margin_pair_terms(anchors: torch.Tensor, references: torch.Tensor,
                       positives: torch.Tensor, negatives: torch.Tensor, *, margin: float,
                       temperature: Any, distance: str, power: int,
                       normalize: bool) -> tuple[torch.Tensor, ...]:
-    r"""Sums of the contrastive margin loss's pair terms (seed 001 Eq. 1-2).
+    r"""Sums of the contrastive margin loss's pair terms (Sors et al. 2021, Eq. 1-2).
 
     Over the pairs ``(a, r)`` of ``positives`` it sums :math:`d_{ar}^q`, over those of
     ``negatives`` :math:`\max(0, m - d_{ar})^q`, with distances and margin divided by
@@ -102,10 +109,10 @@ def average_margin_terms(sums: tuple[torch.Tensor, ...], n_anchors: int, averagi
                          lambda_pos: Any, lambda_ent: Any) -> tuple[torch.Tensor, ...]:
     """``(loss, positive, entropy)`` from the sums of :func:`margin_pair_terms`.
 
-    ``'separate'`` averages each part over its own pairs (seed 001 Eq. 7); ``'global'``
+    ``'separate'`` averages each part over its own pairs (Sors et al. 2021, Eq. 7); ``'global'``
     averages both over all pairs; ``'anchor'`` divides the sums by the number of
     anchors, the convention of the XBM authors' code, under which the weight of the
-    entropy part grows with the number of negatives (set-up S1 of seed 001 App. E).
+    entropy part grows with the number of negatives (set-up S1 of Sors et al. 2021, App. E).
     ``positive`` and ``entropy`` are the plain means over their pairs in every mode.
     """
     pos_sum, neg_sum, n_pos, n_neg = sums

@@ -1,4 +1,13 @@
-"""Label-driven losses: supervised contrastive (seed 003) and contrastive margin (seed 001)."""
+"""Label-driven losses: supervised contrastive (Kini et al. 2023) and contrastive
+margin (Sors et al. 2021).
+
+References
+----------
+- Sors et al. 2021, Simple and effective balance of contrastive losses,
+  https://arxiv.org/abs/2112.11743
+- Kini et al. 2023, Supervised-contrastive loss learns orthogonal frames and batching matters,
+  https://arxiv.org/abs/2306.07960
+"""
 
 from __future__ import annotations
 
@@ -31,7 +40,8 @@ def supcon(z: Any, y: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
            base_temperature: float | None = None, anchors_without_positives: str = "exclude",
            return_terms: bool = False, denominator: Any = None,
            chunk_size: Any = None) -> torch.Tensor | LossTerms:
-    r"""Supervised contrastive loss (Khosla et al., 2020), as the batch loss of seed 003 Eq. 3.
+    r"""Supervised contrastive loss (Khosla et al., 2020), as the batch loss of Kini et al. 2023,
+    Eq. 3.
 
     For anchor :math:`i` with :math:`P(i)` the other rows of its class,
 
@@ -41,7 +51,7 @@ def supcon(z: Any, y: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
                  -\log \frac{e^{h_i^\top h_j/\tau}}{\sum_{\ell \ne i} e^{h_i^\top h_\ell/\tau}}
 
     (the ":math:`\mathcal{L}_{out}`" form, where the denominator runs over every other
-    row of the batch). Seed 003 Eq. 3 and Eq. 10 are the *sum* over anchors
+    row of the batch). Kini et al. 2023, Eq. 3 and Eq. 10 are the *sum* over anchors
     (``reduction='sum'``); Khosla et al. average (``reduction='mean'``, the default).
 
     Parameters
@@ -57,7 +67,7 @@ def supcon(z: Any, y: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
         Over the anchors counted by ``anchors_without_positives``; ``'none'`` returns
         shape ``(..., B)``.
     base_temperature : float or None, default=None
-        ``None`` (the default) applies no factor, as seed 003 writes the loss. A number
+        ``None`` (the default) applies no factor, as Kini et al. 2023 writes the loss. A number
         multiplies the loss by ``temperature / base_temperature``, the convention of
         Khosla et al.'s reference implementation, which uses ``0.07``.
     anchors_without_positives : {'exclude', 'zero'}, default='exclude'
@@ -107,7 +117,8 @@ def contrastive_margin(z: Any, y: Any, *, margin: float = 0.5, temperature: Any 
                        averaging: str = "separate", distance: str = "euclidean",
                        power: int = 1, normalize: bool = True,
                        return_terms: bool = False) -> torch.Tensor | LossTerms:
-    r"""Contrastive margin loss with its positive/entropy split (seed 001, Sec. 3.2.1 and 4.1).
+    r"""Contrastive margin loss with its positive/entropy split (Sors et al. 2021, Sec. 3.2.1 and
+    4.1).
 
     Over the ordered pairs :math:`i \ne j` of a batch, positive pairs (same label,
     set :math:`\mathcal{P}`) pay :math:`\ell_p = d_{ij}^q` and negative pairs (set
@@ -127,7 +138,7 @@ def contrastive_margin(z: Any, y: Any, *, margin: float = 0.5, temperature: Any 
         Distances and margin are divided by it, i.e. the loss is scaled by
         :math:`\tau^{-q}` — a convenience that makes every loss accept ``temperature``.
     lambda_pos, lambda_ent : float, default=1.0
-        Balance weights (seed 001, Eq. 5).
+        Balance weights (Sors et al. 2021, Eq. 5).
     averaging : {'separate', 'global', 'anchor'}, default='separate'
         ``'separate'``: :math:`\bar\ell_p` is the mean over :math:`\mathcal{P}` and
         :math:`\bar\ell_e` the mean over :math:`\mathcal{E}` (Eq. 7), so the balance does
@@ -139,12 +150,12 @@ def contrastive_margin(z: Any, y: Any, *, margin: float = 0.5, temperature: Any 
         which then multiply ``lambda_pos`` and ``lambda_ent``. ``'anchor'``: the sums
         over :math:`\mathcal{P}` and :math:`\mathcal{E}` divided by the number of
         anchors ``b``, the convention of the cross-batch-memory authors' code (set-up S1
-        of seed 001 App. E), under which the entropy weight grows with the number of
+        of Sors et al. 2021, App. E), under which the entropy weight grows with the number of
         negatives.
     distance : {'euclidean', 'cosine'}, default='euclidean'
         :math:`d_{ij}`: Euclidean distance, or cosine distance :math:`1 - \cos`.
     power : int, default=1
-        The exponent :math:`q` (1 in seed 001; 2 is also common).
+        The exponent :math:`q` (1 in Sors et al. 2021; 2 is also common).
     normalize, return_terms
         As in :func:`info_nce`. ``positive`` and ``entropy`` are the plain means
         :math:`\bar\ell_p` and :math:`\bar\ell_e` (0 when a batch has no such pair).

@@ -1,4 +1,10 @@
-"""SogCLR's moving-average estimator of each sample's negative term (Yuan et al., 2022)."""
+"""SogCLR's moving-average estimator of each sample's negative term (Yuan et al., 2022).
+
+References
+----------
+- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
+  https://arxiv.org/abs/2307.05906
+"""
 
 from __future__ import annotations
 
@@ -22,8 +28,8 @@ class SogCLRMemory(BaseMemory):
     A mini-batch contrastive loss estimates each anchor's denominator (the log of the
     mean of :math:`e^{s/\tau}` over its candidates) from the batch alone, a biased
     estimate of the global one; the bias is what separates mini-batch from full-batch
-    training (seed 002 Sec. 4-5). SogCLR (Yuan et al., ICML 2022, Alg. 1; the "SogCLR
-    objective" of seed 002 Sec. 6.2 and Tables 1-2) keeps, for every sample ``i`` (and
+    training (Cho et al. 2023, Sec. 4-5). SogCLR (Yuan et al., ICML 2022, Alg. 1; the "SogCLR
+    objective" of Cho et al. 2023, Sec. 6.2 and Tables 1-2) keeps, for every sample ``i`` (and
     direction), a moving average
 
     .. math::
@@ -53,7 +59,7 @@ class SogCLRMemory(BaseMemory):
 
     :class:`~skcontrast.losses.DCL`
         SogCLR's global contrastive loss exactly as LibAUC's ``GCLoss_v1`` (the
-        SogCLR reference code, used by seed 002): the candidates are the ``2B - 2``
+        SogCLR reference code, used by Cho et al. 2023): the candidates are the ``2B - 2``
         negatives from both views (positive excluded), one :math:`u_i` per sample
         shared by its two views (the mean of their two estimates is stored). LibAUC's
         gradient is :math:`2\tau` times ours: its loss is scaled by :math:`\tau` (the

@@ -1,4 +1,10 @@
-"""Cross-batch memory (XBM; Wang et al., 2020; seed 001 App. E)."""
+"""Cross-batch memory (XBM; Wang et al., 2020; Sors et al. 2021, App. E).
+
+References
+----------
+- Sors et al. 2021, Simple and effective balance of contrastive losses,
+  https://arxiv.org/abs/2112.11743
+"""
 
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ class CrossBatchMemory(BaseMemory):
         \mathcal{L} = \mathcal{L}_{batch} + w\, \mathcal{L}_{memory},
 
     where :math:`\mathcal{L}_{memory}` is the loss of the batch's anchors against the
-    queue, XBM's form as seed 001 App. E uses it. An anchor's own copy in the queue
+    queue, XBM's form as Sors et al. 2021, App. E uses it. An anchor's own copy in the queue
     (the self-comparison) is excluded; entries with the anchor's label, or for pairs
     the anchor's sample id, are its positives and never its negatives (for pairs: its
     partner's copy just enqueued, and its own earlier embeddings). Gradients flow into
@@ -49,7 +55,7 @@ class CrossBatchMemory(BaseMemory):
     :class:`~skcontrast.losses.ContrastiveMargin`
         The margin loss over the (anchor, entry) pairs, averaged as the loss's
         ``averaging`` says: ``'separate'`` keeps the balance of the batch loss
-        (set-ups S2 and S3 of seed 001 App. E), ``'anchor'`` sums the pair terms per
+        (set-ups S2 and S3 of Sors et al. 2021, App. E), ``'anchor'`` sums the pair terms per
         anchor as the XBM authors' code does, so the entropy weight grows as the queue
         fills (set-up S1).
 

@@ -1,4 +1,10 @@
-"""Coordinate-descent search of the loss balance (seed 001, Sec. 5 and supplement B)."""
+"""Coordinate-descent search of the loss balance (Sors et al. 2021, Sec. 5 and supplement B).
+
+References
+----------
+- Sors et al. 2021, Simple and effective balance of contrastive losses,
+  https://arxiv.org/abs/2112.11743
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from sklearn.model_selection._search import BaseSearchCV
 
 from .._validation import check_int, check_positive, describe
 
-#: Seed 001 Eq. 9: rows are the balance direction (-1, 1, 0), the joint learning-rate
+#: Sors et al. 2021, Eq. 9: rows are the balance direction (-1, 1, 0), the joint learning-rate
 #: direction (1, 1, 0) and the batch-size direction (0, 0, 1), in log(Lambda_p, Lambda_e, b).
 BALANCE_DIRECTIONS = np.array([[-1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
 DEFAULT_BOUNDS = {"lambda_pos": (1e-2, 1e2), "lambda_ent": (1e-2, 1e2), "batch_size": (8, 256)}
@@ -21,7 +27,7 @@ INVERSE_GOLDEN = (math.sqrt(5) - 1) / 2
 class BalanceSearchCV(BaseSearchCV):
     """Tune the balance ``h = (Lambda_p, Lambda_e, b)`` of a contrastive loss by coordinate descent.
 
-    Seed 001 (Sec. 5.2 and supplement Alg. 1-2): in log space, ``r = A log h`` with
+    Sors et al. 2021 (Sec. 5.2 and supplement Alg. 1-2): in log space, ``r = A log h`` with
     ``A`` of Eq. 9 (rows: the *balance* direction, moving ``Lambda_p`` down and
     ``Lambda_e`` up; the *joint learning-rate* direction; the *batch-size* direction).
     The search cycles over the rows of ``A``; each line search is a bounded

@@ -1,4 +1,10 @@
-"""Searches of the loss balance compared at equal budget (seed 001, Sec. 6 and Table 1)."""
+"""Searches of the loss balance compared at equal budget (Sors et al. 2021, Sec. 6 and Table 1).
+
+References
+----------
+- Sors et al. 2021, Simple and effective balance of contrastive losses,
+  https://arxiv.org/abs/2112.11743
+"""
 
 from __future__ import annotations
 
@@ -30,14 +36,14 @@ class SearchCurves:
     best_params: list = field(default_factory=list)
 
     def auc(self, k: int | None = None) -> tuple[float, float]:
-        """AUC@k of seed 001 Table 1: the mean of the curve over the first ``k``
+        """AUC@k of Sors et al. 2021, Table 1: the mean of the curve over the first ``k``
         configurations; mean and standard deviation over runs."""
         k = self.curves.shape[1] if k is None else check_int(k, "k", minimum=1)
         per_run = self.curves[:, :k].mean(1)
         return float(per_run.mean()), float(per_run.std())
 
     def runs_to_reach(self, level: Any) -> float:
-        """n-95 of seed 001 Table 1 with ``level`` = 95% of the best score: the mean over
+        """n-95 of Sors et al. 2021, Table 1 with ``level`` = 95% of the best score: the mean over
         runs of the configurations needed to reach it (``inf`` if some run never did).
 
         ``level`` is one number, or one per run (e.g. from :func:`best_levels`).
@@ -49,7 +55,7 @@ class SearchCurves:
 
 def best_levels(curves: dict[str, SearchCurves], fraction: float = 0.95) -> np.ndarray:
     """Per run (seed): ``fraction`` of the best score any search reached on it, the level
-    of seed 001's n-95 (runs share a seed across searches in :func:`balance_searches`),
+    of Sors et al. 2021's n-95 (runs share a seed across searches in :func:`balance_searches`),
     for positive scores such as R-mAP or recall@1."""
     return fraction * np.max([c.curves[:, -1] for c in curves.values()], axis=0)
 
@@ -57,7 +63,7 @@ def best_levels(curves: dict[str, SearchCurves], fraction: float = 0.95) -> np.n
 def balance_searches(estimator: Any, *, bounds: dict, budget: int, seeds: Any = (0, 1, 2),
                      starts: dict | None = None, scoring: Any = None, cv: int = 3,
                      n_jobs: int | None = None) -> dict[str, list]:
-    """The searches of seed 001's comparison, at the same budget of configurations.
+    """The searches of Sors et al. 2021's comparison, at the same budget of configurations.
 
     For each seed (the estimator's ``random_state`` and a shuffled ``KFold``):
     :class:`BalanceSearchCV` from each point of ``starts`` (``{label: start}``, default
@@ -105,7 +111,7 @@ def balance_searches(estimator: Any, *, bounds: dict, budget: int, seeds: Any = 
 
 
 def search_curves(searches: dict[str, list], X: Any, y: Any = None) -> dict[str, SearchCurves]:
-    """Fit every search and record its best-so-far curve (seed 001 Fig. 4 and Table 1).
+    """Fit every search and record its best-so-far curve (Sors et al. 2021, Fig. 4 and Table 1).
 
     The grid, whose size is a square, is padded with its final value up to the longest
     search, so that the curves share one axis.

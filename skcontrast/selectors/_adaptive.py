@@ -1,4 +1,12 @@
-"""Adaptive selectors that look at the current embeddings: OSGD, BcS and ScB."""
+"""Adaptive selectors that look at the current embeddings: OSGD, BcS and ScB.
+
+References
+----------
+- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
+  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
+- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
+  https://arxiv.org/abs/2307.05906
+"""
 
 from __future__ import annotations
 
@@ -31,7 +39,7 @@ def _check_fraction(value: Any, name: str) -> float:
 class OSGDSelector(BatchSelector):
     """Ordered SGD: from each group of ``k`` candidate batches keep the ``q`` of largest loss.
 
-    Seed 002, Sec. 5.1-5.2 and Appendix C.3 (after Kawaguchi & Lu, 2020).
+    Cho et al. 2023, Sec. 5.1-5.2 and Appendix C.3 (after Kawaguchi & Lu, 2020).
 
     - ``candidates='partition'`` (default, Alg. 7 "OSGD without replacement"): each epoch
       randomly partitions the samples into batches; from every run of ``k`` consecutive
@@ -50,7 +58,7 @@ class OSGDSelector(BatchSelector):
     ----------
     batch_size : int, default=32
     k : int, default=1500
-        Candidate batches per group (seed 002 Appendix D.3 uses 1500).
+        Candidate batches per group (Cho et al. 2023, Appendix D.3 uses 1500).
     q : int, default=150
         Batches kept per group (150 in Appendix D.3); ``q <= k``.
     candidates : {'partition', 'random'}, default='partition'
@@ -181,7 +189,7 @@ class _GreedySelector(BatchSelector):
 
 
 class BcSSelector(_GreedySelector):
-    """Batch-chooses-Sample greedy partition (seed 000, Sec. 4 and Algorithm 1).
+    """Batch-chooses-Sample greedy partition (Sreenivasan et al. 2023, Sec. 4 and Algorithm 1).
 
     ``ceil(n/B)`` bins are filled in ``B`` rounds; in each round every bin in turn takes
     the remaining sample that maximises its loss :math:`\\mathcal{L}^{con}(B_j \\cup \\{i\\})`
@@ -199,8 +207,8 @@ class BcSSelector(_GreedySelector):
         partition.
     loss : Loss, str or None, default=None
         Whose temperature and balance weights the grown batches' loss
-        :math:`\\mathcal{L}^{con}` (seed 000's objective, the one these greedy rules are
-        defined for) takes. ``None``: inside an estimator, the loss being trained, as it
+        :math:`\\mathcal{L}^{con}` (Sreenivasan et al. 2023's objective, the one these greedy rules
+        are defined for) takes. ``None``: inside an estimator, the loss being trained, as it
         is at each epoch; standalone, :class:`~skcontrast.losses.SymmetricInfoNCE`.
     random_state : int, numpy Generator or None, default=None
 
@@ -240,7 +248,7 @@ class BcSSelector(_GreedySelector):
 
 
 class ScBSelector(_GreedySelector):
-    """Sample-chooses-Batch greedy partition (seed 000, Sec. 4 and Algorithm 2).
+    """Sample-chooses-Batch greedy partition (Sreenivasan et al. 2023, Sec. 4 and Algorithm 2).
 
     Samples are visited in random order; each joins the bin, among those that have not
     yet received a sample in the current round, whose loss

@@ -1,4 +1,12 @@
-"""Non-adaptive selectors: fixed, shuffled, random, full and exhaustive batches."""
+"""Non-adaptive selectors: fixed, shuffled, random, full and exhaustive batches.
+
+References
+----------
+- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
+  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
+- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
+  https://arxiv.org/abs/2307.05906
+"""
 
 from __future__ import annotations
 
@@ -40,12 +48,12 @@ class _RandomPartition(BatchSelector):
 
 
 class FixedBatchSelector(_RandomPartition):
-    """One random partition, reused unchanged every epoch (seed 000, FIXED-BATCH).
+    """One random partition, reused unchanged every epoch (Sreenivasan et al. 2023, FIXED-BATCH).
 
     The samples are permuted once (from ``random_state``) and cut into consecutive
     batches; every epoch yields the same batches in the same order. This models data
-    split across nodes that never exchange samples; seed 000 Prop. 3 shows such a fixed
-    partition generally does *not* reach the full-batch optimum.
+    split across nodes that never exchange samples; Sreenivasan et al. 2023 Prop. 3 shows such a
+    fixed partition generally does *not* reach the full-batch optimum.
 
     Parameters
     ----------
@@ -75,9 +83,10 @@ class FixedBatchSelector(_RandomPartition):
 
 
 class ShuffledBatchSelector(_RandomPartition):
-    """A new random partition every epoch (seed 000, SHUFFLED-BATCH): SGD without replacement.
+    """A new random partition every epoch (Sreenivasan et al. 2023, SHUFFLED-BATCH): SGD without
+    replacement.
 
-    The usual way to train, and the default selector of the estimators (seed 002 Alg. 5).
+    The usual way to train, and the default selector of the estimators (Cho et al. 2023, Alg. 5).
 
     Parameters
     ----------
@@ -103,7 +112,7 @@ class ShuffledBatchSelector(_RandomPartition):
 
 
 class RandomBatchSelector(BatchSelector):
-    """Batches drawn independently and uniformly from all size-B subsets (seed 002 Alg. 4).
+    """Batches drawn independently and uniformly from all size-B subsets (Cho et al. 2023, Alg. 4).
 
     SGD *with* replacement: each batch holds ``batch_size`` distinct samples, but batches
     are independent, so within an epoch a sample can appear several times or not at all.
@@ -165,7 +174,7 @@ class FullBatchSelector(BatchSelector):
 
 
 class ExhaustiveBatchSelector(BatchSelector):
-    """All ``C(n, B)`` batches of size ``B`` every epoch (seed 000 Theorem 1).
+    """All ``C(n, B)`` batches of size ``B`` every epoch (Sreenivasan et al. 2023, Theorem 1).
 
     Training on every size-B subset has the same minimiser as the full batch (the
     simplex ETF for ``n <= d + 1``); this selector is for small, theoretical set-ups.
@@ -217,7 +226,7 @@ class PredefinedBatchSelector(BatchSelector):
     """The same user-given batches every epoch (like sklearn's ``PredefinedSplit``).
 
     For replaying batches, training on a chosen set of batches (e.g. a strict subset of
-    all ``C(n, B)``, seed 000 Theorem 2) or on per-node shards.
+    all ``C(n, B)``, Sreenivasan et al. 2023, Theorem 2) or on per-node shards.
 
     Parameters
     ----------

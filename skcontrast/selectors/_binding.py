@@ -1,4 +1,11 @@
-"""Batch-binding (seed 003 Sec. 5.2, Alg. 1) and the Batch Interaction Graph (Def. 4, Cor. 2.1)."""
+"""Batch-binding (Kini et al. 2023, Sec. 5.2, Alg. 1) and the Batch Interaction Graph
+(Def. 4, Cor. 2.1).
+
+References
+----------
+- Kini et al. 2023, Supervised-contrastive loss learns orthogonal frames and batching matters,
+  https://arxiv.org/abs/2306.07960
+"""
 
 from __future__ import annotations
 
@@ -14,7 +21,7 @@ from ._basic import ShuffledBatchSelector
 
 
 def batch_interaction_graph(batches: Any, n: int) -> sp.csr_matrix:
-    """The Batch Interaction Graph of seed 003, Definition 4.
+    """The Batch Interaction Graph of Kini et al. 2023, Definition 4.
 
     Vertices are the ``n`` samples; ``u`` and ``v`` are adjacent if and only if some batch
     contains both.
@@ -61,7 +68,7 @@ class Corollary21(NamedTuple):
 
 
 def check_corollary_2_1(batches: Any, y: Any) -> Corollary21:
-    """Check the conditions of seed 003, Corollary 2.1, for a set of batches and labels.
+    """Check the conditions of Kini et al. 2023, Corollary 2.1, for a set of batches and labels.
 
     The global minimiser of mini-batch SupCon under UFM+ is unique and forms an
     orthogonal frame if and only if the Batch Interaction Graph ``G`` satisfies
@@ -106,7 +113,8 @@ def check_corollary_2_1(batches: Any, y: Any) -> Corollary21:
 
 
 class BindingSelector(BatchSelector):
-    """Add one fixed *binding example* per class to every batch (seed 003 Sec. 5.2, Alg. 1).
+    """Add one fixed *binding example* per class to every batch (Kini et al. 2023, Sec. 5.2, Alg.
+    1).
 
     Wraps any selector. One example of each class is drawn once (from ``random_state``)
     and appended to every batch the wrapped selector yields, unless the batch already

@@ -1,4 +1,4 @@
-"""Spectral-clustering batch selection (seed 002, Sec. 5.3, Eq. 5 and Appendix C.1 Alg. 3).
+"""Spectral-clustering batch selection (Cho et al. 2023, Sec. 5.3, Eq. 5 and Appendix C.1 Alg. 3).
 
 All the chunks of an epoch are clustered together, as stacks of arrays: affinities and
 their Laplacian operators, eigenvectors, k-means and the equal-size assignment are
@@ -7,6 +7,11 @@ CPU and CuPy's cuSOLVER on the GPU). A chunk's batches depend only on its points
 own seed, never on which chunks share its stack, so the stacked path gives the batches of
 the chunk-by-chunk path (:func:`spectral_batches`) and any ``n_jobs`` gives the same
 epoch.
+
+References
+----------
+- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
+  https://arxiv.org/abs/2307.05906
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from ..losses import Loss, SymmetricInfoNCE, make_loss
 from ._assignment import _counts, balanced_assignments
 from ._base import BatchSelector, check_batch_size, n_partition_batches, partition, views
 
-DEFAULT_CHUNK_SIZE = 1280  # 40 batches of 32, seed 002 Appendix D.3
+DEFAULT_CHUNK_SIZE = 1280  # 40 batches of 32, Cho et al. 2023, Appendix D.3
 AFFINITIES = ("exp", "bound")
 LAPLACIANS = ("normalized", "unnormalized")
 EIGEN_SOLVERS = ("krylov", "dense", "ritz")
@@ -65,7 +70,7 @@ def spectral_batches(u: Any, v: Any, batch_size: int, *, loss: Any = None,
                      backend: str = "auto", eigen_solver: str = "krylov",
                      random_state: Any = None,
                      kmeans_iter: int = 50) -> tuple[list[np.ndarray], bool]:
-    """Equal-size spectral clustering of one chunk of pairs into batches (seed 002 Alg. 3).
+    """Equal-size spectral clustering of one chunk of pairs into batches (Cho et al. 2023, Alg. 3).
 
     This is the per-chunk step of :class:`SpectralBatchSelector`; chunks are independent,
     so workers holding different shards of the data can each call it on their own shard.
@@ -405,9 +410,10 @@ def _kmeans(x: torch.Tensor, k: int, uniforms: torch.Tensor,
 # --------------------------------------------------------------------------------------
 
 class SpectralBatchSelector(BatchSelector):
-    """Batches from equal-size spectral clustering of the loss graph (seed 002 Sec. 5.3, Alg. 3).
+    """Batches from equal-size spectral clustering of the loss graph (Cho et al. 2023, Sec. 5.3,
+    Alg. 3).
 
-    The loss of a batch is bounded below by a sum of pair terms (seed 002 Eq. 5, see
+    The loss of a batch is bounded below by a sum of pair terms (Cho et al. 2023, Eq. 5, see
     :func:`~skcontrast.losses.pair_affinity`); partitioning the pairs into batches that
     maximise the total within-batch pair weight is a min-cut problem, relaxed here by
     spectral clustering:
@@ -438,7 +444,7 @@ class SpectralBatchSelector(BatchSelector):
 
     For large ``n`` the samples are randomly cut into chunks of ``chunk_size`` points
     (rounded down to a multiple of ``B``) each epoch, and each chunk is clustered on its
-    own (seed 002 Appendix D.3): memory is O(chunk_size^2), never O(n^2), and time
+    own (Cho et al. 2023, Appendix D.3): memory is O(chunk_size^2), never O(n^2), and time
     grows linearly with ``n``. Only the last chunk can be shorter, so an epoch has at
     most one batch smaller than ``B``. The chunks of an epoch are processed together, as
     stacks (groups bounded in memory), with batched affinities, eigensolvers, k-means
@@ -461,7 +467,7 @@ class SpectralBatchSelector(BatchSelector):
     ----------
     batch_size : int, default=32
     chunk_size : int, default=1280
-        Points clustered together (40 batches of 32 in seed 002 Appendix D.3).
+        Points clustered together (40 batches of 32 in Cho et al. 2023, Appendix D.3).
     loss : Loss, str or None, default=None
         Whose pair affinity is clustered. ``None``: inside an estimator, the loss being
         trained as it is at each epoch (its learned temperature included); standalone,

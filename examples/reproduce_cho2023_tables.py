@@ -35,8 +35,8 @@ temporary folder and runs the whole pipeline on them for one epoch, with a narro
 ResNet-18 (first stage 4 channels wide) and OSGD's and the spectral chunks' sizes scaled
 down: a smoke test of the code path, not of the results.
 
-    python examples/reproduce_seed002_tables.py --root DATA [--epochs 100] [--out DIR]
-    python examples/reproduce_seed002_tables.py --quick
+    python examples/reproduce_cho2023_tables.py --root DATA [--epochs 100] [--out DIR]
+    python examples/reproduce_cho2023_tables.py --quick
 
 Expect several GPU-days for all six runs at 100 epochs (the paper used one A100 each);
 ``--objectives`` and ``--selectors`` pick a subset.
@@ -280,14 +280,14 @@ def main():
             print(f"{objective:>7} + {name:<5}" + "".join(
                 f"  {k} {v:.4f}" if k != "seconds" else f"  ({v:.0f} s)"
                 for k, v in row.items()), flush=True)
-    (out / "seed002_tables.json").write_text(json.dumps(results, indent=1))
+    (out / "cho2023_tables.json").write_text(json.dumps(results, indent=1))
     columns = [c for c in ("clean top-1", "corrupted top-1")
                if all(c in r for r in results.values())]
     lines = [f"{'method':<16}" + "".join(f"{c:>18}" for c in columns)]
     lines += [f"{name:<16}" + "".join(f"{100 * row[c]:>17.2f}%" for c in columns)
               for name, row in results.items()]
     print("\n".join(lines))
-    (out / "seed002_tables.txt").write_text("\n".join(lines) + "\n")
+    (out / "cho2023_tables.txt").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
