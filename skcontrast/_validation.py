@@ -304,3 +304,25 @@ def text_table(X: Any, name: str = "X") -> np.ndarray:
             raise ValueError(f"{where} is an empty string ({value!r}); every text needs "
                              "some content")
     return table
+
+
+def check_embeddings(X: Any, *, name: str = "X") -> np.ndarray:
+    """Validate what a selector looks at: ``(n, 2, d)`` pairs or ``(n, d)`` single views.
+
+    Returns a float NumPy array (torch tensors are detached and brought to the CPU).
+    """
+    array = as_numpy(X, name)
+    if array.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must hold numbers; got {describe(array)}")
+    if array.ndim == 3 and array.shape[1] != 2:
+        raise ValueError(
+            f"{name} of shape (n, 2, d) must hold two views on axis 1; got {describe(array)}")
+    if array.ndim not in (2, 3):
+        raise ValueError(
+            f"{name} must be paired embeddings of shape (n, 2, d) or single-view embeddings "
+            f"of shape (n, d); got {describe(array)}")
+    if array.shape[0] < 1:
+        raise ValueError(f"{name} holds no samples; got {describe(array)}")
+    array = array if array.dtype.kind == "f" else array.astype(np.float64)
+    check_finite_array(array, name)
+    return array

@@ -100,13 +100,13 @@ def plot_batch_losses(X: Any, selectors: Mapping[str, Any], ax: Any = None, *,
     -------
     matplotlib.axes.Axes
     """
+    from ._validation import check_embeddings
     from .losses import make_loss
-    from .selectors._base import check_embeddings, score_batches
 
     X = check_embeddings(X)
     ax = _axes(ax)
     loss = make_loss(loss)
-    scores = {name: score_batches(X, selector.epoch_batches(X, y, loss=loss), y, loss=loss)
+    scores = {name: loss.score_batches(X, selector.epoch_batches(X, y, loss=loss), y)
               for name, selector in selectors.items()}
     # a batch of one sample has no loss (NaN)
     scores = {name: values[np.isfinite(values)] for name, values in scores.items()}

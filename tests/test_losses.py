@@ -286,7 +286,8 @@ def test_kcl_uniformity_is_unbiased_over_subsets(seed, n, data):
 
 @st.composite
 def class_batches(draw):
-    """Batches whose present classes each have at least two members (Kini et al. 2023's assumption)."""
+    """Batches whose present classes each have at least two members (Kini et al. 2023's
+    assumption)."""
     k = draw(st.integers(1, 4))
     batches = []
     for _ in range(draw(st.integers(1, 3))):

@@ -1,4 +1,5 @@
-"""BalanceSearchCV: coordinate descent along Sors et al. 2021's directions, as a real sklearn search."""
+"""BalanceSearchCV: coordinate descent along Sors et al. 2021's directions, as a real
+sklearn search."""
 
 import math
 

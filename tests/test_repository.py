@@ -158,6 +158,67 @@ def test_the_package_has_no_import_cycle():
                                           "skcontrast.losses._registry"]]
 
 
+def private_imports_across_packages(package: Path) -> list[str]:
+    """``importer: target`` for every private module, or private name, that a module
+    imports from another package of ``package``. The top-level internal modules
+    (``skcontrast._validation``, ``skcontrast._batch``, ...) are shared by every package
+    and documented as such; a package's own private modules are its business."""
+    modules = {}
+    for path in package.rglob("*.py"):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def private(segment: str) -> bool:
+        return segment.startswith("_") and not segment.startswith("__")
+
+    found = []
+    for name, path in modules.items():
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        own = ".".join(here)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not (node.level or (
+                    node.module or "").startswith(package.name)):
+                continue
+            base = here[:len(here) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            for target in [module] + [f"{module}.{alias.name}" for alias in node.names]:
+                parts = target.split(".")
+                # the package a private segment belongs to, and the segment
+                for depth in range(1, len(parts)):
+                    if private(parts[depth]):
+                        owner = ".".join(parts[:depth])
+                        outside = owner != package.name and not (own + ".").startswith(
+                            owner + ".")
+                        if outside:
+                            found.append(f"{name}: {target}")
+                        break
+    return sorted(set(found))
+
+
+def test_no_private_name_is_imported_across_packages():
+    """What two packages share is public in one of them (``skcontrast.losses.STRUCTURES``,
+    ``Loss.score_batches``) or a top-level internal module; the checker finds the imports
+    the package had."""
+    import tempfile
+
+    assert private_imports_across_packages(ROOT / "skcontrast") == []
+
+    with tempfile.TemporaryDirectory() as folder:
+        fake = Path(folder) / "skcontrast"
+        (fake / "losses").mkdir(parents=True)
+        (fake / "selectors").mkdir()
+        for part in ("__init__.py", "losses/__init__.py", "losses/_objects.py",
+                     "selectors/__init__.py", "selectors/_base.py", "_validation.py"):
+            (fake / part).write_text("")
+        (fake / "selectors" / "_jest.py").write_text(
+            "from ..losses._objects import loss_name\nfrom ..losses import _hidden\n"
+            "from .._validation import describe\nfrom ._base import partition\n")
+        assert private_imports_across_packages(fake) == [
+            "skcontrast.selectors._jest: skcontrast.losses._hidden",
+            "skcontrast.selectors._jest: skcontrast.losses._objects",
+            "skcontrast.selectors._jest: skcontrast.losses._objects.loss_name"]
+
+
 def test_the_public_namespace_is_the_api():
     import skcontrast
 

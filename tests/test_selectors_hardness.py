@@ -22,7 +22,6 @@ from skcontrast.selectors import (
     SpectralBatchSelector,
     TemperedSelector,
 )
-from skcontrast.selectors._base import score_batches
 from skcontrast.selectors._community import communities, window_graph
 from skcontrast.selectors._graph import (
     candidate_graph,
@@ -336,10 +335,9 @@ def test_a_shard_size_leaves_every_shard_big_enough_or_is_refused_by_name(shard_
 def test_sharded_communities_are_as_hard_as_one_graph():
     X, _ = make_paired_embeddings(4000, 32, n_groups=40, random_state=0)
     loss = SymmetricInfoNCE(0.1)
-    reference = score_batches(X, ShuffledBatchSelector(B, random_state=0).split(X),
-                              loss=loss).mean()
-    hardness = {size: score_batches(X, CommunityBatchSelector(
-        B, shard_size=size, random_state=0).epoch_batches(X), loss=loss).mean() / reference
+    reference = loss.score_batches(X, ShuffledBatchSelector(B, random_state=0).split(X)).mean()
+    hardness = {size: loss.score_batches(X, CommunityBatchSelector(
+        B, shard_size=size, random_state=0).epoch_batches(X)).mean() / reference
         for size in (None, 1000)}
     # measured: 5.68 against 6.45 here (four shards cut some of the 40 groups); at
     # n = 1,000,000 the shards are the harder ones (2.95 against 1.85, docs/performance)
@@ -426,7 +424,7 @@ def test_zero_share_is_the_selector_and_the_share_sets_the_hardness():
         sel = TemperedSelector(SpectralBatchSelector(batch_size=B, random_state=0),
                                random_share=share, random_state=1)
         batches = sel.epoch_batches(X)
-        means.append(np.mean(score_batches(X, batches, loss=SymmetricInfoNCE())))
+        means.append(np.mean(SymmetricInfoNCE().score_batches(X, batches)))
         moved.append(np.mean([np.mean(p != q) for p, q in zip(plain, batches, strict=True)]))
     assert means[0] > means[1] > means[2]
     assert moved[0] == 0 and abs(moved[1] - 0.5) < 0.08 and moved[2] > 0.9

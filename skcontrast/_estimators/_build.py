@@ -20,7 +20,6 @@ from skorch.helper import predefined_split
 
 from .._validation import describe
 from ..losses import Loss
-from ..losses._objects import loss_name
 from ..selectors import (
     BatchSelector,
     PredefinedBatchSelector,
@@ -132,9 +131,9 @@ class NetBuilder(ParameterChecks):
                                                                                 None))
         if memory_before != memory_now:
             changed.append(f"memory ({memory_before} -> {memory_now})")
-        elif state is not None and state.loss_name != loss_name(loss):
+        elif state is not None and state.loss_name != loss.name:
             changed.append(f"loss, whose memory state was built for {state.loss_name!r} "
-                           f"({state.loss_name!r} -> {loss_name(loss)!r})")
+                           f"({state.loss_name!r} -> {loss.name!r})")
         if changed:
             raise ValueError(f"warm_start continues the fitted network, but these parameters "
                              f"change its structure: {'; '.join(changed)}. Set warm_start="

@@ -13,8 +13,7 @@ import torch
 from torch import nn
 
 from .._validation import describe
-from ..losses import Loss, LossTerms
-from ..losses._objects import MIN_LEARNED_TEMPERATURE
+from ..losses import MIN_LEARNED_TEMPERATURE, Loss, LossTerms
 from ._data import View
 
 

@@ -21,9 +21,9 @@ import torch
 from skorch import NeuralNet
 from skorch.utils import TeeGenerator
 
+from .._batch import take_rows
 from .._validation import describe
 from ..selectors import CurationBatch
-from ..selectors._curation import take_rows
 
 PRECISIONS = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -51,6 +51,7 @@ from ._batched import pair_affinity, pairwise_lower_bound
 from ._core import LossTerms
 from ._guard import FalseNegativeGuard
 from ._hard import debiased_nce, hard_negative_nce
+from ._incremental import GrowingBatches
 from ._infonce import dcl, dhel, info_nce, nt_xent, symmetric_info_nce
 from ._kernel import kcl
 from ._objects import (
@@ -58,6 +59,8 @@ from ._objects import (
     DHEL,
     KCL,
     LOSSES,
+    MIN_LEARNED_TEMPERATURE,
+    STRUCTURES,
     ContrastiveMargin,
     DebiasedNCE,
     FunctionLoss,
@@ -78,7 +81,7 @@ from ._registry import (
     get_label_loss,
     get_pair_loss,
 )
-from ._sigmoid import siglip
+from ._sigmoid import siglip, sigmoid_pair_losses
 from ._supervised import contrastive_margin, supcon
 
 __all__ = [
@@ -87,12 +90,15 @@ __all__ = [
     "KCL",
     "LABEL_LOSSES",
     "LOSSES",
+    "MIN_LEARNED_TEMPERATURE",
     "PAIR_LOSSES",
+    "STRUCTURES",
     "TILED_LOSSES",
     "ContrastiveMargin",
     "DebiasedNCE",
     "FalseNegativeGuard",
     "FunctionLoss",
+    "GrowingBatches",
     "HardNegativeNCE",
     "InfoNCE",
     "Loss",
@@ -116,6 +122,7 @@ __all__ = [
     "pair_affinity",
     "pairwise_lower_bound",
     "siglip",
+    "sigmoid_pair_losses",
     "supcon",
     "symmetric_info_nce",
 ]

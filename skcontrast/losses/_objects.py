@@ -51,6 +51,7 @@ import numbers
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from sklearn.base import BaseEstimator
@@ -204,6 +205,43 @@ class Loss(BaseEstimator):
                 return self.pair_terms(a, b, **kw).loss
             params = overrides
         return batch_values(u, v, batches, fn=fn, **params)
+
+    def score_batches(self, X: Any, batches: Any, y: Any = None,
+                      **overrides: Any) -> np.ndarray:
+        """The loss of each index batch of embeddings ``X``, without gradients: what
+        batch selection ranks and measures batches by.
+
+        ``X`` is ``(n, 2, d)`` pairs, scored in the paired form of
+        :meth:`batch_losses`, or ``(n, d)`` single views: with labels ``y`` and a label
+        loss in the label form, else each row its own positive. A batch of a single
+        sample has nothing to contrast: its score is NaN.
+        """
+        from .._validation import check_embeddings
+
+        X = check_embeddings(X)
+        u, v = (X[:, 0], X[:, 1]) if X.ndim == 3 else (X, X)
+        batches = list(batches)
+        scorable = [i for i, b in enumerate(batches) if len(b) >= 2]
+        out = np.full(len(batches), np.nan)
+        if not scorable:
+            return out
+        chosen = [batches[i] for i in scorable]
+        with torch.no_grad():
+            if X.ndim == 2 and y is not None and self.labelled:
+                values = self.batch_losses(torch.from_numpy(u), batches=chosen, y=y,
+                                           **overrides)
+            else:
+                values = self.batch_losses(torch.from_numpy(u), torch.from_numpy(v), chosen,
+                                           **overrides)
+        out[scorable] = values.cpu().numpy()
+        return out
+
+    @property
+    def name(self) -> str:
+        """The name of the loss function (``'symmetric_info_nce'``), for messages and for
+        what a memory records it was built for."""
+        fn = getattr(type(self), "function", None)
+        return getattr(fn, "__name__", type(self).__name__)
 
     def live(self, **values: Any) -> Loss:
         """A copy holding ``values`` (e.g. the temperature an estimator has learned so
@@ -905,9 +943,3 @@ def make_loss(loss: Any, *, what: str = "loss", labelled: bool = False) -> Loss:
         return FunctionLoss(loss, labelled=labelled)
     raise ValueError(f"{what} must be a loss object of skcontrast.losses, a loss name or a "
                      f"callable; got {describe(loss)}")
-
-
-def loss_name(loss: Loss) -> str:
-    """The function name of a loss object, for messages."""
-    fn = getattr(type(loss), "function", None)
-    return getattr(fn, "__name__", type(loss).__name__)

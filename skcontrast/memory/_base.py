@@ -21,8 +21,7 @@ from sklearn.base import BaseEstimator
 from torch import nn
 
 from .._validation import describe
-from ..losses import Loss, LossTerms
-from ..losses._objects import STRUCTURES, loss_name
+from ..losses import STRUCTURES, Loss, LossTerms
 
 
 class MemoryState(nn.Module):
@@ -46,7 +45,7 @@ class MemoryState(nn.Module):
     def __init__(self, n_samples: int, loss: Loss) -> None:
         super().__init__()
         self.n_samples = int(n_samples)
-        self.loss_name = loss_name(loss)  # what a warm start checks
+        self.loss_name = loss.name  # what a warm start checks
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:

@@ -18,16 +18,13 @@ import numpy as np
 import torch
 
 from .._validation import check_choice, check_int, check_real
-from ..losses import Loss
-from ..losses._incremental import GrowingBatches
+from ..losses import GrowingBatches, Loss
 from ._base import (
     BatchSelector,
     batch_sizes,
     check_batch_size,
-    check_embeddings,
     n_partition_batches,
     partition,
-    score_batches,
     views,
 )
 
@@ -113,7 +110,7 @@ class OSGDSelector(BatchSelector):
               loss: Loss | None = None) -> np.ndarray:
         """Loss of each batch on embeddings ``X`` under the loss this selector scores with
         (:meth:`~skcontrast.selectors.BatchSelector.scoring_loss`)."""
-        return score_batches(check_embeddings(X), batches, y, loss=self.scoring_loss(loss))
+        return self.scoring_loss(loss).score_batches(X, batches, y)
 
     def _select(self, X, y, groups, rng, loss=None):
         n = len(X)
@@ -124,7 +121,7 @@ class OSGDSelector(BatchSelector):
         else:
             groups_of_batches = [self._random_group(n, b, k, rng) for _ in range(self._groups(n))]
         flat = [batch for group in groups_of_batches for batch in group]
-        scores = score_batches(X, flat, y, loss=loss)
+        scores = loss.score_batches(X, flat, y)
         chosen, start = [], 0
         for group in groups_of_batches:
             group_scores = scores[start:start + len(group)]

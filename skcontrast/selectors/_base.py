@@ -10,30 +10,8 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator
 
-from .._validation import as_numpy, check_finite_array, check_int, describe, resolve_seed
+from .._validation import check_embeddings, check_int, describe, resolve_seed
 from ..losses import Loss, SymmetricInfoNCE, make_loss
-
-
-def check_embeddings(X: Any, *, name: str = "X") -> np.ndarray:
-    """Validate what a selector looks at: ``(n, 2, d)`` pairs or ``(n, d)`` single views.
-
-    Returns a float NumPy array (torch tensors are detached and brought to the CPU).
-    """
-    array = as_numpy(X, name)
-    if array.dtype.kind not in "biuf":
-        raise ValueError(f"{name} must hold numbers; got {describe(array)}")
-    if array.ndim == 3 and array.shape[1] != 2:
-        raise ValueError(
-            f"{name} of shape (n, 2, d) must hold two views on axis 1; got {describe(array)}")
-    if array.ndim not in (2, 3):
-        raise ValueError(
-            f"{name} must be paired embeddings of shape (n, 2, d) or single-view embeddings "
-            f"of shape (n, d); got {describe(array)}")
-    if array.shape[0] < 1:
-        raise ValueError(f"{name} holds no samples; got {describe(array)}")
-    array = array if array.dtype.kind == "f" else array.astype(np.float64)
-    check_finite_array(array, name)
-    return array
 
 
 def views(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -41,30 +19,6 @@ def views(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if X.ndim == 3:
         return X[:, 0], X[:, 1]
     return X, X
-
-
-def score_batches(X: np.ndarray, batches: Any, y: Any = None, *, loss: Loss) -> np.ndarray:
-    """Loss of each index batch on checked embeddings ``X``, without gradients.
-
-    Paired embeddings, and single views without labels (each row its own positive), go
-    to the paired form of :meth:`Loss.batch_losses <skcontrast.losses.Loss.batch_losses>`;
-    single views with labels ``y`` to its label form. A batch of a single sample has
-    nothing to contrast: its score is NaN (ranked last by OSGD).
-    """
-    u, v = views(X)
-    batches = list(batches)
-    scorable = [i for i, b in enumerate(batches) if len(b) >= 2]
-    out = np.full(len(batches), np.nan)
-    if not scorable:
-        return out
-    chosen = [batches[i] for i in scorable]
-    with torch.no_grad():
-        if X.ndim == 2 and y is not None and loss.labelled:
-            values = loss.batch_losses(torch.from_numpy(u), batches=chosen, y=y)
-        else:
-            values = loss.batch_losses(torch.from_numpy(u), torch.from_numpy(v), chosen)
-    out[scorable] = values.cpu().numpy()
-    return out
 
 
 def check_index_batches(batches: Any, n: int, *, min_size: int = 0) -> list[np.ndarray]:

@@ -14,13 +14,13 @@ over pairs), computed with the loss being trained as it is at that step.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from sklearn.base import clone
 
+from .._batch import take_rows
 from .._validation import check_choice, check_int, check_real, describe
 from ..losses import Loss
 from ._base import (
@@ -68,15 +68,6 @@ class CurationBatch(NamedTuple):
 
 SELECTION_PASSES = ("fresh", "cached")
 MODELS = ("learner", "reference")
-
-
-def take_rows(x: Any, positions: torch.Tensor) -> Any:
-    """Rows ``positions`` of a batch (a tensor, a dict of them, or a tuple per view)."""
-    if isinstance(x, tuple | list):
-        return tuple(take_rows(t, positions) for t in x)
-    if isinstance(x, Mapping):
-        return {k: take_rows(t, positions) for k, t in x.items()}
-    return x[positions.to(x.device)]
 
 
 def _loss_rows(embeddings: torch.Tensor, labels: torch.Tensor | None, loss: Loss

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from .._validation import as_float_tensor, check_choice, check_int, describe
-from ..losses._sigmoid import sigmoid_pair_losses
+from ..losses import sigmoid_pair_losses
 
 #: What a sub-batch is scored by: JEST's learnability, the learner's loss alone (hardest
 #: first), or the reference's loss negated (what the reference finds easy).
