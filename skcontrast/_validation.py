@@ -326,3 +326,32 @@ def check_embeddings(X: Any, *, name: str = "X") -> np.ndarray:
     array = array if array.dtype.kind == "f" else array.astype(np.float64)
     check_finite_array(array, name)
     return array
+
+
+def check_matrix(x: Any, name: str, *, min_rows: int = 1) -> np.ndarray:
+    """A finite float64 matrix ``(n, d)`` of at least ``min_rows`` rows, or an error
+    naming ``name``."""
+    array = as_numpy(x, name).astype(np.float64, copy=False)
+    if array.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array of shape (n, d); got {describe(array)}")
+    if array.shape[0] < min_rows:
+        rows = "row" if min_rows == 1 else "rows"
+        raise ValueError(f"{name} needs at least {min_rows} {rows}; got {describe(array)}")
+    check_finite_array(array, name)
+    return array
+
+
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """The rows of ``x`` scaled to unit length (a zero row stays zero)."""
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(norms > 0, norms, 1.0)
+
+
+def class_sums(H: np.ndarray, y: Any) -> tuple[np.ndarray, ...]:
+    """``(classes, codes)`` of ``y`` (one label per row of ``H``), each class's row sum and size."""
+    classes, codes = encode_labels(y)
+    if len(codes) != len(H):
+        raise ValueError(f"y has {len(codes)} labels but H has {len(H)} rows")
+    sums = np.zeros((len(classes), H.shape[1]))
+    np.add.at(sums, codes, H)
+    return classes, codes, sums, np.bincount(codes).astype(float)

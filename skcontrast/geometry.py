@@ -28,12 +28,11 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from ._validation import (
-    as_numpy,
     check_choice,
-    check_finite_array,
     check_int,
-    describe,
-    encode_labels,
+    check_matrix,
+    class_sums,
+    unit_rows,
 )
 
 REFERENCES = ("auto", "etf", "cross_polytope")
@@ -47,22 +46,6 @@ BLOCK_ELEMENTS = 2**23
 def block_rows(n_columns: int, elements: int = BLOCK_ELEMENTS) -> int:
     """Rows per block so that a block against ``n_columns`` holds ``elements``."""
     return max(1, min(4096, elements // max(n_columns, 1)))
-
-
-def _matrix(x: Any, name: str, *, min_rows: int = 1) -> np.ndarray:
-    array = as_numpy(x, name).astype(np.float64, copy=False)
-    if array.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array of shape (n, d); got {describe(array)}")
-    if array.shape[0] < min_rows:
-        rows = "row" if min_rows == 1 else "rows"
-        raise ValueError(f"{name} needs at least {min_rows} {rows}; got {describe(array)}")
-    check_finite_array(array, name)
-    return array
-
-
-def _unit_rows(x: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.where(norms > 0, norms, 1.0)
 
 
 def simplex_etf(n: int, d: int) -> np.ndarray:
@@ -90,7 +73,7 @@ def simplex_etf(n: int, d: int) -> np.ndarray:
     centred = np.eye(n) - 1.0 / n
     # orthonormal coordinates of the (n-1)-dimensional subspace orthogonal to (1, ..., 1)
     basis = np.linalg.svd(centred)[2][: n - 1]
-    coords = _unit_rows(centred @ basis.T)
+    coords = unit_rows(centred @ basis.T)
     out = np.zeros((n, d))
     out[:, : n - 1] = coords
     return out
@@ -179,13 +162,13 @@ def etf_gap(U: Any, V: Any = None, reference: str = "auto", *, normalize: bool =
     >>> round(etf_gap(simplex_etf(8, 16)), 12), round(etf_gap(cross_polytope(8, 4)), 12)
     (0.0, 0.0)
     """
-    U = _matrix(U, "U", min_rows=2)
-    V = U if V is None else _matrix(V, "V", min_rows=2)
+    U = check_matrix(U, "U", min_rows=2)
+    V = U if V is None else check_matrix(V, "V", min_rows=2)
     if V.shape != U.shape:
         raise ValueError(f"U and V must have the same shape; got U.shape={U.shape} "
                          f"and V.shape={V.shape}")
     if normalize:
-        U, V = _unit_rows(U), _unit_rows(V)
+        U, V = unit_rows(U), unit_rows(V)
     n, d = U.shape
     kind = check_choice(reference, "reference", REFERENCES)
     if kind == "auto":
@@ -285,18 +268,8 @@ def _greedy_pairs(vertices: list[int], w: np.ndarray) -> list[tuple[int, int]]:
     return pairs
 
 
-def _class_sums(H: np.ndarray, y: Any) -> tuple[np.ndarray, ...]:
-    """``(classes, codes)`` of ``y`` (one label per row of ``H``), each class's row sum and size."""
-    classes, codes = encode_labels(y)
-    if len(codes) != len(H):
-        raise ValueError(f"y has {len(codes)} labels but H has {len(H)} rows")
-    sums = np.zeros((len(classes), H.shape[1]))
-    np.add.at(sums, codes, H)
-    return classes, codes, sums, np.bincount(codes).astype(float)
-
-
 def _class_means(H: np.ndarray, y: Any) -> tuple[np.ndarray, np.ndarray]:
-    _, codes, sums, counts = _class_sums(H, y)
+    _, codes, sums, counts = class_sums(H, y)
     return sums / counts[:, None], codes
 
 
@@ -319,8 +292,8 @@ def orthogonal_frame_gap(H: Any, y: Any, *, normalize: bool = True) -> float:
     -------
     float
     """
-    H = _matrix(H, "H")
-    H = _unit_rows(H) if normalize else H
+    H = check_matrix(H, "H")
+    H = unit_rows(H) if normalize else H
     means, _ = _class_means(H, y)
     k = len(means)
     if k < 2:
@@ -348,8 +321,8 @@ def neural_collapse(H: Any, y: Any, *, normalize: bool = True) -> float:
     -------
     float
     """
-    H = _matrix(H, "H", min_rows=2)
-    H = _unit_rows(H) if normalize else H
+    H = check_matrix(H, "H", min_rows=2)
+    H = unit_rows(H) if normalize else H
     means, codes = _class_means(H, y)
     k = len(means)
     if k < 2:
@@ -376,12 +349,12 @@ def alignment(U: Any, V: Any, alpha: float = 2, *, normalize: bool = True) -> fl
     -------
     float
     """
-    U, V = _matrix(U, "U"), _matrix(V, "V")
+    U, V = check_matrix(U, "U"), check_matrix(V, "V")
     if U.shape != V.shape:
         raise ValueError(f"U and V must have the same shape; got U.shape={U.shape} "
                          f"and V.shape={V.shape}")
     if normalize:
-        U, V = _unit_rows(U), _unit_rows(V)
+        U, V = unit_rows(U), unit_rows(V)
     return float(np.mean(np.linalg.norm(U - V, axis=1) ** alpha))
 
 
@@ -401,9 +374,9 @@ def uniformity(Z: Any, t: float = 2, *, normalize: bool = True) -> float:
     -------
     float
     """
-    Z = _matrix(Z, "Z", min_rows=2)
+    Z = check_matrix(Z, "Z", min_rows=2)
     if normalize:
-        Z = _unit_rows(Z)
+        Z = unit_rows(Z)
     n = len(Z)
     norms = (Z * Z).sum(1)
     top, total = -np.inf, 0.0
@@ -441,7 +414,7 @@ def effective_rank(Z: Any) -> float:
     -------
     float
     """
-    Z = _matrix(Z, "Z")
+    Z = check_matrix(Z, "Z")
     singular = np.linalg.svd(Z, compute_uv=False)
     total = singular.sum()
     if total == 0:

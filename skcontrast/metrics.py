@@ -26,12 +26,20 @@ import numpy as np
 import torch
 
 from . import geometry
-from ._validation import check_choice, check_int, check_labels, describe
+from ._validation import (
+    check_choice,
+    check_int,
+    check_labels,
+    check_matrix,
+    class_sums,
+    describe,
+    unit_rows,
+)
 
 
 def _rows(x: Any, name: str) -> np.ndarray:
     """Checked float64 rows of ``x``, unit-normalised (zero rows stay zero)."""
-    return geometry._unit_rows(geometry._matrix(x, name))
+    return unit_rows(check_matrix(x, name))
 
 
 def _pair(U: Any, V: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -576,7 +584,7 @@ for _metric in (map_at_r, r_map, r_precision, precision_at_1, class_retrieval):
 def _class_sums(H: Any, y: Any) -> tuple[np.ndarray, ...]:
     """Unit rows ``H``, ``(classes, codes)`` of ``y``, and each class's row sum and size."""
     H = _rows(H, "H")
-    return (H, *geometry._class_sums(H, y))
+    return (H, *class_sums(H, y))
 
 
 def class_centres(H: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -611,8 +619,8 @@ def ncc_accuracy(H_train: Any, y_train: Any, H_test: Any, y_test: Any) -> float:
 
 
 def _probe_data(H_train: Any, y_train: Any, H_test: Any, y_test: Any) -> tuple[np.ndarray, ...]:
-    H_train = geometry._matrix(H_train, "H_train")
-    H_test = geometry._matrix(H_test, "H_test")
+    H_train = check_matrix(H_train, "H_train")
+    H_test = check_matrix(H_test, "H_test")
     y_train = check_labels(y_train, "y_train")
     y_test = check_labels(y_test, "y_test", like=y_train)
     for H, y, name in ((H_train, y_train, "train"), (H_test, y_test, "test")):

@@ -175,12 +175,17 @@ def private_imports_across_packages(package: Path) -> list[str]:
     for name, path in modules.items():
         here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
         own = ".".join(here)
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        aliases = {}  # names bound to another module of the package
+        for node in ast.walk(tree):
             if not isinstance(node, ast.ImportFrom) or not (node.level or (
                     node.module or "").startswith(package.name)):
                 continue
             base = here[:len(here) - node.level + 1] if node.level else []
             module = ".".join(base + ([node.module] if node.module else []))
+            aliases.update({alias.asname or alias.name: f"{module}.{alias.name}"
+                            for alias in node.names
+                            if f"{module}.{alias.name}" in modules})
             for target in [module] + [f"{module}.{alias.name}" for alias in node.names]:
                 parts = target.split(".")
                 # the package a private segment belongs to, and the segment
@@ -192,6 +197,11 @@ def private_imports_across_packages(package: Path) -> list[str]:
                         if outside:
                             found.append(f"{name}: {target}")
                         break
+        for node in ast.walk(tree):  # geometry._unit_rows(...) through an imported module
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                    node.value.id in aliases and private(node.attr) and \
+                    aliases[node.value.id] != name:
+                found.append(f"{name}: {aliases[node.value.id]}.{node.attr}")
     return sorted(set(found))
 
 
@@ -213,7 +223,10 @@ def test_no_private_name_is_imported_across_packages():
         (fake / "selectors" / "_jest.py").write_text(
             "from ..losses._objects import loss_name\nfrom ..losses import _hidden\n"
             "from .._validation import describe\nfrom ._base import partition\n")
+        (fake / "geometry.py").write_text("")
+        (fake / "metrics.py").write_text("from . import geometry\ngeometry._unit_rows(1)\n")
         assert private_imports_across_packages(fake) == [
+            "skcontrast.metrics: skcontrast.geometry._unit_rows",
             "skcontrast.selectors._jest: skcontrast.losses._hidden",
             "skcontrast.selectors._jest: skcontrast.losses._objects",
             "skcontrast.selectors._jest: skcontrast.losses._objects.loss_name"]
