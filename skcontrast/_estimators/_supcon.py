@@ -73,8 +73,8 @@ class SupConEmbedder(BaseEmbedder):
     lr : float, default=1e-3
     lr_schedule : WarmupCosine or None, default=None
         A learning-rate schedule stepped every batch: :class:`~skcontrast.WarmupCosine`
-        (linear warm-up, then cosine decay over ``max_epochs``, as SimCLR and seed
-        002's protocol). ``None`` keeps ``lr`` constant.
+        (linear warm-up, then cosine decay over ``max_epochs``, as SimCLR and Cho et
+        al. 2023's protocol). ``None`` keeps ``lr`` constant.
     validation_fraction : float in (0, 1) or None, default=None
         Hold this share of ``X`` out of training (stratified by class for labels), as
         scikit-learn's ``MLPClassifier`` does; or pass ``X_val`` to ``fit``. Every epoch
