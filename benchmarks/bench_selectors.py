@@ -16,7 +16,8 @@ Side by side in one process, d=128, temperature 0.1, B=32, chunks of 1280:
   previous release's default); shuffled batches for reference.
 
 "hardness" is the mean within-batch ``symmetric_info_nce`` divided by that of shuffled
-batches (higher = harder batches, Cho et al. 2023, Fig. 3). The embeddings come from
+batches (higher = harder batches, Cho et al. 2023, arXiv:2307.05906, Fig. 3). The embeddings come
+from
 :func:`skcontrast.datasets.make_paired_embeddings`: clustered (500 centres, noise 0.8,
 so about 2.6 items of a cluster per chunk; where batch choice matters), near-duplicate
 groups of 8, isotropic. The first
@@ -29,11 +30,6 @@ centres): ``CommunityBatchSelector`` (B3: rank window 10-40 searched by cells, L
 communities) and ``RandomWalkBatchSelector`` (ProSampler: 1000 candidates, 100
 neighbours), with the peak memory one epoch adds and the neighbour guard
 (``TemperedSelector(exclude_neighbours=5)`` on shuffled batches).
-
-References
-----------
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Tune the loss balance on split-view digits: BalanceSearchCV vs grid vs random search.
 
-Sors et al. 2021, Table 1 compares HPO methods by the best score reached as a function of the
-number of configurations tried: AUC@k (mean of that curve over the first k runs) and
+Sors et al. 2021, arXiv:2112.11743, Table 1 compares HPO methods by the best score reached as a
+function of the number of configurations tried: AUC@k (mean of that curve over the first k runs) and
 n-95 (runs needed to reach 95% of the best score any method found). Here the three
 searches of scikit-learn's API tune (Lambda_p, Lambda_e) of a ContrastiveEmbedder trained
 with plain SGD (so that, as in Sors et al. 2021, Eq. 6, the learning rate folds into the Lambdas)
@@ -11,11 +11,6 @@ mean +- std. n-95 is the mean over seeds of the configurations needed to reach 9
 best score any search found with that seed (inf when a seed never got there).
 
     python examples/balance_search.py [--quick] [--out DIR]
-
-References
-----------
-- Sors et al. 2021, Simple and effective balance of contrastive losses,
-  https://arxiv.org/abs/2112.11743
 """
 
 import argparse

@@ -1,10 +1,10 @@
 """Bigger batches or smarter batches? Closing the mini-batch gap on the digit images.
 
-Full-batch training reaches the optimal geometry (Sreenivasan et al. 2023, Thm 1, Cho et al. 2023,
-Thms 3-5); mini-batches of B do not. Three ways to close the gap, measured on the same SimCLR
-set-up (scikit-learn's 8x8 digits, 70/30 split; the small CNN of
-skcontrast.datasets.digit_cnn with group normalisation; kornia augmentations; NT-Xent,
-temperature 0.2, Adam 1e-3), 3 seeds, mean +- std:
+Full-batch training reaches the optimal geometry (Sreenivasan et al. 2023,
+openreview.net/forum?id=7n2dNATSHeQ, Thm 1, Cho et al. 2023, arXiv:2307.05906, Thms 3-5);
+mini-batches of B do not. Three ways to close the gap, measured on the same SimCLR set-up
+(scikit-learn's 8x8 digits, 70/30 split; the small CNN of skcontrast.datasets.digit_cnn with group
+normalisation; kornia augmentations; NT-Xent, temperature 0.2, Adam 1e-3), 3 seeds, mean +- std:
 
 - smarter batches at B = 32: spectral (SC) and OSGD batches against shuffled ones;
 - a memory beyond the batch at B = 32: SogCLR's moving averages (loss 'dcl') and a
@@ -20,13 +20,6 @@ accuracy (k=5) of the test embeddings and top-1 retrieval of each test image's
 augmented twin (Cho et al. 2023's Table 2 metric).
 
     python examples/bigger_or_smarter.py [--quick] [--epochs E] [--out DIR]  (needs 'vision')
-
-References
-----------
-- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
-  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
 """
 
 import argparse

@@ -2,8 +2,8 @@
 
 SimCLR-style training, 3 seeds, scored by kNN accuracy (k=5, test embeddings against
 the training ones) and twin top-1 (each test item's other view retrieved among all test
-items' other views: Cho et al. 2023's Table 2 metric); every number is the gain over shuffled
-batches with the same seed.
+items' other views: Cho et al. 2023's (arXiv:2307.05906) Table 2 metric); every number is the gain
+over shuffled batches with the same seed.
 
 Data
     - ``digits``: scikit-learn's 8x8 digit images (10 classes), 70/30 split, the small
@@ -31,11 +31,6 @@ settings), ``hardness_table.txt`` (mean +- std over seeds) and ``hardness_runs.j
 
 The default run takes about half an hour on a 2-core CPU; --quick is a smoke run (seconds,
 used by the test suite).
-
-References
-----------
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
 """
 
 import argparse

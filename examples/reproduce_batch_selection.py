@@ -1,5 +1,5 @@
-"""Reproduce Sreenivasan et al. 2023, Fig. 2 / Cho et al. 2023, Fig. 4: which batches reach the
-optimal geometry?
+"""Reproduce Sreenivasan et al. 2023, openreview.net/forum?id=7n2dNATSHeQ, Fig. 2 / Cho et al. 2023,
+arXiv:2307.05906, Fig. 4: which batches reach the optimal geometry?
 
 N=8 pairs of unit vectors, optimised directly (no network) with lr 0.5 and B=2, in
 d=2N (optimum: simplex ETF) and d=N/2 (optimum: cross-polytope). Every method starts
@@ -8,13 +8,6 @@ from the same random embeddings. Prints the final distance to the optimum
 the full-batch and all-C(N,B) objectives; writes the Gram heat maps and the curves.
 
     python examples/reproduce_batch_selection.py [--quick] [--out DIR]
-
-References
-----------
-- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
-  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
 """
 
 import argparse

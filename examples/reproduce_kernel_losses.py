@@ -1,5 +1,5 @@
-"""Reproduce Koromilas et al. 2024: InfoNCE variants, DHEL and KCL share the simplex-ETF minimiser
-when the number of samples M <= d + 1.
+"""Reproduce Koromilas et al. 2024, arXiv:2405.18045: InfoNCE variants, DHEL and KCL share the
+simplex-ETF minimiser when the number of samples M <= d + 1.
 
 M=8 pairs, full-batch projected gradient descent (lr 0.5, 500 steps) from the same
 random starts for each loss; prints the final distance to the simplex ETF (mean over
@@ -7,11 +7,6 @@ seeds) and how many seeds got within 1e-2 of it. The shared minimiser is a state
 about the optimum: gradient descent can stall elsewhere (see the docs).
 
     python examples/reproduce_kernel_losses.py [--quick] [--out DIR]
-
-References
-----------
-- Koromilas et al. 2024, Bridging mini-batch and asymptotic analysis in contrastive learning: from
-  InfoNCE to kernel-based losses (ICML 2024), https://arxiv.org/abs/2405.18045
 """
 
 import argparse

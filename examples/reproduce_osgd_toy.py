@@ -1,4 +1,5 @@
-"""Reproduce Cho et al. 2023, Sec. 5.1 / Fig. 2: OSGD converges faster than SGD on a toy problem.
+"""Reproduce Cho et al. 2023, arXiv:2307.05906, Sec. 5.1 / Fig. 2: OSGD converges faster than SGD on
+a toy problem.
 
 N=4 pairs in d=2, started at the toy's configuration (u_1 = (cos e, sin e),
 u_2 = (cos e, -sin e), u_3 = -u_1, u_4 = -u_2, with v_i = u_i, e = 0.05). The optimum,
@@ -8,11 +9,6 @@ C(4, 2) (Alg. 6 with k = 6, q = 1), gradient descent uses the full batch. Here t
 vectors are free (the paper parametrises them by angles); the optimum is the same.
 
     python examples/reproduce_osgd_toy.py [--quick] [--out DIR]
-
-References
-----------
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
 """
 
 import argparse

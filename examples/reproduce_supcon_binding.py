@@ -1,5 +1,5 @@
-"""Reproduce Kini et al. 2023, Sec. 5: SupCon under UFM+ learns an orthogonal frame, batching
-matters, and batch-binding fixes a fixed partition.
+"""Reproduce Kini et al. 2023, arXiv:2306.07960, Sec. 5: SupCon under UFM+ learns an orthogonal
+frame, batching matters, and batch-binding fixes a fixed partition.
 
 k=4 classes with STEP imbalance R in {1, 10, 100} (two classes of 100 samples, two of
 100/R), non-negative unit features in d=8, supervised contrastive loss (temperature 1),
@@ -9,11 +9,6 @@ one fixed partition, and that fixed partition plus one binding example per class
 and whether the batches of one epoch satisfy Corollary 2.1.
 
     python examples/reproduce_supcon_binding.py [--quick] [--out DIR]
-
-References
-----------
-- Kini et al. 2023, Supervised-contrastive loss learns orthogonal frames and batching matters,
-  https://arxiv.org/abs/2306.07960
 """
 
 import argparse

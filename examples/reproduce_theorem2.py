@@ -1,16 +1,11 @@
-"""Reproduce Sreenivasan et al. 2023, Theorem 2: with B=2, any strict subset of the C(N,2) batches
-has a minimiser that is not the simplex ETF.
+"""Reproduce Sreenivasan et al. 2023, openreview.net/forum?id=7n2dNATSHeQ, Theorem 2: with B=2, any
+strict subset of the C(N,2) batches has a minimiser that is not the simplex ETF.
 
 Gradient descent on the mean loss of all pairs except (0, 1), against all pairs, from the
 same start, for N in {4, 6, 8} and d = 2N. The proof's construction predicts that u_0
 and u_1, never contrasted, collapse onto each other.
 
     python examples/reproduce_theorem2.py [--quick] [--out DIR]
-
-References
-----------
-- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
-  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
 """
 
 import argparse

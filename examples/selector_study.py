@@ -7,7 +7,8 @@ fixed):
 1. Batch size. Pair retrieval between the left and right halves of the digits
    (1,257 training pairs, 540 held out), an MLP encoder, B in {8, 16, 32, 64}: shuffled,
    OSGD, spectral, BcS and ScB batches. Held-out recall@1 and fit time.
-2. SupCon under class imbalance (Kini et al. 2023's set-up): the training set keeps digits 0-4
+2. SupCon under class imbalance (Kini et al. 2023's (arXiv:2306.07960) set-up): the training set
+   keeps digits 0-4
    whole and 1/R of each of 5-9 (at least 2), R in {1, 10, 100}; an MLP on the 64
    pixels; shuffled, fixed, shuffled + binding and fixed + binding batches (Kini et al. 2023
    Alg. 1). Delta_GM of the held-out class means to an orthogonal frame, minority-class
@@ -15,7 +16,8 @@ fixed):
    Corollary 2.1.
 3. SimCLR on the 8x8 images with a small CNN and kornia augmentations: shuffled against
    OSGD, spectral and ScB batches; kNN and linear-probe accuracy.
-4. Balance search (Sors et al. 2021): BalanceSearchCV from the box centre and from an
+4. Balance search (Sors et al. 2021, arXiv:2112.11743): BalanceSearchCV from the box centre and from
+   an
    off-diagonal point, GridSearchCV and RandomizedSearchCV at the same budget of
    configurations, scored by R-mAP of the digit classes (cross-validated).
 
@@ -24,13 +26,6 @@ fixed):
 The default run takes under 10 minutes on a 2-core CPU and gives the tables of the
 user guide's page "Which selector, when"; --quick is a smoke run (seconds, used by the
 test suite); --full trains longer with larger budgets, for a GPU.
-
-References
-----------
-- Sors et al. 2021, Simple and effective balance of contrastive losses,
-  https://arxiv.org/abs/2112.11743
-- Kini et al. 2023, Supervised-contrastive loss learns orthogonal frames and batching matters,
-  https://arxiv.org/abs/2306.07960
 """
 
 import argparse

@@ -1,5 +1,5 @@
-"""Cho et al. 2023, Tables 1-2 at the scale of the bundled digits: SimCLR and SogCLR objectives
-crossed with shuffled (SGD), OSGD and spectral (SC) batches.
+"""Cho et al. 2023, arXiv:2307.05906, Tables 1-2 at the scale of the bundled digits: SimCLR and
+SogCLR objectives crossed with shuffled (SGD), OSGD and spectral (SC) batches.
 
 Cho et al. 2023 (Sec. 6.2, App. D.3) pre-trains a ResNet-18 on CIFAR-100 with B = 32 and scores
 top-1 retrieval of each test image's augmented twin among all test images (Table 2),
@@ -22,11 +22,6 @@ scikit-learn's 1,797 8x8 digits (70/30 split, no download):
 3 seeds (model, augmentations, batches), mean +- std.
 
     python examples/sogclr_digits.py [--quick] [--epochs E] [--out DIR]   (needs 'vision')
-
-References
-----------
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
 """
 
 import argparse

@@ -1,5 +1,5 @@
-"""Sors et al. 2021, App. E at the scale of the bundled digits: how much of cross-batch memory's
-gain is a change of the loss balance?
+"""Sors et al. 2021, arXiv:2112.11743, App. E at the scale of the bundled digits: how much of
+cross-batch memory's gain is a change of the loss balance?
 
 Sors et al. 2021 trains a contrastive margin loss with and without XBM (Wang et al., 2020) on
 Stanford Online Products in three set-ups (Table 5):
@@ -19,11 +19,6 @@ started after a tenth of the steps; mAP@R and R-mAP of the held-out 40% of the d
 (Sors et al. 2021 supp. C). S3 searches 10 configurations with 2-fold mAP@R. 3 seeds, mean +- std.
 
     python examples/xbm_balance.py [--quick] [--out DIR]
-
-References
-----------
-- Sors et al. 2021, Simple and effective balance of contrastive losses,
-  https://arxiv.org/abs/2112.11743
 """
 
 import argparse

@@ -308,8 +308,8 @@ def _figures(result: DemoResult, X_train: np.ndarray, X_test: np.ndarray, y_test
         "ScB": ScBSelector(BATCH, random_state=3),
         "spectral": SpectralBatchSelector(BATCH, random_state=4)}, ax=ax)
     ax.set_title("loss of each selector's batches of the training pairs, all embedded by\n"
-                 "the model trained with shuffled batches (Cho et al. 2023, Fig. 3)",
-                 fontsize=10)
+                 "the model trained with shuffled batches (Cho et al. 2023, arXiv:2307.05906, "
+                 "Fig. 3)", fontsize=10)
     fig.tight_layout()
     paths.append(out / "batch_losses.png")
     fig.savefig(paths[-1], dpi=110)

@@ -3,11 +3,6 @@
 Shapes follow the library's convention: paired data is ``(n, 2, d)`` (``X[i, 0]`` and
 ``X[i, 1]`` are the two views of item ``i``); the estimators also take the 2-D form
 ``(n, d0 + d1)`` with the views side by side.
-
-References
-----------
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
 """
 
 from __future__ import annotations
@@ -259,7 +254,8 @@ CORRUPTIONS = ("noise", "blur")
 
 def corrupt_images(images: Any, kinds: Any = CORRUPTIONS, *, severity: int = 1,
                    random_state: Any = None, device: Any = None) -> np.ndarray:
-    """Corrupted copies of images, the hard negatives of Cho et al. 2023's Table 1 protocol.
+    """Corrupted copies of images, the hard negatives of Cho et al. 2023's (arXiv:2307.05906) Table
+    1 protocol.
 
     Cho et al. 2023 (Sec. 6.2, App. D.3) retrieves each augmented image's twin among the
     augmentations of CIFAR-100-C's corrupted images (Hendrycks & Dietterich, 2019), whose

@@ -1,20 +1,9 @@
-"""Reference geometries and distances to them (Sreenivasan et al. 2023, 002, 003; Wang & Isola
-2020).
+"""Reference geometries and distances to them (Sreenivasan et al. 2023,
+openreview.net/forum?id=7n2dNATSHeQ, 002, 003; Wang & Isola 2020).
 
 Embeddings are rows: ``U`` of shape ``(n, d)`` holds ``n`` vectors of dimension ``d``
 (the papers write them as columns, so their ``U^T V`` is ``U @ V.T`` here). Every
 function accepts NumPy arrays and torch tensors and returns NumPy arrays or floats.
-
-References
-----------
-- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
-  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
-- Kini et al. 2023, Supervised-contrastive loss learns orthogonal frames and batching matters,
-  https://arxiv.org/abs/2306.07960
-- Koromilas et al. 2024, Bridging mini-batch and asymptotic analysis in contrastive learning: from
-  InfoNCE to kernel-based losses (ICML 2024), https://arxiv.org/abs/2405.18045
 """
 
 from __future__ import annotations
@@ -53,7 +42,8 @@ def simplex_etf(n: int, d: int) -> np.ndarray:
     >= n-1``).
 
     Every pair has inner product ``-1/(n-1)``: the minimiser of the contrastive loss of
-    ``n`` pairs when ``n <= d + 1`` (Lemma 1 of Sreenivasan et al. 2023; Cho et al. 2023).
+    ``n`` pairs when ``n <= d + 1`` (Lemma 1 of Sreenivasan et al. 2023; Cho et al. 2023,
+    arXiv:2307.05906).
 
     Returns
     -------
@@ -102,8 +92,8 @@ def cross_polytope(n: int, d: int) -> np.ndarray:
 
 
 def orthogonal_frame(k: int, d: int) -> np.ndarray:
-    """``k`` orthonormal, non-negative vectors in R^d (a k-OF of Kini et al. 2023, Def. 2; ``d >=
-    k``).
+    """``k`` orthonormal, non-negative vectors in R^d (a k-OF of Kini et al. 2023, arXiv:2306.07960,
+    Def. 2; ``d >= k``).
 
     Returns
     -------
@@ -404,7 +394,7 @@ def effective_rank(Z: Any) -> float:
     """Effective rank ``exp(H(p))``, ``p`` the normalised singular values (Roy & Vetterli 2007).
 
     About ``d`` for an isotropic cloud of ``n >> d`` points, 1 for points on a line
-    (Koromilas et al. 2024 uses it to measure dimensional collapse).
+    (Koromilas et al. 2024, arXiv:2405.18045 uses it to measure dimensional collapse).
 
     Parameters
     ----------

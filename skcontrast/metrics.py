@@ -6,13 +6,6 @@ floats. Scorers are plain callables ``scorer(estimator, X, y=None)`` — what
 :func:`sklearn.metrics.make_scorer` can only call ``predict``, not ``transform``.
 They follow scikit-learn's sign convention: greater is better, so gaps and distances
 are negated.
-
-References
-----------
-- Sors et al. 2021, Simple and effective balance of contrastive losses,
-  https://arxiv.org/abs/2112.11743
-- Kini et al. 2023, Supervised-contrastive loss learns orthogonal frames and batching matters,
-  https://arxiv.org/abs/2306.07960
 """
 
 from __future__ import annotations
@@ -461,7 +454,8 @@ REFERENCE_DOC = """reference : array-like of shape (m, d), optional
 
 def map_at_r(H: Any, y: Any, reference: Any = None, reference_labels: Any = None, *,
              device: Any = "cpu") -> float:
-    """mAP@R (Musgrave et al., 2020), as defined in Sors et al. 2021, supplement C, Eq. 15.
+    """mAP@R (Musgrave et al., 2020), as defined in Sors et al. 2021, arXiv:2112.11743, supplement
+    C, Eq. 15.
 
     Each item queries the references (by default, all the others) by cosine similarity;
     with ``R`` the number of references of its class,
@@ -604,7 +598,7 @@ def ncc_accuracy(H_train: Any, y_train: Any, H_test: Any, y_test: Any) -> float:
     """Nearest-class-centre accuracy: classify test rows by the closest training class mean.
 
     Embeddings are unit-normalised; centres are the class means of the training rows
-    (the classifier that neural collapse makes optimal, Kini et al. 2023).
+    (the classifier that neural collapse makes optimal, Kini et al. 2023, arXiv:2306.07960).
 
     Returns
     -------

@@ -2,13 +2,6 @@
 
 Needs matplotlib (``pip install 'skcontrast[plot]'``). Every function draws on the given
 ``ax`` (or a new figure) and returns the Axes.
-
-References
-----------
-- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
-  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
 """
 
 from __future__ import annotations
@@ -35,8 +28,8 @@ def _axes(ax: Any) -> Any:
 
 def plot_gram(U: Any, V: Any = None, ax: Any = None, *, title: str | None = None,
               normalize: bool = True, cmap: str = "RdBu_r", colorbar: bool = True) -> Any:
-    """Heat map of the inner products ``u_i . v_j`` (Sreenivasan et al. 2023, Fig. 2, Cho et al.
-    2023, Fig. 4).
+    """Heat map of the inner products ``u_i . v_j`` (Sreenivasan et al. 2023,
+    openreview.net/forum?id=7n2dNATSHeQ, Fig. 2, Cho et al. 2023, Fig. 4).
 
     Parameters
     ----------
@@ -77,7 +70,7 @@ def plot_batch_losses(X: Any, selectors: Mapping[str, Any], ax: Any = None, *,
                       y: Any = None, loss: Any = "symmetric_info_nce", bins: int = 30) -> Any:
     """Histograms of per-batch losses of several selectors on the same embeddings.
 
-    Cho et al. 2023, Fig. 3 / Fig. 5: one epoch of each selector is scored with
+    Cho et al. 2023, arXiv:2307.05906, Fig. 3 / Fig. 5: one epoch of each selector is scored with
     ``loss`` and every adaptive selector score with it; harder selectors shift the
     histogram right.
     Each selector is drawn as an outline in its own colour, with its mean dashed.

@@ -1,8 +1,9 @@
 """Direct optimisation of unit-norm embeddings: the unconstrained-features model.
 
 The papers study contrastive losses by optimising the embeddings themselves, free of
-any network: Sreenivasan et al. 2023, Sec. 5 and Cho et al. 2023, Sec. 6.1 for pairs ``(U, V)``,
-Kini et al. 2023, Sec. 4 (UFM+, non-negative features) for labelled ``H``.
+any network: Sreenivasan et al. 2023, openreview.net/forum?id=7n2dNATSHeQ, Sec. 5 and Cho et al.
+2023, arXiv:2307.05906, Sec. 6.1 for pairs ``(U, V)``, Kini et al. 2023, arXiv:2306.07960, Sec. 4
+(UFM+, non-negative features) for labelled ``H``.
 :func:`optimize_embeddings` runs that experiment with any batch selector and any loss of
 :mod:`skcontrast.losses`.
 
@@ -27,15 +28,6 @@ Beyond the batch
 its denominator by a moving average over its visits, the correction with which SogCLR
 aims at the full-batch objective. :func:`memory_methods` asks, in the papers' setting,
 whether it closes the gap that fixed, shuffled and OSGD batches leave to the ETF.
-
-References
-----------
-- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
-  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
-- Kini et al. 2023, Supervised-contrastive loss learns orthogonal frames and batching matters,
-  https://arxiv.org/abs/2306.07960
 """
 
 from __future__ import annotations

@@ -39,6 +39,38 @@ MOVED_TO_LOSS = {
     "loss_params": "loss__<option> (e.g. loss__chunk_size), or loss=SupCon(...)",
 }
 
+#: The estimators' parameters, written once: ``(name, default)`` in signature order
+#: (``module`` positional, the rest keyword-only). An estimator lists what it changes or
+#: adds in its ``parameters`` (e.g. its ``loss`` default); ``_docs.PARAMETERS`` documents
+#: the shared ones.
+PARAMETERS: tuple[tuple[str, Any], ...] = (
+    ("module", None), ("tokenizer", None), ("n_components", 32),
+    ("hidden_layer_sizes", (128,)), ("loss", None), ("batch_size", None),
+    ("selector", None), ("memory", None), ("max_epochs", 20), ("lr", 1e-3),
+    ("lr_schedule", None), ("validation_fraction", None), ("scoring", None),
+    ("optimizer", "adam"), ("optimizer_params", None), ("augmentation", None),
+    ("precision", "float32"), ("num_workers", 0), ("data_on_device", False),
+    ("micro_batch_size", None), ("image_normalization", None), ("selection_pass", "fresh"),
+    ("accelerator", None), ("device", "auto"), ("random_state", None), ("verbose", 0),
+    ("callbacks", None), ("warm_start", False), ("projection_head", None),
+    ("transform_from", "head"), ("freeze", None))
+
+
+def estimator_signature(own: dict[str, Any]) -> inspect.Signature:
+    """The ``__init__`` signature of an estimator: :data:`PARAMETERS` with the defaults
+    ``own`` changes, then the parameters ``own`` adds, then ``**kwargs`` (nested
+    ``module__*`` and ``optimizer__*``)."""
+    kinds = inspect.Parameter
+    shared = dict(PARAMETERS)
+    names = [name for name, _ in PARAMETERS] + [name for name in own if name not in shared]
+    params = [kinds("self", kinds.POSITIONAL_OR_KEYWORD)]
+    for name in names:
+        kind = kinds.POSITIONAL_OR_KEYWORD if name == "module" else kinds.KEYWORD_ONLY
+        params.append(kinds(name, kind, default=own.get(name, shared.get(name))))
+    params.append(kinds("kwargs", kinds.VAR_KEYWORD))
+    return inspect.Signature(params)
+
+
 def moved_to_loss_message(names: list[str]) -> str:
     said = "; ".join(f"{n} -> {MOVED_TO_LOSS[n]}" for n in names)
     verb = "is now a parameter" if len(names) == 1 else "are now parameters"
@@ -160,6 +192,7 @@ class ParameterChecks(BaseEstimator):
     projection_head: Any
     transform_from: str
     freeze: Any
+
 
     def _set_nested(self, kwargs: dict) -> None:
         """Store ``**kwargs`` as they are (checked in ``fit``, as scikit-learn asks)."""

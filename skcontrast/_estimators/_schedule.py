@@ -1,9 +1,4 @@
 """Learning-rate schedules stepped per batch.
-
-References
-----------
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
 """
 
 from __future__ import annotations
@@ -20,8 +15,8 @@ from .._validation import check_nonnegative, check_real
 class WarmupCosine(BaseEstimator):
     """Linear warm-up, then half-cycle cosine decay, stepped every batch.
 
-    The schedule of SimCLR (Chen et al., 2020) and of Cho et al. 2023's real-data protocol
-    (App. D.3: 10 warm-up epochs, then cosine): the learning rate of every parameter
+    The schedule of SimCLR (Chen et al., 2020) and of Cho et al. 2023's (arXiv:2307.05906) real-data
+    protocol (App. D.3: 10 warm-up epochs, then cosine): the learning rate of every parameter
     group rises linearly from ``lr / warmup_steps`` to its full value over the first
     ``warmup_epochs`` epochs, then follows half a cosine down to ``final_fraction`` of it
     at the last batch of ``max_epochs``. Groups keep their own base rates, so per-group

@@ -5,7 +5,7 @@ Every loss function accepts NumPy arrays or torch tensors of shape ``(..., B, d)
 float64, uses log-sum-exp (or softplus) so that small temperatures cannot overflow,
 needs O(B^2) memory (or, with ``chunk_size``, O(B (d + chunk_size)) for the losses of
 :data:`TILED_LOSSES`), takes the balance weights ``lambda_pos`` and ``lambda_ent`` of
-Sors et al. 2021 (Eq. 5) and can return its positive and entropy terms separately
+Sors et al. 2021, arXiv:2112.11743 (Eq. 5) and can return its positive and entropy terms separately
 (``return_terms=True``).
 
 ======================  =========================  =========================================
@@ -24,27 +24,17 @@ function                object                     definition
 ``contrastive_margin``  :class:`ContrastiveMargin`  pair margin loss (Sors et al. 2021)
 ======================  =========================  =========================================
 
+(Sreenivasan et al. 2023: openreview.net/forum?id=7n2dNATSHeQ; Koromilas et al. 2024:
+arXiv:2405.18045; Kini et al. 2023: arXiv:2306.07960.)
+
 The objects (:class:`Loss` and its subclasses) are scikit-learn-style: their parameters
 are the function's (temperature, fixed or learned, balance weights, ``chunk_size`` and
 their own options), and an estimator's ``loss=`` takes one (grids tune
 ``loss__temperature``). They are what training, batch selection and memories share.
 
 :func:`batch_losses` scores many index batches in one vectorised call;
-:func:`pair_affinity` and :func:`pairwise_lower_bound` give the Jensen bound of Cho et al. 2023
-Eq. 5, the affinity of the spectral batch selector.
-
-References
-----------
-- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
-  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
-- Sors et al. 2021, Simple and effective balance of contrastive losses,
-  https://arxiv.org/abs/2112.11743
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
-- Kini et al. 2023, Supervised-contrastive loss learns orthogonal frames and batching matters,
-  https://arxiv.org/abs/2306.07960
-- Koromilas et al. 2024, Bridging mini-batch and asymptotic analysis in contrastive learning: from
-  InfoNCE to kernel-based losses (ICML 2024), https://arxiv.org/abs/2405.18045
+:func:`pair_affinity` and :func:`pairwise_lower_bound` give the Jensen bound of Cho et al. 2023,
+arXiv:2307.05906 Eq. 5, the affinity of the spectral batch selector.
 """
 
 from ._batched import pair_affinity, pairwise_lower_bound

@@ -1,9 +1,5 @@
-"""Losses of many index batches at once, and the pairwise Jensen bound of Cho et al. 2023, Eq. 5.
-
-References
-----------
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
+"""Losses of many index batches at once, and the pairwise Jensen bound of Cho et al. 2023,
+arXiv:2307.05906, Eq. 5.
 """
 
 from __future__ import annotations

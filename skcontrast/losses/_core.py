@@ -5,11 +5,6 @@ dimensions, ``(..., B, d)``: a single batch is ``(B, d)`` and ``m`` independent 
 of equal size are ``(m, B, d)``. This is what lets :func:`~skcontrast.losses.batch_losses`
 score thousands of candidate batches in one vectorised call with the very same code
 that trains the network.
-
-References
-----------
-- Sors et al. 2021, Simple and effective balance of contrastive losses,
-  https://arxiv.org/abs/2112.11743
 """
 
 from __future__ import annotations
@@ -26,7 +21,7 @@ REDUCTIONS = ("mean", "sum", "none")
 
 
 class LossTerms(NamedTuple):
-    """A loss together with its two parts (Sors et al. 2021, Eq. 5).
+    """A loss together with its two parts (Sors et al. 2021, arXiv:2112.11743, Eq. 5).
 
     ``loss == lambda_pos * positive + lambda_ent * entropy`` (for ``reduction`` other
     than ``'none'``, after reduction). ``positive`` is the alignment part (how far

@@ -1,8 +1,8 @@
 """Symmetric InfoNCE of batches grown one sample at a time (greedy selectors of Sreenivasan et al.
 2023).
 
-The greedy selectors BcS and ScB (Sreenivasan et al. 2023, Alg. 1-2) repeatedly ask "what would the
-loss
+The greedy selectors BcS and ScB (Sreenivasan et al. 2023, openreview.net/forum?id=7n2dNATSHeQ, Alg.
+1-2) repeatedly ask "what would the loss
 :math:`\\mathcal{L}^{con}` of batch j be if sample i joined it?" for many (i, j).
 Recomputing the batch loss from scratch costs O(|B_j|^2) per question. This module keeps,
 for every member ``a`` of every batch, the log-sum-exps of its two anchor terms
@@ -24,13 +24,6 @@ because ``logaddexp(r, c) = r + softplus(c - r)``: one question costs O(|B_j|), 
 log-space, so no exponential can overflow. The value is exactly
 :func:`~skcontrast.losses.symmetric_info_nce` (``directions='sum'``) of the grown batch;
 the tests check this identity.
-
-References
-----------
-- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
-  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
-- Sors et al. 2021, Simple and effective balance of contrastive losses,
-  https://arxiv.org/abs/2112.11743
 """
 
 from __future__ import annotations
@@ -54,7 +47,8 @@ class GrowingBatches:
     temperature : float
         Temperature of :math:`\\mathcal{L}^{con}`.
     lambda_pos, lambda_ent : float, default=1.0
-        Balance weights of its positive and entropy terms (Sors et al. 2021, Eq. 5).
+        Balance weights of its positive and entropy terms (Sors et al. 2021, arXiv:2112.11743, Eq.
+        5).
     """
 
     def __init__(self, u: Any, v: Any, n_batches: int, capacity: int,

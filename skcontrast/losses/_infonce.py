@@ -1,7 +1,7 @@
 """The InfoNCE family: one-sided, symmetric (CLIP), NT-Xent (SimCLR), DCL and DHEL.
 
-All five share the positive/entropy split of Sors et al. 2021 (Eq. 3-5): for an anchor with
-positive similarity ``s_pos`` and candidate similarities ``s_k``
+All five share the positive/entropy split of Sors et al. 2021, arXiv:2112.11743 (Eq. 3-5): for an
+anchor with positive similarity ``s_pos`` and candidate similarities ``s_k``
 
     positive = -s_pos / temperature
     entropy  = log sum_k exp(s_k / temperature)
@@ -11,17 +11,6 @@ and ``loss = lambda_pos * positive + lambda_ent * entropy``. With the default
 terms with the cosine *distance* ``1 - s``; the two forms differ by the constant
 ``(lambda_pos - lambda_ent) / temperature``, which changes no gradient.)
 The entropy is a log-sum-exp, so no raw exponential can overflow at small temperatures.
-
-References
-----------
-- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
-  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
-- Sors et al. 2021, Simple and effective balance of contrastive losses,
-  https://arxiv.org/abs/2112.11743
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
-- Koromilas et al. 2024, Bridging mini-batch and asymptotic analysis in contrastive learning: from
-  InfoNCE to kernel-based losses (ICML 2024), https://arxiv.org/abs/2405.18045
 """
 
 from __future__ import annotations
@@ -83,7 +72,8 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
              chunk_size: Any = None, hard_negatives: Any = None, share_negatives: bool = True,
              exclude: Any = None, exclude_negatives: Any = None,
              same_view_negatives: bool = False) -> torch.Tensor | LossTerms:
-    r"""One-sided InfoNCE loss :math:`\mathcal{L}(U, V)` (Sreenivasan et al. 2023, Eq. 3).
+    r"""One-sided InfoNCE loss :math:`\mathcal{L}(U, V)` (Sreenivasan et al. 2023,
+    openreview.net/forum?id=7n2dNATSHeQ, Eq. 3).
 
     For anchor :math:`u_i` the positive is :math:`v_i` and the negatives are the other
     rows of ``v``:
@@ -182,8 +172,8 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
                        same_view_negatives: bool = False) -> torch.Tensor | LossTerms:
     r"""Symmetric contrastive loss :math:`\mathcal{L}^{con} = \mathcal{L}(U,V) + \mathcal{L}(V,U)`.
 
-    Sreenivasan et al. 2023, Eq. 1-2 and Eq. 4 (Cho et al. 2023, Eq. 2): the loss of CLIP, each
-    direction an
+    Sreenivasan et al. 2023, Eq. 1-2 and Eq. 4 (Cho et al. 2023, arXiv:2307.05906, Eq. 2): the loss
+    of CLIP, each direction an
     :func:`info_nce`. At temperature 1 and a simplex ETF with :math:`u_i = v_i`, its
     value for ``N`` pairs is :math:`2\log(1 + (N-1)e^{-N/(N-1)})` (2.3465 for N=8).
 
@@ -324,7 +314,8 @@ def nt_xent(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
             return_terms: bool = False, denominator: Any = None,
             chunk_size: Any = None, hard_negatives: Any = None, share_negatives: bool = True,
             exclude: Any = None, exclude_negatives: Any = None) -> torch.Tensor | LossTerms:
-    r"""NT-Xent, the 2B-way loss of SimCLR (Chen et al., 2020; Koromilas et al. 2024 "SimCLR").
+    r"""NT-Xent, the 2B-way loss of SimCLR (Chen et al., 2020; Koromilas et al. 2024,
+    arXiv:2405.18045 "SimCLR").
 
     The ``2B`` rows of ``[u; v]`` are all anchors; an anchor's positive is its partner
     in the other view and its negatives are the ``2B - 2`` remaining rows of *both*

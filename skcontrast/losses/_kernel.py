@@ -1,9 +1,5 @@
-"""Kernel contrastive loss (KCL) of Koromilas et al. (2024), Koromilas et al. 2024.
-
-References
-----------
-- Koromilas et al. 2024, Bridging mini-batch and asymptotic analysis in contrastive learning: from
-  InfoNCE to kernel-based losses (ICML 2024), https://arxiv.org/abs/2405.18045
+"""Kernel contrastive loss (KCL) of Koromilas et al. (2024), Koromilas et al. 2024,
+arXiv:2405.18045.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The losses as objects: one small scikit-learn-style object per loss function.
 
 A loss object holds the loss's parameters (its temperature, fixed or learned, the
-balance weights of Sors et al. 2021, Eq. 5, ``chunk_size`` and its own options) and computes the
-loss by calling its function of :mod:`skcontrast.losses`, so nothing is computed twice.
-It is what training, selection and memory share: an estimator trains with it, an
+balance weights of Sors et al. 2021, arXiv:2112.11743, Eq. 5, ``chunk_size`` and its own options)
+and computes the loss by calling its function of :mod:`skcontrast.losses`, so nothing is computed
+twice. It is what training, selection and memory share: an estimator trains with it, an
 adaptive selector scores batches with the *live* copy of it (the learned temperature
 of the moment), and a memory asks it how its anchors meet a queue or where its
 log-sum-exps are.
@@ -21,24 +21,12 @@ What each loss declares:
 :attr:`Loss.queue_terms`
     Its anchors against a queue of stored embeddings (XBM), or ``None``.
 :meth:`Loss.affinity`
-    The pair weights that selection clusters on (Cho et al. 2023, Eq. 5 for the InfoNCE family).
+    The pair weights that selection clusters on (Cho et al. 2023, arXiv:2307.05906, Eq. 5 for the
+    InfoNCE family).
 
 A custom loss is a subclass: set ``function`` (a function ``f(a, b, **params)`` that
 returns the loss, or :class:`~skcontrast.losses.LossTerms` with ``return_terms=True``)
 and write an ``__init__`` that stores its parameters. See the user guide, "Losses".
-
-References
-----------
-- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
-  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
-- Sors et al. 2021, Simple and effective balance of contrastive losses,
-  https://arxiv.org/abs/2112.11743
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
-- Kini et al. 2023, Supervised-contrastive loss learns orthogonal frames and batching matters,
-  https://arxiv.org/abs/2306.07960
-- Koromilas et al. 2024, Bridging mini-batch and asymptotic analysis in contrastive learning: from
-  InfoNCE to kernel-based losses (ICML 2024), https://arxiv.org/abs/2405.18045
 """
 
 from __future__ import annotations
@@ -333,7 +321,8 @@ class _SoftmaxLoss(Loss):
 
 
 class InfoNCE(_SoftmaxLoss):
-    r"""One-sided InfoNCE :math:`\mathcal{L}(U, V)` (Sreenivasan et al. 2023, Eq. 3):
+    r"""One-sided InfoNCE :math:`\mathcal{L}(U, V)` (Sreenivasan et al. 2023,
+    openreview.net/forum?id=7n2dNATSHeQ, Eq. 3):
     :func:`info_nce`.
 
     Parameters
@@ -485,7 +474,8 @@ class DCL(NTXent):
 
 
 class DHEL(_SoftmaxLoss):
-    r"""Decoupled hyperspherical energy loss (Koromilas et al., 2024; Koromilas et al. 2024):
+    r"""Decoupled hyperspherical energy loss (Koromilas et al., 2024; Koromilas et al. 2024,
+    arXiv:2405.18045):
     :func:`dhel`.
 
     Parameters
@@ -563,7 +553,8 @@ class KCL(Loss):
 # --------------------------------------------------------------------------------------
 
 class SupCon(_SoftmaxLoss):
-    r"""Supervised contrastive loss (Khosla et al., 2020; Kini et al. 2023, Eq. 3): :func:`supcon`.
+    r"""Supervised contrastive loss (Khosla et al., 2020; Kini et al. 2023, arXiv:2306.07960, Eq.
+    3): :func:`supcon`.
 
     Parameters
     ----------

@@ -1,7 +1,7 @@
 """Losses of anchors against reference embeddings held outside the batch.
 
-A cross-batch memory (XBM, Wang et al. 2020; Sors et al. 2021, App. E) keeps detached embeddings
-of earlier batches; the loss of a batch's anchors is then taken against those
+A cross-batch memory (XBM, Wang et al. 2020; Sors et al. 2021, arXiv:2112.11743, App. E) keeps
+detached embeddings of earlier batches; the loss of a batch's anchors is then taken against those
 *references* instead of against the batch itself. Which references are an anchor's
 candidates, and which of them are its positives, is given as two boolean masks of shape
 ``(A, M)`` (anchors x references), so one function serves every loss:
@@ -12,17 +12,10 @@ candidates, and which of them are its positives, is given as two boolean masks o
       positive_a = -mean_{r in P(a)} s_ar / t
       entropy_a  = log sum_{r in C(a)} exp(s_ar / t)         (DCL: over C(a) \\ P(a))
 
-  which is SupCon's anchor loss (Kini et al. 2023, Eq. 3) with the references as the batch; with
-  one positive per anchor it is the InfoNCE anchor loss (Sors et al. 2021, Eq. 3-4).
+  which is SupCon's anchor loss (Kini et al. 2023, arXiv:2306.07960, Eq. 3) with the references as
+  the batch; with one positive per anchor it is the InfoNCE anchor loss (Sors et al. 2021, Eq. 3-4).
 - :func:`margin_pair_terms`: the contrastive margin loss (Sors et al. 2021, Eq. 1-2) over the
   pairs of the masks, with its three averaging conventions.
-
-References
-----------
-- Sors et al. 2021, Simple and effective balance of contrastive losses,
-  https://arxiv.org/abs/2112.11743
-- Kini et al. 2023, Supervised-contrastive loss learns orthogonal frames and batching matters,
-  https://arxiv.org/abs/2306.07960
 """
 
 from __future__ import annotations

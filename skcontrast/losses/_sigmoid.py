@@ -20,11 +20,6 @@ backward recomputes each tile's logits and turns them into gradients at once, wi
 ``s = u . v`` the raw similarities. Memory is O(B (d + chunk_size)) *including the
 backward*. open_clip's ``SigLipLoss`` chunks over devices, but each chunk's logits stay
 in the autograd graph, so its saved activations are O(B^2) on one device.
-
-References
-----------
-- Sors et al. 2021, Simple and effective balance of contrastive losses,
-  https://arxiv.org/abs/2112.11743
 """
 
 from __future__ import annotations
@@ -164,8 +159,8 @@ def siglip(u: Any, v: Any, *, temperature: Any = 0.1, bias: Any = -10.0,
             z_{ij} = \begin{cases} 1 & i = j \\ -1 & i \ne j \end{cases}
 
     Per anchor ``u_i``: positive term :math:`-\log\sigma(l_{ii})` and entropy term
-    :math:`\sum_{j \ne i} -\log\sigma(-l_{ij})` (Sors et al. 2021, Eq. 5's split), so
-    ``lambda_pos`` and ``lambda_ent`` weigh them. The paper learns :math:`t' = \log(1/\tau)`
+    :math:`\sum_{j \ne i} -\log\sigma(-l_{ij})` (Sors et al. 2021, arXiv:2112.11743, Eq. 5's split),
+    so ``lambda_pos`` and ``lambda_ent`` weigh them. The paper learns :math:`t' = \log(1/\tau)`
     from :math:`\tau = 0.1` and :math:`b` from :math:`-10`: the loss objects'
     :class:`~skcontrast.losses.SigLIP` does so with ``learn_temperature`` and ``learn_bias``.
 

@@ -1,12 +1,5 @@
-"""Label-driven losses: supervised contrastive (Kini et al. 2023) and contrastive
-margin (Sors et al. 2021).
-
-References
-----------
-- Sors et al. 2021, Simple and effective balance of contrastive losses,
-  https://arxiv.org/abs/2112.11743
-- Kini et al. 2023, Supervised-contrastive loss learns orthogonal frames and batching matters,
-  https://arxiv.org/abs/2306.07960
+"""Label-driven losses: supervised contrastive (Kini et al. 2023, arXiv:2306.07960) and contrastive
+margin (Sors et al. 2021, arXiv:2112.11743).
 """
 
 from __future__ import annotations

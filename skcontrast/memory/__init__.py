@@ -7,9 +7,10 @@ of the data one step's loss sees beyond its batch. Pass one as ``memory=`` to
 
 ==========================  ===============================================================
 :class:`SogCLRMemory`       SogCLR's per-sample moving average of the negative term
-                            (Yuan et al. 2022; the "SogCLR objective" of Cho et al. 2023, Sec. 6.2)
+                            (Yuan et al. 2022; the "SogCLR objective" of Cho et al. 2023,
+                            arXiv:2307.05906, Sec. 6.2)
 :class:`CrossBatchMemory`   XBM, a FIFO queue of detached embeddings from earlier batches
-                            (Wang et al. 2020; Sors et al. 2021, App. E)
+                            (Wang et al. 2020; Sors et al. 2021, arXiv:2112.11743, App. E)
 ==========================  ===============================================================
 
 A memory holds only its parameters (``clone``, ``get_params``, ``GridSearchCV`` over
@@ -17,13 +18,6 @@ A memory holds only its parameters (``clone``, ``get_params``, ``GridSearchCV`` 
 fitted net: it is pickled (and device-mapped) with it, kept by ``warm_start``, saved by
 :class:`~skcontrast.AcceleratorCheckpoint`, and identical on every process in
 data-parallel training, where it is updated from the gathered global batch.
-
-References
-----------
-- Sors et al. 2021, Simple and effective balance of contrastive losses,
-  https://arxiv.org/abs/2112.11743
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
 """
 
 from ._base import BaseMemory, MemoryState

@@ -1,9 +1,4 @@
 """SogCLR's moving-average estimator of each sample's negative term (Yuan et al., 2022).
-
-References
-----------
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
 """
 
 from __future__ import annotations
@@ -28,9 +23,9 @@ class SogCLRMemory(BaseMemory):
     A mini-batch contrastive loss estimates each anchor's denominator (the log of the
     mean of :math:`e^{s/\tau}` over its candidates) from the batch alone, a biased
     estimate of the global one; the bias is what separates mini-batch from full-batch
-    training (Cho et al. 2023, Sec. 4-5). SogCLR (Yuan et al., ICML 2022, Alg. 1; the "SogCLR
-    objective" of Cho et al. 2023, Sec. 6.2 and Tables 1-2) keeps, for every sample ``i`` (and
-    direction), a moving average
+    training (Cho et al. 2023, arXiv:2307.05906, Sec. 4-5). SogCLR (Yuan et al., ICML 2022, Alg. 1;
+    the "SogCLR objective" of Cho et al. 2023, Sec. 6.2 and Tables 1-2) keeps, for every sample
+    ``i`` (and direction), a moving average
 
     .. math::
 

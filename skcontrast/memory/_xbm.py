@@ -1,9 +1,4 @@
-"""Cross-batch memory (XBM; Wang et al., 2020; Sors et al. 2021, App. E).
-
-References
-----------
-- Sors et al. 2021, Simple and effective balance of contrastive losses,
-  https://arxiv.org/abs/2112.11743
+"""Cross-batch memory (XBM; Wang et al., 2020; Sors et al. 2021, arXiv:2112.11743, App. E).
 """
 
 from __future__ import annotations

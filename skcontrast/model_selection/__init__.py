@@ -1,4 +1,4 @@
-"""Searching the balance of contrastive losses (Sors et al. 2021).
+"""Searching the balance of contrastive losses (Sors et al. 2021, arXiv:2112.11743).
 
 :class:`BalanceSearchCV` is a scikit-learn search (like ``GridSearchCV``) that tunes
 ``(lambda_pos, lambda_ent, batch_size)`` by coordinate descent along the reparameterised
@@ -6,11 +6,6 @@ directions of Sors et al. 2021, Eq. 9-10. :func:`balance_searches` and :func:`se
 compare it with grid and random search at equal budget (Sors et al. 2021, Table 1).
 :func:`check_search_input` checks, before any fitting, what a ``GridSearchCV`` would
 discover fold by fold (a plain dict of views, scorers the estimator cannot serve).
-
-References
-----------
-- Sors et al. 2021, Simple and effective balance of contrastive losses,
-  https://arxiv.org/abs/2112.11743
 """
 
 from ._balance import BALANCE_DIRECTIONS, BalanceSearchCV, check_search_input

@@ -1,9 +1,5 @@
-"""Coordinate-descent search of the loss balance (Sors et al. 2021, Sec. 5 and supplement B).
-
-References
-----------
-- Sors et al. 2021, Simple and effective balance of contrastive losses,
-  https://arxiv.org/abs/2112.11743
+"""Coordinate-descent search of the loss balance (Sors et al. 2021, arXiv:2112.11743, Sec. 5 and
+supplement B).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Searches of the loss balance compared at equal budget (Sors et al. 2021, Sec. 6 and Table 1).
-
-References
-----------
-- Sors et al. 2021, Simple and effective balance of contrastive losses,
-  https://arxiv.org/abs/2112.11743
+"""Searches of the loss balance compared at equal budget (Sors et al. 2021, arXiv:2112.11743, Sec. 6
+and Table 1).
 """
 
 from __future__ import annotations

@@ -1,11 +1,4 @@
 """Adaptive selectors that look at the current embeddings: OSGD, BcS and ScB.
-
-References
-----------
-- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
-  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
 """
 
 from __future__ import annotations
@@ -36,7 +29,7 @@ def _check_fraction(value: Any, name: str) -> float:
 class OSGDSelector(BatchSelector):
     """Ordered SGD: from each group of ``k`` candidate batches keep the ``q`` of largest loss.
 
-    Cho et al. 2023, Sec. 5.1-5.2 and Appendix C.3 (after Kawaguchi & Lu, 2020).
+    Cho et al. 2023, arXiv:2307.05906, Sec. 5.1-5.2 and Appendix C.3 (after Kawaguchi & Lu, 2020).
 
     - ``candidates='partition'`` (default, Alg. 7 "OSGD without replacement"): each epoch
       randomly partitions the samples into batches; from every run of ``k`` consecutive
@@ -186,7 +179,8 @@ class _GreedySelector(BatchSelector):
 
 
 class BcSSelector(_GreedySelector):
-    """Batch-chooses-Sample greedy partition (Sreenivasan et al. 2023, Sec. 4 and Algorithm 1).
+    """Batch-chooses-Sample greedy partition (Sreenivasan et al. 2023,
+    openreview.net/forum?id=7n2dNATSHeQ, Sec. 4 and Algorithm 1).
 
     ``ceil(n/B)`` bins are filled in ``B`` rounds; in each round every bin in turn takes
     the remaining sample that maximises its loss :math:`\\mathcal{L}^{con}(B_j \\cup \\{i\\})`

@@ -1,5 +1,5 @@
-"""Exact equal-size assignment of points to cluster centres (the last step of Cho et al. 2023, Alg.
-3).
+"""Exact equal-size assignment of points to cluster centres (the last step of Cho et al. 2023,
+arXiv:2307.05906, Alg. 3).
 
 Cho et al. 2023, Alg. 3 assigns each of ``m`` points to one of ``k`` centres so that every
 centre receives exactly its capacity, at minimum total distance. The published code
@@ -32,11 +32,6 @@ Everything is written for a *stack* of independent problems, ``cost`` of shape
 ``(G, m, k)``, as torch operations that run unchanged on the CPU and the GPU: the
 spectral selector assigns all the chunks of an epoch at once, and a problem's answer
 does not depend on which others share its stack.
-
-References
-----------
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
 """
 
 from __future__ import annotations

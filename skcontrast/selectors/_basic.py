@@ -1,11 +1,4 @@
 """Non-adaptive selectors: fixed, shuffled, random, full and exhaustive batches.
-
-References
-----------
-- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
-  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
 """
 
 from __future__ import annotations
@@ -48,7 +41,8 @@ class _RandomPartition(BatchSelector):
 
 
 class FixedBatchSelector(_RandomPartition):
-    """One random partition, reused unchanged every epoch (Sreenivasan et al. 2023, FIXED-BATCH).
+    """One random partition, reused unchanged every epoch (Sreenivasan et al. 2023,
+    openreview.net/forum?id=7n2dNATSHeQ, FIXED-BATCH).
 
     The samples are permuted once (from ``random_state``) and cut into consecutive
     batches; every epoch yields the same batches in the same order. This models data
@@ -86,7 +80,8 @@ class ShuffledBatchSelector(_RandomPartition):
     """A new random partition every epoch (Sreenivasan et al. 2023, SHUFFLED-BATCH): SGD without
     replacement.
 
-    The usual way to train, and the default selector of the estimators (Cho et al. 2023, Alg. 5).
+    The usual way to train, and the default selector of the estimators (Cho et al. 2023,
+    arXiv:2307.05906, Alg. 5).
 
     Parameters
     ----------

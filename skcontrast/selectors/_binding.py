@@ -1,10 +1,5 @@
-"""Batch-binding (Kini et al. 2023, Sec. 5.2, Alg. 1) and the Batch Interaction Graph
-(Def. 4, Cor. 2.1).
-
-References
-----------
-- Kini et al. 2023, Supervised-contrastive loss learns orthogonal frames and batching matters,
-  https://arxiv.org/abs/2306.07960
+"""Batch-binding (Kini et al. 2023, arXiv:2306.07960, Sec. 5.2, Alg. 1) and the Batch Interaction
+Graph (Def. 4, Cor. 2.1).
 """
 
 from __future__ import annotations

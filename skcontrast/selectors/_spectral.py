@@ -1,4 +1,5 @@
-"""Spectral-clustering batch selection (Cho et al. 2023, Sec. 5.3, Eq. 5 and Appendix C.1 Alg. 3).
+"""Spectral-clustering batch selection (Cho et al. 2023, arXiv:2307.05906, Sec. 5.3, Eq. 5 and
+Appendix C.1 Alg. 3).
 
 All the chunks of an epoch are clustered together, as stacks of arrays: affinities and
 their Laplacian operators, eigenvectors, k-means and the equal-size assignment are
@@ -7,11 +8,6 @@ CPU and CuPy's cuSOLVER on the GPU). A chunk's batches depend only on its points
 own seed, never on which chunks share its stack, so the stacked path gives the batches of
 the chunk-by-chunk path (:func:`spectral_batches`) and any ``n_jobs`` gives the same
 epoch.
-
-References
-----------
-- Cho et al. 2023, Mini-batch optimization of contrastive loss (full version, TMLR 2024),
-  https://arxiv.org/abs/2307.05906
 """
 
 from __future__ import annotations

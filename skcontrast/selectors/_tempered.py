@@ -1,10 +1,5 @@
 """How hard a selector's batches are, when they start, how often they are chosen again,
 what they may never contain, and whose embeddings choose them.
-
-References
-----------
-- Sreenivasan et al. 2023, Mini-batch optimization of contrastive loss (ICLR 2023 workshop
-  ME-FoMo), https://openreview.net/forum?id=7n2dNATSHeQ
 """
 
 from __future__ import annotations
@@ -36,8 +31,8 @@ class TemperedSelector(BatchSelector):
 
     - **Dial** ``random_share``: a share of every batch is drawn at random from the
       epoch (0: the selector's own batches; 1: a random partition of the same sizes).
-      This is the "+Rand" variant of Sreenivasan et al. 2023's ScB/BcS made a knob for every
-      selector.
+      This is the "+Rand" variant of Sreenivasan et al. 2023's (openreview.net/forum?id=7n2dNATSHeQ)
+      ScB/BcS made a knob for every selector.
     - **Curriculum** ``warmup_epochs``: the first epochs are shuffled batches (of the
       selector's ``batch_size``); hard batches start after them. ``refresh_every``: the
       selector chooses again every that many epochs; the epochs between reuse its last
