@@ -355,3 +355,11 @@ def class_sums(H: np.ndarray, y: Any) -> tuple[np.ndarray, ...]:
     sums = np.zeros((len(classes), H.shape[1]))
     np.add.at(sums, codes, H)
     return classes, codes, sums, np.bincount(codes).astype(float)
+
+
+def store_params(estimator: Any, arguments: dict) -> None:
+    """Store an ``__init__``'s arguments (its ``locals()``) on ``estimator`` unchanged,
+    each under its parameter's name: what scikit-learn asks of ``__init__`` (nothing is
+    checked before ``fit``, ``get_params`` reads them back)."""
+    for name in type(estimator)._get_param_names():
+        setattr(estimator, name, arguments[name])

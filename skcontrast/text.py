@@ -22,7 +22,7 @@ import torch
 from sklearn.base import BaseEstimator
 from torch import nn
 
-from ._validation import check_choice, check_int, describe, is_text, text_table
+from ._validation import check_choice, check_int, describe, is_text, store_params, text_table
 
 ANALYZERS = ("char_wb", "char", "word", "char_wb+word")
 
@@ -59,10 +59,7 @@ class HashingNgramTokenizer(BaseEstimator):
 
     def __init__(self, analyzer: str = "char_wb+word", ngram_range: tuple = (2, 4),
                  n_features: int = 2**18, lowercase: bool = True) -> None:
-        self.analyzer = analyzer
-        self.ngram_range = ngram_range
-        self.n_features = n_features
-        self.lowercase = lowercase
+        store_params(self, locals())
 
     @property
     def vocabulary_size(self) -> int:
@@ -696,16 +693,7 @@ class HybridRetriever(BaseEstimator):
                  analyzer: str = "char_wb", ngram_range: tuple = (2, 4), prefit: bool = False,
                  k1: float = 1.2, b: float = 0.75, query_chunk: int = 1024,
                  document_chunk: int = 65536) -> None:
-        self.estimator = estimator
-        self.weight = weight
-        self.lexical = lexical
-        self.analyzer = analyzer
-        self.ngram_range = ngram_range
-        self.prefit = prefit
-        self.k1 = k1
-        self.b = b
-        self.query_chunk = query_chunk
-        self.document_chunk = document_chunk
+        store_params(self, locals())
 
     def __sklearn_clone__(self) -> HybridRetriever:
         from sklearn.base import clone

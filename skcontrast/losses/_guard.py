@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator
 
-from .._validation import check_real, describe
+from .._validation import check_real, describe, store_params
 
 
 class FalseNegativeGuard(BaseEstimator):
@@ -56,10 +56,7 @@ class FalseNegativeGuard(BaseEstimator):
 
     def __init__(self, same_content: bool = True, same_group: bool = False, *,
                  guide: Any = None, margin: float = 0.0) -> None:
-        self.same_content = same_content
-        self.same_group = same_group
-        self.guide = guide
-        self.margin = margin
+        store_params(self, locals())
 
     def check(self, n_rows: int | None = None, has_groups: bool = True) -> None:
         """Refuse settings the fit cannot honour, naming them."""

@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from sklearn.base import BaseEstimator
 
-from .._validation import as_float_tensor, check_choice, describe
+from .._validation import as_float_tensor, check_choice, describe, store_params
 from ._batched import batch_values, pair_affinity
 from ._core import (
     LossTerms,
@@ -367,15 +367,7 @@ class InfoNCE(_SoftmaxLoss):
                  chunk_size: Any = "auto",
                  share_negatives: bool = True, false_negatives: Any = None,
                  same_view_negatives: bool = False) -> None:
-        self.temperature = temperature
-        self.learn_temperature = learn_temperature
-        self.lambda_pos = lambda_pos
-        self.lambda_ent = lambda_ent
-        self.normalize = normalize
-        self.chunk_size = chunk_size
-        self.share_negatives = share_negatives
-        self.false_negatives = false_negatives
-        self.same_view_negatives = same_view_negatives
+        store_params(self, locals())
 
     def lse_layout(self, structure: str) -> str | None:
         return "anchors"
@@ -411,16 +403,7 @@ class SymmetricInfoNCE(_SoftmaxLoss):
                  directions: str = "sum", chunk_size: Any = "auto",
                  share_negatives: bool = True, false_negatives: Any = None,
                  same_view_negatives: bool = False) -> None:
-        self.temperature = temperature
-        self.learn_temperature = learn_temperature
-        self.lambda_pos = lambda_pos
-        self.lambda_ent = lambda_ent
-        self.normalize = normalize
-        self.directions = directions
-        self.chunk_size = chunk_size
-        self.share_negatives = share_negatives
-        self.false_negatives = false_negatives
-        self.same_view_negatives = same_view_negatives
+        store_params(self, locals())
 
     def lse_layout(self, structure: str) -> str | None:
         return "directions"
@@ -446,14 +429,7 @@ class NTXent(_SoftmaxLoss):
                  lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
                  chunk_size: Any = "auto",
                  share_negatives: bool = True, false_negatives: Any = None) -> None:
-        self.temperature = temperature
-        self.learn_temperature = learn_temperature
-        self.lambda_pos = lambda_pos
-        self.lambda_ent = lambda_ent
-        self.normalize = normalize
-        self.chunk_size = chunk_size
-        self.share_negatives = share_negatives
-        self.false_negatives = false_negatives
+        store_params(self, locals())
 
     def _negatives(self, batch_size: int) -> int:
         return 2 * batch_size - 2
@@ -492,13 +468,7 @@ class DHEL(_SoftmaxLoss):
     def __init__(self, temperature: float = 0.1, *, learn_temperature: bool = False,
                  lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
                  include_positive_view: bool = True, chunk_size: Any = "auto") -> None:
-        self.temperature = temperature
-        self.learn_temperature = learn_temperature
-        self.lambda_pos = lambda_pos
-        self.lambda_ent = lambda_ent
-        self.normalize = normalize
-        self.include_positive_view = include_positive_view
-        self.chunk_size = chunk_size
+        store_params(self, locals())
 
     queue_terms = None  # type: ignore[assignment]  # no form against a queue
 
@@ -524,13 +494,7 @@ class KCL(Loss):
     def __init__(self, temperature: float = 0.5, *, learn_temperature: bool = False,
                  lambda_pos: float = 1.0, lambda_ent: float = 16.0, normalize: bool = True,
                  kernel: Any = "gaussian", chunk_size: Any = "auto") -> None:
-        self.temperature = temperature
-        self.learn_temperature = learn_temperature
-        self.lambda_pos = lambda_pos
-        self.lambda_ent = lambda_ent
-        self.normalize = normalize
-        self.kernel = kernel
-        self.chunk_size = chunk_size
+        store_params(self, locals())
 
     def affinity(self, u: Any, v: Any, batch_size: int, **overrides: Any) -> torch.Tensor:
         """The uniformity energy two pairs add when they share a batch: the kernel
@@ -576,14 +540,7 @@ class SupCon(_SoftmaxLoss):
                  base_temperature: float | None = None,
                  anchors_without_positives: str = "exclude",
                  chunk_size: Any = "auto") -> None:
-        self.temperature = temperature
-        self.learn_temperature = learn_temperature
-        self.lambda_pos = lambda_pos
-        self.lambda_ent = lambda_ent
-        self.normalize = normalize
-        self.base_temperature = base_temperature
-        self.anchors_without_positives = anchors_without_positives
-        self.chunk_size = chunk_size
+        store_params(self, locals())
 
     def _negatives(self, batch_size: int) -> int:
         return 2 * batch_size - 2
@@ -628,15 +585,7 @@ class ContrastiveMargin(Loss):
                  lambda_ent: float = 1.0, averaging: str = "separate",
                  distance: str = "euclidean", power: int = 1,
                  normalize: bool = True) -> None:
-        self.margin = margin
-        self.temperature = temperature
-        self.learn_temperature = learn_temperature
-        self.lambda_pos = lambda_pos
-        self.lambda_ent = lambda_ent
-        self.averaging = averaging
-        self.distance = distance
-        self.power = power
-        self.normalize = normalize
+        store_params(self, locals())
 
     def __call__(self, a: Any, b: Any, **overrides: Any) -> Any:
         overrides.pop("reduction", None)  # one value per batch, whatever the reduction
@@ -686,15 +635,7 @@ class SigLIP(Loss):
                  learn_temperature: bool = False, learn_bias: bool = False,
                  lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
                  symmetric: bool = False, chunk_size: Any = "auto") -> None:
-        self.temperature = temperature
-        self.bias = bias
-        self.learn_temperature = learn_temperature
-        self.learn_bias = learn_bias
-        self.lambda_pos = lambda_pos
-        self.lambda_ent = lambda_ent
-        self.normalize = normalize
-        self.symmetric = symmetric
-        self.chunk_size = chunk_size
+        store_params(self, locals())
 
     def pair_losses(self, u: Any, v: Any, **overrides: Any) -> torch.Tensor:
         """The ``(..., B, B)`` matrix of each pair's term in the loss as it is trained:
@@ -773,17 +714,7 @@ class HardNegativeNCE(_SoftmaxLoss):
                  lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
                  negatives: str = "both views", chunk_size: Any = "auto",
                  share_negatives: bool = True, false_negatives: Any = None) -> None:
-        self.temperature = temperature
-        self.beta = beta
-        self.tau_plus = tau_plus
-        self.learn_temperature = learn_temperature
-        self.lambda_pos = lambda_pos
-        self.lambda_ent = lambda_ent
-        self.normalize = normalize
-        self.negatives = negatives
-        self.chunk_size = chunk_size
-        self.share_negatives = share_negatives
-        self.false_negatives = false_negatives
+        store_params(self, locals())
 
     def _negatives(self, batch_size: int) -> int:
         return 2 * batch_size - 2 if self.negatives == NEGATIVES[0] else batch_size - 1
@@ -805,16 +736,7 @@ class DebiasedNCE(HardNegativeNCE):
                  lambda_ent: float = 1.0, normalize: bool = True,
                  negatives: str = "both views", chunk_size: Any = "auto",
                  share_negatives: bool = True, false_negatives: Any = None) -> None:
-        self.temperature = temperature
-        self.tau_plus = tau_plus
-        self.learn_temperature = learn_temperature
-        self.lambda_pos = lambda_pos
-        self.lambda_ent = lambda_ent
-        self.normalize = normalize
-        self.negatives = negatives
-        self.chunk_size = chunk_size
-        self.share_negatives = share_negatives
-        self.false_negatives = false_negatives
+        store_params(self, locals())
 
 
 # --------------------------------------------------------------------------------------
@@ -842,10 +764,7 @@ class FunctionLoss(Loss):
     def __init__(self, function: Callable[..., Any] | None = None, *,
                  temperature: float = 0.1, learn_temperature: bool = False,
                  labelled: bool = False) -> None:
-        self.function = function  # type: ignore[misc,method-assign,assignment]
-        self.temperature = temperature
-        self.learn_temperature = learn_temperature
-        self.labelled = labelled  # type: ignore[misc]  # this object's own choice
+        store_params(self, locals())
 
     def options(self, **overrides: Any) -> dict:
         return {"temperature": self.temperature, **overrides}

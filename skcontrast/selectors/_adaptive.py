@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._validation import check_choice, check_int, check_real
+from .._validation import check_choice, check_int, check_real, store_params
 from ..losses import GrowingBatches, Loss
 from ._base import (
     BatchSelector,
@@ -76,14 +76,7 @@ class OSGDSelector(BatchSelector):
     def __init__(self, batch_size: int = 32, *, k: int = 1500, q: int = 150,
                  candidates: str = "partition", n_groups: int | None = None,
                  loss: Any = None, drop_last: bool = False, random_state: Any = None) -> None:
-        self.batch_size = batch_size
-        self.k = k
-        self.q = q
-        self.candidates = candidates
-        self.n_groups = n_groups
-        self.loss = loss
-        self.drop_last = drop_last
-        self.random_state = random_state
+        store_params(self, locals())
 
     _adaptive = True
 
@@ -157,10 +150,7 @@ class _GreedySelector(BatchSelector):
 
     def __init__(self, batch_size: int = 32, *, random_fraction: float = 0.0,
                  loss: Any = None, random_state: Any = None) -> None:
-        self.batch_size = batch_size
-        self.random_fraction = random_fraction
-        self.loss = loss
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _setup(self, X: np.ndarray, loss: Loss) -> tuple[GrowingBatches, np.ndarray, int]:
         n = len(X)

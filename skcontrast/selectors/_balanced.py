@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import check_choice, check_int, describe, encode_labels
+from .._validation import check_choice, check_int, describe, encode_labels, store_params
 from ._base import (
     BatchSelector,
     check_batch_size,
@@ -82,12 +82,7 @@ class ClassBalancedSelector(BatchSelector):
     def __init__(self, batch_size: int = 32, samples_per_class: int = 4, *,
                  small_classes: str = "pool", hard_classes: bool = False,
                  drop_last: bool = False, random_state: Any = None) -> None:
-        self.batch_size = batch_size
-        self.samples_per_class = samples_per_class
-        self.small_classes = small_classes
-        self.hard_classes = hard_classes
-        self.drop_last = drop_last
-        self.random_state = random_state
+        store_params(self, locals())
 
     @property
     def _adaptive(self) -> bool:  # type: ignore[override]

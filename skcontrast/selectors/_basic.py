@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import check_int
+from .._validation import check_int, store_params
 from ._base import (
     BatchSelector,
     check_batch_size,
@@ -188,10 +188,7 @@ class ExhaustiveBatchSelector(BatchSelector):
 
     def __init__(self, batch_size: int = 2, *, max_batches: int = 100_000,
                  shuffle: bool = True, random_state: Any = None) -> None:
-        self.batch_size = batch_size
-        self.max_batches = max_batches
-        self.shuffle = shuffle
-        self.random_state = random_state
+        store_params(self, locals())
 
     partitions = False  # a sample is in many of the C(n, B) batches
 

@@ -12,7 +12,7 @@ import scipy.sparse as sp
 import torch
 from joblib import Parallel, delayed
 
-from .._validation import check_choice, check_int, check_positive
+from .._validation import check_choice, check_int, check_positive, store_params
 from ._base import BatchSelector, check_batch_size, check_embeddings, n_partition_batches, partition
 from ._graph import SEARCHES, rank_window, shard_rows, unit_rows
 
@@ -168,16 +168,7 @@ class CommunityBatchSelector(BatchSelector):
                  resolution: float = 1.0, search: str = "auto", probes: int = 8,
                  shard_size: int | None = 125_000, n_jobs: int | None = None,
                  drop_last: bool = False, random_state: Any = None) -> None:
-        self.batch_size = batch_size
-        self.p = p
-        self.q = q
-        self.resolution = resolution
-        self.search = search
-        self.probes = probes
-        self.shard_size = shard_size
-        self.n_jobs = n_jobs
-        self.drop_last = drop_last
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _check_window(self, n: int) -> tuple[int, int]:
         p = check_int(self.p, "p", minimum=0)

@@ -21,7 +21,7 @@ import torch
 from sklearn.base import clone
 
 from .._batch import take_rows
-from .._validation import check_choice, check_int, check_real, describe
+from .._validation import check_choice, check_int, check_real, describe, store_params
 from ..losses import Loss
 from ._base import (
     BatchSelector,
@@ -518,15 +518,7 @@ class JESTSelector(CuratingSelector):
                  n_chunks: int = 16, score: str = "learnability", reference: Any = None,
                  loss: Any = None, selection_pass: str | None = None, drop_last: bool = False,
                  random_state: Any = None) -> None:
-        self.batch_size = batch_size
-        self.filter_ratio = filter_ratio
-        self.n_chunks = n_chunks
-        self.score = score
-        self.reference = reference
-        self.loss = loss
-        self.selection_pass = selection_pass
-        self.drop_last = drop_last
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _check_curation_params(self) -> None:
         super()._check_curation_params()
@@ -611,13 +603,7 @@ class RhoLossSelector(CuratingSelector):
     def __init__(self, batch_size: int = 32, filter_ratio: float = 0.5, *,
                  reference: Any = None, loss: Any = None, selection_pass: str | None = None,
                  drop_last: bool = False, random_state: Any = None) -> None:
-        self.batch_size = batch_size
-        self.filter_ratio = filter_ratio
-        self.reference = reference
-        self.loss = loss
-        self.selection_pass = selection_pass
-        self.drop_last = drop_last
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _keep(self, batch: CurationBatch, keep: int, loss: Loss) -> torch.Tensor:
         score = row_losses(batch.embeddings.float(), batch.labels, loss)

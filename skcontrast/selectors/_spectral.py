@@ -26,7 +26,7 @@ from joblib import Parallel, delayed, effective_n_jobs
 from threadpoolctl import threadpool_limits
 
 from .._backend import resolve_backend
-from .._validation import check_choice, check_int
+from .._validation import check_choice, check_int, store_params
 from ..exceptions import DegenerateEmbeddingWarning
 from ..losses import Loss, SymmetricInfoNCE, make_loss
 from ._assignment import _counts, balanced_assignments
@@ -500,16 +500,7 @@ class SpectralBatchSelector(BatchSelector):
                  laplacian: str = "normalized", eigen_solver: str = "krylov",
                  backend: str = "auto", kmeans_iter: int = 50, n_jobs: int | None = None,
                  random_state: Any = None) -> None:
-        self.batch_size = batch_size
-        self.chunk_size = chunk_size
-        self.loss = loss
-        self.affinity = affinity
-        self.laplacian = laplacian
-        self.eigen_solver = eigen_solver
-        self.backend = backend
-        self.kmeans_iter = kmeans_iter
-        self.n_jobs = n_jobs
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _chunk_length(self, n: int) -> tuple[int, int]:
         b = check_batch_size(self.batch_size, n)

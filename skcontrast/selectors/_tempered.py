@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .._validation import as_numpy, check_int, check_real, describe, encode_labels
+from .._validation import as_numpy, check_int, check_real, describe, encode_labels, store_params
 from ._base import (
     BatchSelector,
     check_batch_size,
@@ -94,14 +94,7 @@ class TemperedSelector(BatchSelector):
                  random_share: float = 0.0, warmup_epochs: int = 0, refresh_every: int = 1,
                  max_same_label: int | None = None, exclude_neighbours: int = 0,
                  teacher: Any = None, random_state: Any = None) -> None:
-        self.base_selector = base_selector
-        self.random_share = random_share
-        self.warmup_epochs = warmup_epochs
-        self.refresh_every = refresh_every
-        self.max_same_label = max_same_label
-        self.exclude_neighbours = exclude_neighbours
-        self.teacher = teacher
-        self.random_state = random_state
+        store_params(self, locals())
 
     # -- what this epoch needs ---------------------------------------------------------
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from joblib import Parallel, delayed
 
-from .._validation import check_int, check_real
+from .._validation import check_int, check_real, store_params
 from ._base import (
     BatchSelector,
     batch_sizes,
@@ -156,14 +156,7 @@ class RandomWalkBatchSelector(BatchSelector):
                  n_neighbours: int = 100, restart: float = 0.2,
                  shard_size: int | None = None, n_jobs: int | None = None,
                  drop_last: bool = False, random_state: Any = None) -> None:
-        self.batch_size = batch_size
-        self.n_candidates = n_candidates
-        self.n_neighbours = n_neighbours
-        self.restart = restart
-        self.shard_size = shard_size
-        self.n_jobs = n_jobs
-        self.drop_last = drop_last
-        self.random_state = random_state
+        store_params(self, locals())
 
     def graph(self, X: Any, random_state: Any = None) -> np.ndarray:
         """The proximity graph of embeddings ``X`` as an ``(n, k)`` neighbour array."""
