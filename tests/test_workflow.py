@@ -269,7 +269,7 @@ def test_uint8_images_become_floats_on_the_device(digits):
 
 
 def test_memory_mapped_arrays_are_not_copied(digits, tmp_path):
-    from skcontrast._estimators._data import read_fit_input
+    from skcontrast._estimators._forms import read_fit_input
 
     images, _ = digits
     path = tmp_path / "pairs.npy"

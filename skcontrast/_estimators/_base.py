@@ -30,7 +30,8 @@ from .._validation import (
 )
 from ..exceptions import TrainingInterrupted
 from ._build import NetBuilder
-from ._data import InputSpec, ViewData, read_input, with_labels
+from ._data import InputSpec, ViewData, with_labels
+from ._forms import read_input
 from ._monitor import (
     ValidScore,
     check_monitors,

@@ -12,8 +12,8 @@ from sklearn.utils.validation import check_is_fitted
 from .._validation import check_choice, check_labels, describe
 from ..metrics import recall_at_k
 from ._base import BaseEmbedder, global_rng_turn, sample_of
-from ._data import read_fit_input, read_input, read_view
 from ._docs import shared_parameters
+from ._forms import read_fit_input, read_input, read_view
 from ._step import Augmentation
 
 

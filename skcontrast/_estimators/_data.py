@@ -3,12 +3,12 @@
 The estimators take flat feature arrays (scikit-learn's 2-D form, and ``(n, 2, d)``
 pairs), N-D arrays or tensors (image pairs ``(n, 2, C, H, W)``, single images with an
 augmentation), a dict of two modalities of any shapes and dtypes, and map-style
-``torch.utils.data.Dataset`` objects. This module is the only place that knows about
-these forms: :func:`read_fit_input` turns any of them into a :class:`ViewData` (a torch
-``Dataset`` fetched a whole batch at a time) and an :class:`InputSpec` (what the views
-look like), and :func:`read_input` checks later input (``transform``, ``score``) against
-that spec. Training, inference and the adaptive selectors' embedding pass all iterate
-over a :class:`ViewData`, so they never branch on the form.
+``torch.utils.data.Dataset`` objects. The readers of each form are here; the table of
+forms (:mod:`._forms`, which recognises them and picks the reader) turns any of them into
+a :class:`ViewData` (a torch ``Dataset`` fetched a whole batch at a time) and an
+:class:`InputSpec` (what the views look like), and checks later input (``transform``,
+``score``) against that spec. Training, inference and the adaptive selectors' embedding
+pass all iterate over a :class:`ViewData`, so they never branch on the form.
 
 A batch of a :class:`ViewData` is a :class:`Batch` ``(views, labels, index)``: ``views``
 is a tensor (one view) or a tuple of two tensors (two views), ``labels`` a tensor or
@@ -20,7 +20,6 @@ prefetching, instead of through a side channel that could fall out of step.
 
 from __future__ import annotations
 
-import copy
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -32,7 +31,7 @@ import torch
 from sklearn.utils.validation import validate_data
 from torch.utils.data import Dataset, IterableDataset
 
-from .._validation import describe, is_text, is_view_dict, text_table
+from .._validation import describe, is_view_dict, text_table
 
 
 @dataclass(frozen=True)
@@ -435,161 +434,6 @@ def _stack(column: list, indices: list[int], view: View) -> Any:
 # Reading the input
 # --------------------------------------------------------------------------------------
 
-def is_dataset(X: Any) -> bool:
-    """A torch ``Dataset`` or skorch's ``SliceDataset`` (what ``GridSearchCV`` can split)."""
-    from skorch.helper import SliceDataset
-
-    return isinstance(X, Dataset | SliceDataset)
-
-
-def read_fit_input(estimator: Any, X: Any, y: Any = None, *, single: bool,
-                   view_split: Any = None, labelled: bool = False
-                   ) -> tuple[ViewData, InputSpec, dict]:
-    """Turn training input of any accepted form into a dataset and its spec.
-
-    Nothing is set on ``estimator``: what scikit-learn records about the input
-    (``n_features_in_``, ``feature_names_in_``) is returned instead, ``None`` where the
-    input has none, for the estimator to set once its fit has succeeded (a refused or
-    failed fit leaves a fitted estimator as it was).
-
-    Parameters
-    ----------
-    estimator
-        For the scikit-learn 2-D form, ``validate_data`` runs on a shallow copy of it.
-    single : bool
-        Items are single views (an augmentation makes the pairs, or labels supervise);
-        otherwise items are pairs.
-    view_split : int or None
-        For paired 2-D input: the column where view 1 starts (``None``: half way).
-    labelled : bool
-        SupCon: a Dataset's items may be single views or two crops ``(x0, x1)``.
-    """
-    name = type(estimator).__name__
-    shadow = copy.copy(estimator)
-    data: ViewData
-    if is_text(X):
-        tokenizer = resolve_tokenizer(getattr(estimator, "tokenizer", None))
-        data, spec = _read_text(tokenizer, X, None, single=single)
-        _check_length(len(data), "X", minimum=2)
-        return data, spec, {"n_features_in_": None, "feature_names_in_": None,
-                            "tokenizer_": tokenizer}
-    if isinstance(X, list | tuple):  # nested lists: the array they spell, e.g. (n, 2, d)
-        X = np.asarray(X)
-    if is_view_dict(X):
-        if single:
-            raise ValueError(f"{name} takes a dict of views only for two modalities "
-                             f"(pairs without an augmentation); got keys {list(X)}")
-        data, spec = _read_dict(X, None)
-    elif is_dataset(X):
-        data, spec = _read_dataset(X, single=single, labelled=labelled)
-    elif isinstance(X, np.ndarray | torch.Tensor) and X.ndim >= 3 and (
-            single or X.ndim > 3 or _whole_numbers(X)):
-        data, spec = _read_array(X, None, single=single)
-    else:
-        data, spec = _read_flat(shadow, X, reset=True, single=single, view_split=view_split)
-    _check_length(len(data), "X", minimum=2)
-    flat = spec.form == "flat"
-    features = {name: getattr(shadow, name, None) if flat else None
-                for name in ("n_features_in_", "feature_names_in_")}
-    return data, spec, {**features, "tokenizer_": None}
-
-
-def _whole_numbers(X: np.ndarray | torch.Tensor) -> bool:
-    """Integer or byte values: ``(n, 2, L)`` token ids keep their integers (as in the
-    dict form) and ``(n, 2, d)`` bytes are images, not scikit-learn's float features."""
-    if isinstance(X, torch.Tensor):
-        return not X.is_floating_point() and not X.is_complex() and X.dtype != torch.bool
-    return X.dtype.kind in "iu"
-
-
-def read_input(estimator: Any, X: Any, spec: InputSpec) -> ViewData:
-    """Check input given after ``fit`` (same form, same view shapes) and read it.
-
-    Data already read (a :class:`ViewData`, e.g. the held-out part of the training
-    input that the per-epoch scorer embeds) passes through.
-    """
-    if isinstance(X, ViewData):
-        return X
-    data = _read_input(estimator, X, spec)
-    _check_length(len(data), "X", minimum=1)
-    return data
-
-
-def _read_input(estimator: Any, X: Any, spec: InputSpec) -> ViewData:
-    name = type(estimator).__name__
-    if spec.form == "text":
-        if not is_text(X):
-            raise ValueError(f"{name} was fitted on text; got {_form_of(X)} (pass a list of "
-                             "strings, or rows of strings as in fit)")
-        data, _ = _read_text(estimator.tokenizer_, X, spec, single=True)
-        return data
-    if is_text(X):
-        raise ValueError(f"{name} was fitted on {spec.form} input, not text; got strings")
-    if isinstance(X, list | tuple):
-        X = np.asarray(X)
-    if spec.form == "flat":
-        if is_view_dict(X) or is_dataset(X) or (
-                isinstance(X, np.ndarray | torch.Tensor) and X.ndim > 3):
-            raise ValueError(f"{name} was fitted on 2-D feature arrays; got {_form_of(X)}")
-        data, _ = _read_flat(estimator, X, reset=False, single=not spec.paired,
-                             view_split=spec.split, negatives_fitted=spec.negatives)
-        return data
-    if spec.form == "dict":
-        if not is_view_dict(X):
-            raise ValueError(f"{name} was fitted on a dict of views {_names(spec)}; got "
-                             f"{_form_of(X)}")
-        data, _ = _read_dict(X, spec)
-        return data
-    if spec.form == "dataset":
-        if is_dataset(X):
-            return ItemViews(_check_map_style(X), spec)
-        if not isinstance(X, np.ndarray | torch.Tensor):
-            raise ValueError(f"{name} was fitted on a Dataset; got {_form_of(X)} (pass a "
-                             "Dataset, or an array of items of the shape fitted on)")
-        # an array of the Dataset's items: single views, or pairs (n, 2, *shape)
-        shape = spec.views[0].shape
-        pairs = spec.items_paired and np.ndim(X) == len(shape) + 2
-        data, _ = _read_array(X, InputSpec("array", spec.views), single=not pairs)
-        return data
-    if not isinstance(X, np.ndarray | torch.Tensor):
-        X = np.asarray(X)
-    data, _ = _read_array(X, spec, single=not spec.items_paired)
-    return data
-
-
-def read_view(X: Any, view: View, name: str = "X_view", tokenizer: Any = None) -> ViewData:
-    """One view's items alone (``transform_view``): an array, tensor or Dataset, or a
-    list of strings for a text view (tokenized by ``tokenizer``)."""
-    if view.text:
-        if not is_text(X):
-            raise ValueError(f"{name} for {view.describe()} must be a list of strings; got "
-                             f"{_form_of(X)}")
-        data, _ = _read_text(tokenizer, X, InputSpec("text", (view,)), single=True,
-                             name=name)
-        return data
-    if is_dataset(X):
-        single = InputSpec("dataset", (view,))
-        return ItemViews(_check_map_style(X, name), single)
-    if view.parts or is_view_dict(X):
-        tensors, _ = _read_view_value(X, view.name, view, name)
-        _check_length(_rows(tensors), name, minimum=1)
-        return TensorViews((tensors,))
-    x = _as_tensor(X, name)
-    _check_length(len(x), name, minimum=1)
-    if tuple(x.shape[1:]) != view.shape:
-        raise ValueError(f"{name} for view {view.name!r} must have shape (n, "
-                         f"{', '.join(map(str, view.shape))}); got {describe(x)}")
-    return TensorViews((_conform(x, _array_view(x, view.name, view, name), lambda: name),))
-
-
-def _form_of(X: Any) -> str:
-    if is_view_dict(X):
-        return f"a dict with keys {list(X)}"
-    if is_dataset(X):
-        return f"a {type(X).__name__} (Dataset)"
-    return describe(X)
-
-
 def _names(spec: InputSpec) -> list:
     return [v.name for v in spec.views]
 
@@ -975,9 +819,10 @@ def _token_matrix(value: Any, n: int, label: str) -> torch.Tensor:
 
 
 def _read_text(tokenizer: Any, X: Any, spec: InputSpec | None, *, single: bool,
-               name: str = "X") -> tuple[TensorViews, InputSpec]:
+               name: str = "X", names: Sequence | None = None) -> tuple[TensorViews, InputSpec]:
     """Strings: each column of ``X`` tokenized (all columns in one call, so that they
-    share one padded length and a shared encoder embeds them in one batch)."""
+    share one padded length and a shared encoder embeds them in one batch). ``names``:
+    the columns' names (a table's), the views' and hard-negative columns' names."""
     table = text_table(X, name)
     n, columns = table.shape
     if spec is None and single and columns != 1:
@@ -1011,12 +856,14 @@ def _read_text(tokenizer: Any, X: Any, spec: InputSpec | None, *, single: bool,
     if negatives:  # (n, k, L) per tensor: the negatives of each row, side by side
         parts = [*parts[:2], _side_by_side(parts[2:])]
         columns = 2
+    labels = list(names) if names is not None else list(range(columns + negatives))
     views = []
     for c in range(columns):
         if isinstance(tokens, Mapping):
             inner = tuple(View(k, tuple(t.shape[1:]), True) for k, t in tokens.items())
-            views.append(View(c, (), True, inner, vocabulary))
+            views.append(View(labels[c], (), True, inner, vocabulary))
         else:
-            views.append(View(c, tuple(tokens.shape[1:]), True, (), vocabulary))
-    return (TensorViews(tuple(parts)),
-            InputSpec("text", tuple(views), items_paired=columns == 2, negatives=negatives))
+            views.append(View(labels[c], tuple(tokens.shape[1:]), True, (), vocabulary))
+    return (TensorViews(tuple(parts), names=tuple(labels[:columns]) if names else ()),
+            InputSpec("text", tuple(views), items_paired=columns == 2, negatives=negatives,
+                      negative_names=tuple(labels[2:]) if names is not None else ()))

@@ -11,8 +11,9 @@ from sklearn.utils.validation import check_is_fitted
 from .._validation import check_labels, encode_labels, plain_label
 from ..metrics import class_centres, nearest_centre
 from ._base import BaseEmbedder, embed_net, sample_of, warn_single_member_classes
-from ._data import ItemViews, is_dataset, read_fit_input, read_input
+from ._data import ItemViews
 from ._docs import shared_parameters
+from ._forms import is_dataset, read_fit_input, read_input
 
 
 @shared_parameters
