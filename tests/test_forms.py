@@ -66,12 +66,16 @@ def test_a_table_of_text_columns_trains_as_its_rows_with_the_negative_column(mak
     assert est.score(table) == est.score(ROWS)
 
 
-def test_supcon_takes_a_table_of_one_text_column_and_the_labels():
-    texts = pd.DataFrame({"name": [r[0] for r in ROWS] + [r[1] for r in ROWS]})
+@pytest.mark.parametrize("kind", ["DataFrame", "datasets.Dataset"])
+def test_supcon_takes_a_table_of_one_text_column_and_the_labels(kind):
+    names = [r[0] for r in ROWS] + [r[1] for r in ROWS]
+    texts = pd.DataFrame({"name": names}) if kind == "DataFrame" else \
+        datasets.Dataset.from_dict({"name": names})
     y = np.tile(np.arange(8), 2)
     est = SupConEmbedder(**SMALL).fit(texts, y)
     assert est.transform(texts).shape == (16, 8)
-    np.testing.assert_array_equal(est.transform(texts), est.transform(list(texts["name"])))
+    np.testing.assert_array_equal(est.transform(texts), est.transform(names))
+    assert est.score(texts, y) == est.score(names, y)
     with pytest.raises(ValueError, match=r"takes single texts: a table of one text column; "
                                          r"got columns \['anchor', 'positive', 'negative'\]"):
         SupConEmbedder(**SMALL).fit(frame(), np.arange(8))
