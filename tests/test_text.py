@@ -615,7 +615,7 @@ def test_row_ids_are_exact_whatever_the_hash(monkeypatch, collide):
     """The duplicate keys of mining: equal rows (-0.0 equal to 0.0), equal ids, across
     arrays; with a hash made to collide ((1, 2) and (2, 1) sum to the same bits) the
     exact check falls back to sorting."""
-    import skcontrast.text as text
+    import skcontrast.text._mining as text
 
     rng = np.random.default_rng(0)
     a = np.round(rng.normal(size=(300, 2)), 0).astype(np.float32)  # many duplicates

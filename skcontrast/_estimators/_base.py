@@ -262,7 +262,7 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
 
     #: the parameters this estimator adds to, or whose defaults it changes in, the
     #: shared ones (``_params.PARAMETERS``): its ``__init__`` is made from both
-    _parameters: ClassVar[dict[str, Any]] = {}
+    _parameters: ClassVar[dict[str, tuple[Any, str]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

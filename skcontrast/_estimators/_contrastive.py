@@ -132,9 +132,9 @@ class ContrastiveEmbedder(BaseEmbedder):
     _labelled = False
 
     #: what this estimator adds to the shared parameters (``_params.PARAMETERS``)
-    _parameters: ClassVar[dict[str, Any]] = {
-        "loss": "symmetric_info_nce", "view_split": None, "shared_encoder": "auto",
-        "transform_views": "first"}
+    _parameters: ClassVar[dict[str, tuple[Any, str]]] = {
+        "loss": ("symmetric_info_nce", "Any"), "view_split": (None, "int | None"),
+        "shared_encoder": ("auto", "Any"), "transform_views": ("first", "str")}
 
     # -- public API -------------------------------------------------------------------
 

@@ -39,36 +39,39 @@ MOVED_TO_LOSS = {
     "loss_params": "loss__<option> (e.g. loss__chunk_size), or loss=SupCon(...)",
 }
 
-#: The estimators' parameters, written once: ``(name, default)`` in signature order
-#: (``module`` positional, the rest keyword-only). An estimator lists what it changes or
-#: adds in its ``parameters`` (e.g. its ``loss`` default); ``_docs.PARAMETERS`` documents
-#: the shared ones.
-PARAMETERS: tuple[tuple[str, Any], ...] = (
-    ("module", None), ("tokenizer", None), ("n_components", 32),
-    ("hidden_layer_sizes", (128,)), ("loss", None), ("batch_size", None),
-    ("selector", None), ("memory", None), ("max_epochs", 20), ("lr", 1e-3),
-    ("lr_schedule", None), ("validation_fraction", None), ("scoring", None),
-    ("optimizer", "adam"), ("optimizer_params", None), ("augmentation", None),
-    ("precision", "float32"), ("num_workers", 0), ("data_on_device", False),
-    ("micro_batch_size", None), ("image_normalization", None), ("selection_pass", "fresh"),
-    ("accelerator", None), ("device", "auto"), ("random_state", None), ("verbose", 0),
-    ("callbacks", None), ("warm_start", False), ("projection_head", None),
-    ("transform_from", "head"), ("freeze", None))
+#: The estimators' parameters, written once: ``(name, default, annotation)`` in signature
+#: order (``module`` positional, the rest keyword-only). An estimator lists what it
+#: changes or adds in its ``_parameters`` (e.g. its ``loss`` default); ``_docs.PARAMETERS``
+#: documents the shared ones.
+PARAMETERS: tuple[tuple[str, Any, str], ...] = (
+    ("module", None, "Any"), ("tokenizer", None, "Any"), ("n_components", 32, "int"),
+    ("hidden_layer_sizes", (128,), "tuple"), ("loss", None, "Any"),
+    ("batch_size", None, "int | None"), ("selector", None, "Any"), ("memory", None, "Any"),
+    ("max_epochs", 20, "int"), ("lr", 1e-3, "float"), ("lr_schedule", None, "Any"),
+    ("validation_fraction", None, "float | None"), ("scoring", None, "Any"),
+    ("optimizer", "adam", "Any"), ("optimizer_params", None, "dict | None"),
+    ("augmentation", None, "Any"), ("precision", "float32", "str"), ("num_workers", 0, "int"),
+    ("data_on_device", False, "Any"), ("micro_batch_size", None, "int | None"),
+    ("image_normalization", None, "Any"), ("selection_pass", "fresh", "str"),
+    ("accelerator", None, "Any"), ("device", "auto", "str"), ("random_state", None, "Any"),
+    ("verbose", 0, "int"), ("callbacks", None, "list | None"), ("warm_start", False, "bool"),
+    ("projection_head", None, "Any"), ("transform_from", "head", "str"),
+    ("freeze", None, "Any"))
 
 
-def estimator_signature(own: dict[str, Any]) -> inspect.Signature:
-    """The ``__init__`` signature of an estimator: :data:`PARAMETERS` with the defaults
-    ``own`` changes, then the parameters ``own`` adds, then ``**kwargs`` (nested
-    ``module__*`` and ``optimizer__*``)."""
+def estimator_signature(own: dict[str, tuple[Any, str]]) -> inspect.Signature:
+    """The ``__init__`` signature of an estimator: :data:`PARAMETERS`, with the defaults
+    ``own`` (``name: (default, annotation)``) changes, then the parameters ``own`` adds,
+    then ``**kwargs`` (nested ``module__*`` and ``optimizer__*``)."""
     kinds = inspect.Parameter
-    shared = dict(PARAMETERS)
-    names = [name for name, _ in PARAMETERS] + [name for name in own if name not in shared]
+    table = {name: (default, note) for name, default, note in PARAMETERS}
+    table.update(own)
     params = [kinds("self", kinds.POSITIONAL_OR_KEYWORD)]
-    for name in names:
+    for name, (default, note) in table.items():
         kind = kinds.POSITIONAL_OR_KEYWORD if name == "module" else kinds.KEYWORD_ONLY
-        params.append(kinds(name, kind, default=own.get(name, shared.get(name))))
-    params.append(kinds("kwargs", kinds.VAR_KEYWORD))
-    return inspect.Signature(params)
+        params.append(kinds(name, kind, default=default, annotation=note))
+    params.append(kinds("kwargs", kinds.VAR_KEYWORD, annotation="Any"))
+    return inspect.Signature(params, return_annotation="None")
 
 
 def moved_to_loss_message(names: list[str]) -> str:

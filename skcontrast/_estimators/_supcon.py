@@ -85,7 +85,7 @@ class SupConEmbedder(BaseEmbedder):
     _labelled = True
 
     #: what this estimator changes in the shared parameters (``_params.PARAMETERS``)
-    _parameters: ClassVar[dict[str, Any]] = {"loss": "supcon"}
+    _parameters: ClassVar[dict[str, tuple[Any, str]]] = {"loss": ("supcon", "Any")}
 
     def fit(self, X: Any, y: Any = None, X_val: Any = None,
             y_val: Any = None) -> SupConEmbedder:

@@ -1,0 +1,231 @@
+"""Hybrid retrieval: a learned similarity fused with a lexical one (TF-IDF or BM25)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator
+
+from .._validation import check_choice, store_params, text_table
+from ._mining import _unit
+from ._search import top_k_search
+from ._tokenize import _ngram_range
+
+LEXICAL = ("tfidf", "bm25")
+
+
+class HybridRetriever(BaseEstimator):
+    r"""Search that fuses a learned similarity with a lexical one.
+
+    The score of document :math:`d` for query :math:`q` is
+
+    .. math:: s(q, d) = (1 - w) \cos(f(q), f(d)) + w\, \ell(q, d)
+
+    with :math:`f` the ``estimator``'s embedding (queries by view 0, documents by view 1
+    for a paired model) and :math:`\ell` a lexical score: the cosine of TF-IDF vectors
+    (``'tfidf'``, sublinear term frequency) or BM25 (``'bm25'``, Robertson & Zaragoza,
+    2009, with ``k1`` and ``b``; divided by each query's best score so that it lies in
+    [0, 1]), on character n-grams (``analyzer='char_wb'``) or words. ``weight=1`` is the
+    lexical search alone (the baseline a text user tries first), ``weight=0`` the learned
+    one alone; ``GridSearchCV`` tunes ``weight`` by :meth:`score`.
+
+    Searches run in blocks of queries and documents (:func:`top_k_search`), so a corpus
+    of 1,000,000 documents needs memory for its embeddings and its sparse lexical
+    matrix, not for a query-by-corpus matrix.
+
+    Parameters
+    ----------
+    estimator : fitted or unfitted skcontrast estimator, or None
+        The learned embedding; ``None``: lexical search alone (``weight`` must be 1).
+    weight : float in [0, 1], default=0.5
+        The lexical score's share.
+    lexical : {'tfidf', 'bm25'}, default='tfidf'
+    analyzer : {'char_wb', 'char', 'word'}, default='char_wb'
+    ngram_range : tuple, default=(2, 4)
+        Character n-gram lengths (words: use ``(1, 1)`` or ``(1, 2)``).
+    prefit : bool, default=False
+        ``True``: ``estimator`` is fitted already and :meth:`fit` fits the lexical part
+        only (``clone`` keeps the fitted estimator, so a grid search over ``weight`` does
+        not retrain it).
+    k1, b : float, default=1.2, 0.75
+        BM25's term-frequency saturation and length normalisation.
+    query_chunk, document_chunk : int, default=1024, 65536
+        Block sizes of the search.
+
+    Examples
+    --------
+    >>> from skcontrast.text import HybridRetriever
+    >>> pairs = [("red heart", "rotes herz"), ("thumbs up", "daumen hoch")] * 4
+    >>> lexical = HybridRetriever(weight=1.0).fit(pairs)
+    >>> lexical.index(["rotes herz", "daumen hoch"]).search(["red heart"], k=1)[1]
+    array([[0]])
+    """
+
+    def __init__(self, estimator: Any = None, *, weight: float = 0.5, lexical: str = "tfidf",
+                 analyzer: str = "char_wb", ngram_range: tuple = (2, 4), prefit: bool = False,
+                 k1: float = 1.2, b: float = 0.75, query_chunk: int = 1024,
+                 document_chunk: int = 65536) -> None:
+        store_params(self, locals())
+
+    def __sklearn_clone__(self) -> HybridRetriever:
+        from sklearn.base import clone
+
+        params = self.get_params(deep=False)
+        estimator = params.pop("estimator")
+        if not self.prefit and estimator is not None:
+            estimator = clone(estimator)
+        return type(self)(estimator=estimator, **params)
+
+    def _check(self) -> float:
+        from .._validation import check_real
+
+        weight = check_real(self.weight, "weight", low=0.0, high=1.0)
+        check_choice(self.lexical, "lexical", LEXICAL)
+        check_choice(self.analyzer, "analyzer", ("char_wb", "char", "word"))
+        if self.estimator is None and weight != 1.0:
+            raise ValueError(f"weight={self.weight} gives the learned similarity a share, but "
+                             "estimator is None: give an estimator, or weight=1.0 for "
+                             "lexical search alone")
+        return weight
+
+    def fit(self, X: Any, y: Any = None) -> HybridRetriever:
+        """Fit the learned part on the pairs ``X`` (unless ``prefit``) and the lexical
+        vocabulary (and document frequencies) on all their texts."""
+        from sklearn.base import clone
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        self._check()
+        table = text_table(X, "X")
+        if self.estimator is not None:
+            if self.prefit:
+                from sklearn.utils.validation import check_is_fitted
+
+                check_is_fitted(self.estimator)
+                self.estimator_ = self.estimator
+            else:
+                self.estimator_ = clone(self.estimator).fit(X, y)
+        else:
+            self.estimator_ = None
+        low, high = _ngram_range(self.ngram_range)
+        self.vectorizer_ = TfidfVectorizer(
+            analyzer=self.analyzer, ngram_range=(low, high), sublinear_tf=True,
+            norm="l2" if self.lexical == "tfidf" else None,
+            use_idf=self.lexical == "tfidf").fit(table.reshape(-1))
+        if self.lexical == "bm25":
+            counts = self.vectorizer_.transform(table.reshape(-1))
+            frequency = np.bincount(counts.indices, minlength=counts.shape[1])
+            n = counts.shape[0]
+            self.idf_ = np.log1p((n - frequency + 0.5) / (frequency + 0.5))
+        return self
+
+    # -- the two similarities ------------------------------------------------------------
+
+    def _learned(self, texts: list[str], view: int) -> np.ndarray | None:
+        if self.estimator_ is None or self._check() == 1.0:  # lexical alone
+            return None
+        est = self.estimator_
+        if view == 1 and hasattr(est, "transform_view") and len(est.input_spec_.views) > 1:
+            out = est.transform_view(texts, view=1)
+        else:
+            out = est.transform(texts)
+        return np.asarray(out, dtype=np.float32)
+
+    def _lexical_queries(self, texts: list[str]) -> Any:
+        matrix = self.vectorizer_.transform(texts)
+        if self.lexical == "bm25":
+            matrix = matrix.copy()
+            matrix.data = self.idf_[matrix.indices].astype(np.float64)  # binary query terms
+        return matrix.tocsr()
+
+    def _lexical_documents(self, texts: list[str]) -> Any:
+        if self.lexical == "tfidf":
+            return self.vectorizer_.transform(texts).tocsr()
+        # BM25's saturated term frequencies of raw counts
+        from sklearn.feature_extraction.text import CountVectorizer
+
+        counts = CountVectorizer(analyzer=self.analyzer, ngram_range=self.vectorizer_.ngram_range,
+                                 vocabulary=self.vectorizer_.vocabulary_).transform(texts)
+        counts = counts.tocsr().astype(np.float64)
+        lengths = np.asarray(counts.sum(1)).ravel()
+        average = lengths.mean() if len(lengths) else 1.0
+        row_length = np.repeat(lengths, np.diff(counts.indptr))
+        k1, b = float(self.k1), float(self.b)
+        counts.data = counts.data * (k1 + 1) / (
+            counts.data + k1 * (1 - b + b * row_length / max(average, 1e-12)))
+        return counts
+
+    def index(self, documents: Any) -> HybridRetriever:
+        """Embed and store the corpus that :meth:`search` searches."""
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "vectorizer_")
+        self.documents_ = self._indexed(documents)
+        return self
+
+    def _indexed(self, documents: Any) -> tuple[torch.Tensor | None, Any]:
+        """The corpus as searched: unit learned embeddings (or ``None``) and the sparse
+        lexical rows."""
+        texts = list(text_table(documents, "documents")[:, 0])
+        learned = self._learned(texts, view=1)
+        return (None if learned is None else _unit(torch.from_numpy(learned)),
+                self._lexical_documents(texts))
+
+    def search(self, queries: Any, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best documents of the indexed corpus for each query: their fused
+        scores and indices, best first (ties: the smaller index)."""
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "documents_")
+        return self._search(self.documents_, queries, k)
+
+    def _search(self, documents: tuple[torch.Tensor | None, Any], queries: Any, k: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+        weight = self._check()
+        texts = list(text_table(queries, "queries")[:, 0])
+        learned = self._learned(texts, view=0)
+        q_dense = None if learned is None else _unit(torch.from_numpy(learned))
+        q_sparse = self._lexical_queries(texts)
+        d_dense, d_sparse = documents
+        if weight < 1 and d_dense is None:
+            raise ValueError(f"the corpus was indexed for lexical search alone (weight=1.0); "
+                             f"weight={self.weight} needs the learned embeddings: call index "
+                             "again")
+        best: torch.Tensor | None = None
+        if self.lexical == "bm25" and weight > 0:  # each query's best BM25 score
+            top = top_k_search(lambda qi, dj: torch.from_numpy(
+                (q_sparse[qi.numpy()] @ d_sparse[dj.numpy()].T).toarray()),
+                len(texts), d_sparse.shape[0], 1, query_chunk=int(self.query_chunk),
+                document_chunk=int(self.document_chunk))[0][:, 0]
+            best = torch.from_numpy(np.where(top > 0, top, 1.0))
+
+        def scores(qi: torch.Tensor, dj: torch.Tensor) -> torch.Tensor:
+            out = torch.zeros(len(qi), len(dj))
+            if weight < 1 and q_dense is not None and d_dense is not None:
+                out += (1 - weight) * (q_dense[qi] @ d_dense[dj].T)
+            if weight > 0:
+                lexical = torch.from_numpy(
+                    (q_sparse[qi.numpy()] @ d_sparse[dj.numpy()].T).toarray()).float()
+                if best is not None:
+                    lexical = lexical / best[qi][:, None].float()
+                out += weight * lexical
+            return out
+
+        return top_k_search(scores, len(texts), d_sparse.shape[0], k,
+                            query_chunk=int(self.query_chunk),
+                            document_chunk=int(self.document_chunk))
+
+    def score(self, X: Any, y: Any = None) -> float:
+        """Recall@1 of the pairs ``X``: each first text searches the second texts of all
+        pairs; a pair is found when its own second text (or one equal to it, or of its
+        group ``y``) ranks first. The corpus given to :meth:`index` stays indexed."""
+        from sklearn.utils.validation import check_is_fitted
+
+        from ..metrics import ranking_scores
+
+        check_is_fitted(self, "vectorizer_")
+        table = text_table(X, "X")
+        groups = np.unique(table[:, 1], return_inverse=True)[1] if y is None else np.asarray(y)
+        ranked = self._search(self._indexed(list(table[:, 1])), list(table[:, 0]), k=1)[1]
+        return ranking_scores(ranked, groups, groups, k=1)["recall@1"]
