@@ -217,6 +217,9 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
         factory = self._factory(spec, shared)
         loss = self._loss()
         row_info = guard_rows(loss, data, spec, None if self._labelled else labels)
+        held_out_info = (None, None) if held_out is None or getattr(
+            loss, "false_negatives", None) is None else guard_rows(
+            loss, held_out.data, spec, None if self._labelled else held_out.y, check=False)
         if old is not None:
             self._check_warm_start(old, factory, loss, len(data))
         seed = old.seed if old is not None else self._seed()
@@ -236,7 +239,7 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
             net = self._make_net(factory, loss, labels, device, seed, len(data),
                                  spec.items_paired, valid, extra, kept=kept, n_rows=n_rows,
                                  held_out_rows=None if held_out is None else held_out.rows,
-                                 row_info=row_info)
+                                 row_info=(*row_info, *held_out_info))
             if old is not None:
                 net.initialize()
                 before = old.criterion_.loss
@@ -540,7 +543,7 @@ def sample_of(data: ViewData) -> ViewData:
     return data.select(0).subset(np.arange(min(2, len(data))))
 
 
-def guard_rows(loss: Any, data: ViewData, spec: InputSpec, groups: Any
+def guard_rows(loss: Any, data: ViewData, spec: InputSpec, groups: Any, check: bool = True
                ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """What the loss's false-negative guard reads per training row: content ids of each
     row's texts (or numeric rows) and its group; checks that the loss can use hard
@@ -558,7 +561,8 @@ def guard_rows(loss: Any, data: ViewData, spec: InputSpec, groups: Any
     if not isinstance(guard, FalseNegativeGuard):
         raise ValueError(f"loss__false_negatives must be a FalseNegativeGuard or None; got "
                          f"{describe(guard)}")
-    guard.check(n_rows=len(data), has_groups=groups is not None)
+    if check:  # the training rows (held-out rows have no guide of their own)
+        guard.check(n_rows=len(data), has_groups=groups is not None)
     keys = content_keys(data) if guard.same_content else None
     codes = None
     if guard.same_group and groups is not None:

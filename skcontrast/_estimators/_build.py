@@ -227,7 +227,8 @@ class NetBuilder(ParameterChecks):
                   n: int, items_paired: bool, valid: ViewData | None = None,
                   extra: list | None = None, kept: np.ndarray | None = None,
                   n_rows: int | None = None, held_out_rows: np.ndarray | None = None,
-                  trains: bool = True, row_info: tuple = (None, None)) -> SelectorNet:
+                  trains: bool = True, row_info: tuple = (None, None, None, None)
+                  ) -> SelectorNet:
         selector = self._fitting_selector(seed, n, kept, n_rows)
         batch = selector.nominal_batch_size(n)
         if self.micro_batch_size is not None and batch is not None and \
@@ -247,7 +248,8 @@ class NetBuilder(ParameterChecks):
         criterion = {f"criterion__{k}": v for k, v in {
             "loss": loss, "structure": self._structure(items_paired),
             "memory": self.memory, "n_samples": n, "row_keys": row_info[0],
-            "row_groups": row_info[1]}.items()}
+            "row_groups": row_info[1], "held_out_keys": row_info[2],
+            "held_out_groups": row_info[3]}.items()}
         kind: type[SelectorNet] = SelectorNet
         placement: dict[str, Any] = {"device": device}
         if self.accelerator is not None:

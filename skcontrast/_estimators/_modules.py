@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from .._validation import describe
-from ..losses import MIN_LEARNED_TEMPERATURE, Loss, LossTerms
+from ..losses import MIN_LEARNED_TEMPERATURE, Loss, LossBatch, LossTerms
 from ._data import View
 
 
@@ -312,14 +312,17 @@ class ContrastiveCriterion(nn.Module):
 
     def __init__(self, loss: Loss, *, structure: str = "pairs", memory: Any = None,
                  n_samples: int | None = None, row_keys: Any = None,
-                 row_groups: Any = None) -> None:
+                 row_groups: Any = None, held_out_keys: Any = None,
+                 held_out_groups: Any = None) -> None:
         super().__init__()
         self.loss = loss
         self.structure = structure
-        # per training row: content ids of its texts (anchor, positive, negatives) and
-        # its group, for the loss's false-negative guard
+        # per training row (and held-out row): content ids of its texts (anchor,
+        # positive, negatives) and its group, for the loss's false-negative guard
         self.row_keys = row_keys
         self.row_groups = row_groups
+        self.held_out_keys = held_out_keys
+        self.held_out_groups = held_out_groups
         self.labelled = structure != "pairs"
         if getattr(loss, "learn_temperature", False):
             excess = float(loss.temperature) - MIN_LEARNED_TEMPERATURE
@@ -354,30 +357,30 @@ class ContrastiveCriterion(nn.Module):
         return self.loss.live(**{k: float(v.detach()) for k, v in self.learned().items()})
 
     def forward(self, embeddings: torch.Tensor, y: torch.Tensor | None = None,
-                index: torch.Tensor | None = None, remember: bool = False) -> LossTerms:
+                index: torch.Tensor | None = None, remember: bool = False,
+                training: bool = True) -> LossTerms:
+        """The loss of a batch (``index``: its rows of the training data, or of the
+        held-out data when not ``training``); a training batch that is remembered goes
+        through the memory."""
         overrides = self.learned()
+        batch = self.loss_batch(embeddings, y, index, training)
         if remember and self.memory_state is not None:
             return self.memory_state(
-                lambda **extra: self._batch_terms(embeddings, y, {**overrides, **extra}),
+                lambda **extra: self.loss.batch_terms(batch, **overrides, **extra),
                 embeddings, y, index, structure=self.structure, loss=self.loss,
                 overrides=overrides)
-        return self._batch_terms(embeddings, y, overrides, index)
+        return self.loss.batch_terms(batch, **overrides)
 
-    def _batch_terms(self, embeddings: torch.Tensor, y: torch.Tensor | None,
-                     overrides: dict, index: torch.Tensor | None = None) -> LossTerms:
-        if self.labelled:
-            assert y is not None  # a label loss is handed the batch's labels
-            if embeddings.ndim == 3:
-                y = y.repeat_interleave(2)
-                embeddings = embeddings.reshape(-1, embeddings.shape[-1])
-            return self.loss.label_terms(embeddings, y, **overrides)
-        u, v = embeddings[:, 0], embeddings[:, 1]
-        negatives = embeddings[:, 2:] if embeddings.shape[1] > 2 else None
-        guard = getattr(self.loss, "false_negatives", None)
-        if negatives is None and guard is None:
-            return self.loss.pair_terms(u, v, **overrides)
-        extra: dict[str, Any] = {} if negatives is None else {"hard_negatives": negatives}
-        if guard is not None:
-            extra.update(guard.masks(u, v, negatives, index, self.row_keys, self.row_groups,
-                                     share=bool(getattr(self.loss, "share_negatives", True))))
-        return self.loss.pair_terms(u, v, **overrides, **extra)
+    def loss_batch(self, embeddings: torch.Tensor, y: torch.Tensor | None,
+                   index: torch.Tensor | None, training: bool = True) -> LossBatch:
+        """The :class:`~skcontrast.losses.LossBatch` of a batch: its structure, labels,
+        rows, and the guard's content ids and groups of those rows."""
+        keys, groups = (self.row_keys, self.row_groups) if training else \
+            (self.held_out_keys, self.held_out_groups)
+        rows = None if index is None or (keys is None and groups is None) else \
+            index.to("cpu", torch.long)
+        # a held-out batch's rows are not training rows: a guide table does not index them
+        return LossBatch(embeddings, self.structure, y if self.labelled else None,
+                         index if training else None,
+                         None if keys is None or rows is None else keys[rows],
+                         None if groups is None or rows is None else groups[rows])

@@ -421,7 +421,7 @@ class TrainingStep(_Net):
         if y_true is not None:
             y_true = y_true.to(y_pred.device, non_blocking=True)
         terms = self.criterion_(y_pred.float(), y_true, index=index,
-                                remember=training and index is not None)
+                                remember=training and index is not None, training=training)
         # the step reads the terms back; past skorch's __setattr__, which checks every
         # attribute set on a net for parameters and costs a small model's step about 1%
         object.__setattr__(self, "_batch_terms", terms)

@@ -23,7 +23,7 @@ from sklearn.base import clone
 from torch import nn
 
 from .._validation import check_int, describe
-from ..losses import make_loss
+from ..losses import LossBatch, make_loss
 from ..selectors import BatchSelector, SelectorSampler
 
 
@@ -182,31 +182,25 @@ class SkcontrastLoss(nn.Module):
 
     def loss_of(self, reps: list[torch.Tensor], features: list[dict] | None = None,
                 labels: torch.Tensor | None = None) -> torch.Tensor:
-        """The loss of a batch's column embeddings (anchors, positives, negatives...)."""
+        """The loss of a batch's column embeddings (anchors, positives, negatives...):
+        one :class:`~skcontrast.losses.LossBatch` of pairs, its content ids read from the
+        tokenized columns and its groups from the label column."""
         if len(reps) < 2:
             raise ValueError(f"SkcontrastLoss needs (anchor, positive) columns; got "
                              f"{len(reps)}")
-        u, v = reps[0], reps[1]
-        negatives = torch.stack(reps[2:], dim=1) if len(reps) > 2 else None
-        extra: dict[str, Any] = {}
-        if negatives is not None:
-            if not self.loss.takes_negatives:
-                raise ValueError(f"{type(self.loss).__name__} does not take hard-negative "
-                                 "columns")
-            extra["hard_negatives"] = negatives
         guard = getattr(self.loss, "false_negatives", None)
+        content = groups = None
         if guard is not None:
-            b = len(u)
-            keys = None if features is None else guard.content_ids(features).to(u.device)
-            groups = None
+            if guard.same_content and features is not None:
+                content = guard.content_ids(features).to(reps[0].device)
             if guard.same_group:
                 if labels is None:
                     raise ValueError("FalseNegativeGuard(same_group=True) needs a label "
                                      "column (the group of each row)")
                 groups = torch.as_tensor(labels).reshape(-1)
-            extra.update(guard.masks(u, v, negatives, torch.arange(b), keys, groups,
-                                     share=bool(getattr(self.loss, "share_negatives", True))))
-        return self.loss.pair_terms(u, v, **extra).loss
+        batch = LossBatch(torch.stack(reps, dim=1), "pairs", index=torch.arange(len(reps[0])),
+                          content=content, groups=groups)
+        return self.loss.batch_terms(batch).loss
 
     def get_config_dict(self) -> dict:
         return {"loss": repr(self.loss)}

@@ -37,6 +37,7 @@ their own options), and an estimator's ``loss=`` takes one (grids tune
 arXiv:2307.05906 Eq. 5, the affinity of the spectral batch selector.
 """
 
+from ._batch import STRUCTURES, LossBatch, LossInputs, loss_inputs
 from ._batched import pair_affinity, pairwise_lower_bound
 from ._core import LossTerms
 from ._guard import FalseNegativeGuard
@@ -50,7 +51,6 @@ from ._objects import (
     KCL,
     LOSSES,
     MIN_LEARNED_TEMPERATURE,
-    STRUCTURES,
     ContrastiveMargin,
     DebiasedNCE,
     FunctionLoss,
@@ -92,6 +92,8 @@ __all__ = [
     "HardNegativeNCE",
     "InfoNCE",
     "Loss",
+    "LossBatch",
+    "LossInputs",
     "LossTerms",
     "NTXent",
     "SigLIP",
@@ -107,6 +109,7 @@ __all__ = [
     "hard_negative_nce",
     "info_nce",
     "kcl",
+    "loss_inputs",
     "make_loss",
     "nt_xent",
     "pair_affinity",

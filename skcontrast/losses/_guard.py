@@ -126,7 +126,7 @@ class FalseNegativeGuard(BaseEstimator):
         return ids
 
     def masks(self, u: torch.Tensor, v: torch.Tensor, negatives: torch.Tensor | None,
-              index: torch.Tensor | None, keys: torch.Tensor | None,
+              index: torch.Tensor | None, content: torch.Tensor | None,
               groups: torch.Tensor | None, share: bool) -> dict:
         """``exclude`` (and ``exclude_negatives``) for a batch of pairs ``(u, v)`` with
         hard ``negatives`` ``(B, k, d)``: the options the loss function takes. Row ``i``
@@ -134,33 +134,36 @@ class FalseNegativeGuard(BaseEstimator):
         is ``(2, B, B)``: the ``u`` anchors' rows, then the ``v`` anchors' (whose
         positive is ``u_i`` and candidates the ``u_j``).
 
-        ``index`` are the batch's training rows; ``keys`` ``(n, 2 + k)`` content ids of
-        every row's texts (anchor, positive, negatives), ``groups`` ``(n,)``.
+        ``index`` are the batch's rows of the training data (a guide's embeddings are
+        indexed by them; without them, as for held-out batches, a guide given as
+        embeddings is not applied); ``content`` ``(B, 2 + k)`` the content ids of each item's
+        columns (anchor, positive, negatives: :meth:`content_ids`), ``groups`` ``(B,)``
+        its group.
         """
         b = len(u)
         exclude = torch.zeros(b, b, dtype=torch.bool, device=u.device)
         width = 0 if negatives is None else negatives.shape[1] * (b if share else 1)
         exclude_negatives = torch.zeros(b, width, dtype=torch.bool, device=u.device)
         rows = None if index is None else index.to(u.device, torch.long)
-        if self.same_content and keys is not None and rows is not None:
-            k = keys.to(u.device)[rows]  # (B, 2 + k)
+        if self.same_content and content is not None:
+            k = content.to(u.device)  # (B, 2 + k)
             pair = k[:, :2]
             exclude |= (pair[:, None, :, None] == pair[None, :, None, :]).any(-1).any(-1)
             if negatives is not None:
                 neg = k[:, 2:]
                 pool = neg.reshape(1, -1).expand(b, -1) if share else neg
                 exclude_negatives |= (pool[:, :, None] == pair[:, None, :]).any(-1)
-        if self.same_group and groups is not None and rows is not None:
-            g = groups.to(u.device)[rows]
+        if self.same_group and groups is not None:
+            g = groups.to(u.device)
             exclude |= g[:, None] == g[None, :]
-        if self.guide is not None:
+        if self.guide is not None and (isinstance(self.guide, str) or rows is not None):
             if isinstance(self.guide, str):  # 'self': the learner, no gradient
                 a, p = (torch.nn.functional.normalize(x.detach(), dim=-1) for x in (u, v))
                 n = None if negatives is None else \
                     torch.nn.functional.normalize(negatives.detach(), dim=-1)
                 sign = 1.0
             else:
-                assert rows is not None
+                assert rows is not None  # checked above
                 table = torch.as_tensor(np.asarray(self.guide), dtype=torch.float32)
                 guided = table[rows.cpu()].to(u.device)  # the guide's rows of the batch
                 a, p = (guided[:, 0], guided[:, 1]) if guided.ndim == 3 else (guided, guided)

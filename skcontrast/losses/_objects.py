@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from sklearn.base import BaseEstimator
 
 from .._validation import as_float_tensor, check_choice, describe, store_params
+from ._batch import LossBatch, LossInputs, loss_inputs
 from ._batched import batch_values, pair_affinity
 from ._core import (
     LossTerms,
@@ -69,9 +70,6 @@ from ._supervised import DISTANCES, NO_POSITIVE_CONVENTIONS, contrastive_margin,
 #: A learned temperature stays above this (CLIP caps its inverse at 100).
 MIN_LEARNED_TEMPERATURE = 0.01
 
-#: How the rows of a batch reach a loss inside an estimator: two views per item, one
-#: view (SupCon), or two augmented crops of each labelled item stacked row by row.
-STRUCTURES = ("pairs", "single", "crops")
 
 
 class Loss(BaseEstimator):
@@ -128,6 +126,35 @@ class Loss(BaseEstimator):
             return self(z, pair_labels(u.shape[-2], u.shape[:-2], u.device),
                         return_terms=True, **overrides)
         return self(u, v, return_terms=True, **overrides)
+
+    def batch_inputs(self, batch: LossBatch) -> LossInputs:
+        """What this loss's function takes for a batch (its views, or its rows and their
+        labels, and hard-negative columns): see :func:`loss_inputs`."""
+        return loss_inputs(batch)
+
+    def batch_terms(self, batch: LossBatch, **overrides: Any) -> LossTerms:
+        """:class:`LossTerms` of one batch of any structure: the one step from a batch to
+        the loss. Single views and crops go to :meth:`label_terms`; pairs to
+        :meth:`pair_terms` with their hard-negative columns and the masks of the
+        ``false_negatives`` guard (if the loss has one), built from the batch's content
+        ids, groups and rows. ``overrides`` go to the function (learned values,
+        ``reduction``, a memory's ``denominator``)."""
+        inputs = self.batch_inputs(batch)
+        if batch.structure != "pairs":
+            assert inputs.b is not None  # single views and crops come with labels
+            return self.label_terms(inputs.a, inputs.b, **overrides)
+        extra: dict[str, Any] = {}
+        if inputs.negatives is not None:
+            if not self.takes_negatives:
+                raise ValueError(f"{type(self).__name__} does not take hard-negative columns")
+            extra["hard_negatives"] = inputs.negatives
+        guard = getattr(self, "false_negatives", None)
+        if guard is not None:
+            extra.update(guard.masks(inputs.a, inputs.b, inputs.negatives, batch.index,
+                                     batch.content, batch.groups,
+                                     share=bool(getattr(self, "share_negatives", True))))
+        assert inputs.b is not None  # pairs have a second view
+        return self.pair_terms(inputs.a, inputs.b, **overrides, **extra)
 
     def label_terms(self, z: torch.Tensor, y: torch.Tensor, **overrides: Any) -> LossTerms:
         """:class:`LossTerms` of labelled embeddings (labelled losses only)."""

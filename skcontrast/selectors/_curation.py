@@ -22,7 +22,7 @@ from sklearn.base import clone
 
 from .._batch import take_rows
 from .._validation import check_choice, check_int, check_real, describe, store_params
-from ..losses import Loss
+from ..losses import Loss, LossBatch
 from ._base import (
     BatchSelector,
     batch_sizes,
@@ -70,21 +70,6 @@ SELECTION_PASSES = ("fresh", "cached")
 MODELS = ("learner", "reference")
 
 
-def _loss_rows(embeddings: torch.Tensor, labels: torch.Tensor | None, loss: Loss
-               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, int]:
-    """What ``loss.batch_losses`` takes for a batch of these embeddings: ``(u, v)`` for
-    pairs, or rows and labels for a label loss (two crops of a row are two rows), and how
-    many of those rows an item has."""
-    if labels is not None and loss.labelled:
-        if embeddings.ndim == 3:  # two crops of each item: rows 2i and 2i + 1
-            return embeddings.reshape(-1, embeddings.shape[-1]), None, \
-                labels.repeat_interleave(2), 2
-        return embeddings, None, labels, 1
-    if embeddings.ndim == 3:
-        return embeddings[:, 0], embeddings[:, 1], None, 1
-    return embeddings, embeddings, None, 1  # a single view is its own positive
-
-
 def subset_losses(embeddings: torch.Tensor, labels: torch.Tensor | None, loss: Loss,
                   subsets: np.ndarray) -> torch.Tensor:
     """Summed loss (mean x size) of each row subset ``subsets`` (``(m, T)`` positions in
@@ -92,12 +77,13 @@ def subset_losses(embeddings: torch.Tensor, labels: torch.Tensor | None, loss: L
     subset of one row has nothing to contrast: it scores 0."""
     if subsets.shape[1] < 2:
         return torch.zeros(len(subsets), dtype=embeddings.dtype, device=embeddings.device)
-    u, v, y, per_item = _loss_rows(embeddings, labels, loss)
+    batch = LossBatch.of(embeddings, labels, loss.labelled)
+    a, b, _, per_item = loss.batch_inputs(batch)
     rows = subsets if per_item == 1 else \
         (per_item * subsets[:, :, None] + np.arange(per_item)).reshape(len(subsets), -1)
     with torch.no_grad():
-        values = loss.batch_losses(u, batches=rows, y=y) if y is not None \
-            else loss.batch_losses(u, v, rows)
+        values = loss.batch_losses(a, batches=rows, y=b) if batch.structure != "pairs" \
+            else loss.batch_losses(a, b, rows)
     return values * subsets.shape[1]
 
 
@@ -109,13 +95,10 @@ def row_losses(embeddings: torch.Tensor, labels: torch.Tensor | None, loss: Loss
     loss without per-anchor terms (a margin loss) gives each row its
     :func:`leave_one_out` share."""
     size = len(embeddings)
-    u, v, y, per_item = _loss_rows(embeddings, labels, loss)
+    batch = LossBatch.of(embeddings, labels, loss.labelled)
+    per_item = loss.batch_inputs(batch).rows_per_item
     with torch.no_grad():
-        if y is not None:
-            terms = loss.label_terms(u, y, reduction="none").loss
-        else:
-            assert v is not None  # pairs, or a single view as its own positive
-            terms = loss.pair_terms(u, v, reduction="none").loss
+        terms = loss.batch_terms(batch, reduction="none").loss
     if terms.shape == (size,):
         return terms
     if terms.shape == (2, size):  # the two directions of a symmetric loss
