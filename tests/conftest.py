@@ -46,8 +46,8 @@ class RecordingSelector(BatchSelector):
         self.inner = inner
 
     @property
-    def _adaptive(self):
-        return self.inner._adaptive
+    def needs_embeddings(self):
+        return self.inner.needs_embeddings
 
     def epoch_batches(self, X, y=None, groups=None, *, loss=None):
         batches = self.inner.epoch_batches(X, y, groups, loss=loss)

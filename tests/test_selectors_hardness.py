@@ -436,7 +436,7 @@ def test_warmup_and_refresh_need_embeddings_only_when_choosing():
                            warmup_epochs=2, refresh_every=3, random_state=0)
     needs, epochs = [], []
     for _ in range(7):
-        needs.append(sel._adaptive)
+        needs.append(sel.needs_embeddings)
         epochs.append(sel.epoch_batches(X if needs[-1] else np.zeros((len(X), 1)), y))
     assert needs == [False, False, True, False, False, True, False]
     as_sets = [{frozenset(b.tolist()) for b in e} for e in epochs]
@@ -450,7 +450,7 @@ def test_a_teacher_chooses_instead_of_the_embeddings():
     teacher = clustered_data(seed=4)[0][:, 0]
     sel = TemperedSelector(SpectralBatchSelector(batch_size=B, random_state=0),
                            teacher=teacher, exclude_neighbours=2)
-    assert not sel._adaptive
+    assert not sel.needs_embeddings
     got = sel.epoch_batches(np.zeros((len(X), 1)))
     want = SpectralBatchSelector(batch_size=B, random_state=0).epoch_batches(teacher)
     top = brute_top(teacher[:, None].repeat(2, 1), 2)

@@ -20,11 +20,7 @@ from skorch.helper import predefined_split
 
 from .._validation import describe
 from ..losses import Loss
-from ..selectors import (
-    BatchSelector,
-    PredefinedBatchSelector,
-    ShuffledBatchSelector,
-)
+from ..selectors import BatchSelector, FitSettings, ShuffledBatchSelector
 from ._data import InputSpec, TensorViews, ViewData
 from ._modules import ContrastiveCriterion, EncoderFactory
 from ._net import SelectorNet
@@ -34,84 +30,20 @@ from ._step import Augmentation
 
 DEFAULT_BATCH_SIZE = 64
 
-def predefined_on_rows(batches: Any, rows: np.ndarray, n_rows: int) -> list[np.ndarray]:
-    """Predefined batches of rows of ``X`` as positions among the training ``rows``
-    (``rows[i]`` is the row of ``X`` at training position ``i``).
-
-    Rows held out of training are left out of the batches, with a warning; an index
-    that is no row of ``X`` at all, or a batch left with fewer than 2 training rows, is
-    an error.
-    """
-    position = np.full(int(rows.max()) + 1 if len(rows) else 0, -1, dtype=np.int64)
-    position[rows] = np.arange(len(rows))
-    out, dropped = [], 0
-    for i, batch in enumerate(batches):
-        batch = np.asarray(batch.cpu() if isinstance(batch, torch.Tensor) else batch).ravel()
-        if batch.dtype.kind not in "iu" or (batch.size and (batch.min() < 0 or
-                                                           batch.max() >= n_rows)):
-            raise ValueError(f"PredefinedBatchSelector batches[{i}] must hold row indices of "
-                             f"X, in [0, {n_rows}); got {describe(batch)}")
-        mapped = position[batch[batch < len(position)]]
-        kept = mapped[mapped >= 0]
-        dropped += len(batch) - len(kept)
-        if len(kept) < 2:
-            raise ValueError(f"PredefinedBatchSelector batches[{i}] keeps {len(kept)} training "
-                             f"row(s) once the held-out rows (validation_fraction) are left "
-                             "out; a batch needs at least 2")
-        out.append(kept.astype(np.int64))
-    if dropped:
-        warnings.warn(f"{dropped} entries of the PredefinedBatchSelector's batches are rows "
-                      "held out of training (validation_fraction); they are left out of the "
-                      "training batches, whose indices name rows of X",
-                      UserWarning, stacklevel=4)
-    return out
-
-
 class NetBuilder(ParameterChecks):
     """The net of a fit (mixed into :class:`~._base.BaseEmbedder`)."""
 
     def _fitting_selector(self, seed: int, n: int, rows: np.ndarray | None = None,
                           n_rows: int | None = None) -> BatchSelector:
-        """A clone of the user's selector (never mutated) with the estimator's settings.
-
-        ``batch_size`` (when set) overrides the selector's; a selector without a seed
-        gets one derived from ``random_state``. (Adaptive selectors whose ``loss`` is
-        ``None`` score with the training loss as it is at each epoch, which the net hands
-        them.) ``rows`` are the rows of
-        ``X`` the fit trains on (some are held out): the batches of a
-        :class:`~skcontrast.selectors.PredefinedBatchSelector` name rows of ``X``, and
-        are translated to them, and so is a
-        :class:`~skcontrast.selectors.TemperedSelector`'s teacher.
-        """
-        selector = clone(self.selector) if self.selector is not None else \
+        """The user's selector (never changed: a configured clone) as this fit uses it,
+        through its :meth:`~skcontrast.selectors.BatchSelector.for_fit`: the estimator's
+        ``batch_size`` (when set), a seed derived from ``random_state`` where it has none,
+        ``selection_pass`` for a curating selector, and the rows of ``X`` the fit trains
+        on (the others are held out)."""
+        selector = self.selector if self.selector is not None else \
             ShuffledBatchSelector(min(DEFAULT_BATCH_SIZE, n))
-        params = selector.get_params()
-        updates: dict[str, Any] = {}
-        if self.batch_size is not None:
-            key = next((k for k in ("batch_size", "base_selector__batch_size") if k in params),
-                       None)
-            if key is None:
-                raise ValueError(f"batch_size={self.batch_size} cannot be applied: "
-                                 f"{type(selector).__name__} has no batch size")
-            updates[key] = self.batch_size
-        for key, value in params.items():
-            name = key.rsplit("__", 1)[-1]
-            if name == "random_state" and value is None:
-                updates[key] = seed + 1
-            elif name == "selection_pass" and value is None:  # a curating selector's
-                updates[key] = self.selection_pass
-            elif name == "batches" and rows is not None and n_rows is not None and isinstance(
-                    params[key.rpartition("__")[0]] if "__" in key else selector,
-                    PredefinedBatchSelector):
-                updates[key] = predefined_on_rows(value, rows, n_rows)
-            elif name in ("teacher", "reference") and value is not None and \
-                    rows is not None and not isinstance(value, torch.nn.Module) and \
-                    not hasattr(value, "net_"):  # fixed embeddings, one per row of X
-                teacher = value.detach().cpu().numpy() if hasattr(value, "detach") \
-                    else np.asarray(value)
-                if len(teacher) == n_rows:  # rows of X -> the rows the fit trains on
-                    updates[key] = teacher[rows]
-        return selector.set_params(**updates)
+        return selector.for_fit(FitSettings(self.batch_size, seed + 1, self.selection_pass,
+                                            rows, n_rows))
 
     def _check_warm_start(self, net: SelectorNet, factory: EncoderFactory, loss: Loss,
                           n: int) -> None:

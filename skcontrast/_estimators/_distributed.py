@@ -149,7 +149,7 @@ class DistributedSelectorNet(AccelerateMixin, SelectorNet):
         world, rank = _world()
         if world == 1 or self.selector.curates:  # a curating selector runs everywhere
             return super().select_batches()
-        if getattr(self.selector, "_adaptive", False):
+        if self.selector.needs_embeddings:
             n = len(self.training_data)
             shard = np.array_split(np.arange(n), world)[rank]
             local = torch.from_numpy(self.selection_embeddings(shard))

@@ -194,7 +194,7 @@ class BatchSupply(_Net):
     def select_batches(self) -> list[np.ndarray]:
         """Ask the selector (adaptive ones get the current embeddings first, and the loss
         being trained, as it is at this epoch, to score them with)."""
-        if getattr(self.selector, "_adaptive", False):
+        if self.selector.needs_embeddings:
             X = self.cached_embeddings() if self.selection_pass == "cached" else None
             if X is None:
                 X = self.selection_embeddings()
@@ -248,7 +248,7 @@ class BatchSupply(_Net):
         for the next epoch's selection (``selection_pass='cached'``). They are kept in the
         form a fresh pass gives: both views of pairs, the first view (or crop) of single
         views."""
-        if self.selection_pass != "cached" or not getattr(self.selector, "_adaptive", False):
+        if self.selection_pass != "cached" or not self.selector.needs_embeddings:
             return
         if self.labelled or self.augmentation is not None:
             embeddings = embeddings[:, 0] if embeddings.ndim == 3 else embeddings

@@ -19,12 +19,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.base import clone
 from torch import nn
 
 from .._validation import check_int, describe
 from ..losses import LossBatch, make_loss
-from ..selectors import BatchSelector, SelectorSampler
+from ..selectors import BatchSelector, FitSettings, SelectorSampler
 
 
 def batch_sampler(selector: BatchSelector, *, model: Any = None,
@@ -75,19 +74,10 @@ def batch_sampler(selector: BatchSelector, *, model: Any = None,
     def make(dataset: Any, batch_size: int, drop_last: bool,
              valid_label_columns: list[str] | None = None,
              generator: torch.Generator | None = None, seed: int = 0) -> SelectorSampler:
-        chosen = clone(selector)
-        params = chosen.get_params()
-        updates: dict[str, Any] = {}
-        for key in params:
-            name = key.rsplit("__", 1)[-1]
-            if name == "batch_size" and key.count("__") <= 1:
-                updates[key] = batch_size
-            elif name == "drop_last":
-                updates[key] = bool(drop_last)
-            elif name == "random_state" and params[key] is None:
-                updates[key] = int(generator.initial_seed()) % 2**32 if generator is not None \
-                    else int(seed)
-        chosen.set_params(**updates)
+        chosen = selector.for_fit(FitSettings(
+            batch_size=batch_size, drop_last=bool(drop_last),
+            random_state=int(generator.initial_seed()) % 2**32 if generator is not None
+            else int(seed)))
         columns = list(getattr(dataset, "column_names", []))
         label = next((c for c in valid_label_columns or [] if c in columns), None)
         labels = None if label is None else np.asarray(dataset[label])

@@ -34,7 +34,7 @@ training loops of one's own (plain PyTorch, Lightning, Hugging Face ``Trainer``)
 from ._adaptive import BcSSelector, OSGDSelector, ScBSelector
 from ._assignment import balanced_assignment
 from ._balanced import ClassBalancedSelector
-from ._base import BatchSelector
+from ._base import BatchSelector, FitSettings
 from ._basic import (
     ExhaustiveBatchSelector,
     FixedBatchSelector,
@@ -62,6 +62,7 @@ __all__ = [
     "CuratingSelector",
     "CurationBatch",
     "ExhaustiveBatchSelector",
+    "FitSettings",
     "FixedBatchSelector",
     "FullBatchSelector",
     "JESTSelector",

@@ -78,7 +78,9 @@ class OSGDSelector(BatchSelector):
                  loss: Any = None, drop_last: bool = False, random_state: Any = None) -> None:
         store_params(self, locals())
 
-    _adaptive = True
+    @property
+    def needs_embeddings(self) -> bool:
+        return True
 
     @property
     def partitions(self) -> bool:
@@ -146,7 +148,9 @@ class OSGDSelector(BatchSelector):
 class _GreedySelector(BatchSelector):
     """Shared machinery of BcS and ScB: bins, capacities, +Rand pre-filling."""
 
-    _adaptive = True
+    @property
+    def needs_embeddings(self) -> bool:
+        return True
 
     def __init__(self, batch_size: int = 32, *, random_fraction: float = 0.0,
                  loss: Any = None, random_state: Any = None) -> None:

@@ -85,7 +85,7 @@ class ClassBalancedSelector(BatchSelector):
         store_params(self, locals())
 
     @property
-    def _adaptive(self) -> bool:  # type: ignore[override]
+    def needs_embeddings(self) -> bool:
         """Only hard classes look at the embeddings."""
         return bool(self.hard_classes)
 

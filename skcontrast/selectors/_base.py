@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, clone
 
 from .._validation import check_embeddings, check_int, describe, resolve_seed
 from ..losses import Loss, SymmetricInfoNCE, make_loss
@@ -105,6 +105,46 @@ def refuse_curating(base: Any, wrapper: Any) -> None:
                          "on its own")
 
 
+class FitSettings(NamedTuple):
+    """What a fit hands the selector it trains with (:meth:`BatchSelector.for_fit`).
+
+    Attributes
+    ----------
+    batch_size : int or None
+        The fit's batch size, overriding the selector's (``None``: the selector's own).
+    random_state : int or None
+        The seed of a selector (or a wrapped one) left without one.
+    selection_pass : {'fresh', 'cached'} or None
+        For a curating selector left without one (:class:`CuratingSelector`).
+    rows : ndarray of int or None
+        The rows of ``X`` the fit trains on (the others are held out), for parameters
+        given per row of ``X`` (predefined batches, a teacher's or a reference's
+        embeddings).
+    n_rows : int or None
+        The rows of ``X``.
+    drop_last : bool or None
+        A trainer's ``drop_last`` (sentence-transformers'), for a selector that has one.
+    """
+
+    batch_size: int | None = None
+    random_state: int | None = None
+    selection_pass: str | None = None
+    rows: np.ndarray | None = None
+    n_rows: int | None = None
+    drop_last: bool | None = None
+
+
+def training_rows(value: Any, settings: FitSettings) -> Any:
+    """Fixed embeddings given per row of ``X`` (a teacher's, a reference's) restricted
+    to the rows a fit trains on; anything else (a model, embeddings of other length) as
+    it is."""
+    if value is None or settings.rows is None or isinstance(value, torch.nn.Module) or \
+            hasattr(value, "net_"):
+        return value
+    array = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+    return array[settings.rows] if len(array) == settings.n_rows else value
+
+
 class BatchSelector(BaseEstimator):
     """Base class of batch selectors: the mini-batches of one epoch per ``split`` call.
 
@@ -117,18 +157,24 @@ class BatchSelector(BaseEstimator):
     epochs were consumed. :func:`sklearn.base.clone` gives a selector that starts again
     at epoch 0; :meth:`set_epoch` jumps to an epoch (to resume training).
 
-    Subclasses implement ``_select(X, y, groups, rng)``; adaptive selectors set
-    ``_adaptive = True``, receive checked embeddings and the loss to score with
+    Subclasses implement ``_select(X, y, groups, rng)``; adaptive selectors say so by
+    :attr:`needs_embeddings` and receive checked embeddings and the loss to score with
     (``_select(X, y, groups, rng, loss=...)``). A selector whose batches of an epoch
     can share samples (drawn with replacement, overlapping, or added to every batch)
     says so by :attr:`partitions` ``False``: wrappers that move samples between batches
     (:class:`~skcontrast.selectors.TemperedSelector`) refuse it.
     """
 
-    _adaptive = False
     #: Whether the batches are super-batches of which each training step keeps rows
     #: (:meth:`~skcontrast.selectors.CuratingSelector.curate`).
     curates = False
+
+    @property
+    def needs_embeddings(self) -> bool:
+        """Whether the next epoch chooses by the samples' current embeddings: then
+        ``split`` (and an estimator's fit, a :class:`SelectorSampler`) gives it them, and
+        the loss to score with; otherwise only ``len(X)`` matters."""
+        return False
 
     @property
     def partitions(self) -> bool:
@@ -154,6 +200,47 @@ class BatchSelector(BaseEstimator):
             if isinstance(params.get(key), numbers.Integral):
                 return min(int(params[key]), n)
         return None
+
+    def for_fit(self, settings: FitSettings) -> BatchSelector:
+        """A clone of this selector (the user's object is never changed) with what a fit
+        hands it: its batch size, a seed if it has none, and the fit's rows for
+        parameters given per row of ``X``. Wrapped selectors (``base_selector``) get the
+        same through their own ``for_fit``; subclasses add their own settings in
+        :meth:`_fit_params`. A batch size that no part of the selector takes is refused.
+
+        This is the one method through which an estimator (or a trainer) configures a
+        selector: it never sets a selector's parameters by name.
+        """
+        out = clone(self)
+        if settings.batch_size is not None and not out._takes_batch_size():
+            raise ValueError(f"batch_size={settings.batch_size} cannot be applied: "
+                             f"{type(out).__name__} has no batch size")
+        return out.set_params(**out._fit_params(settings))
+
+    def _takes_batch_size(self) -> bool:
+        params = self.get_params(deep=False)
+        return "batch_size" in params or any(
+            isinstance(v, BatchSelector) and v._takes_batch_size() for v in params.values())
+
+    def _fit_params(self, settings: FitSettings) -> dict:
+        """The parameters :meth:`for_fit` sets: the batch size (on this selector, or on
+        the wrapped one), the seed where there is none, ``drop_last`` where given, and
+        the wrapped selectors configured by their own :meth:`for_fit`."""
+        params = self.get_params(deep=False)
+        out: dict[str, Any] = {}
+        if settings.batch_size is not None and "batch_size" in params:
+            out["batch_size"] = settings.batch_size
+            settings = settings._replace(batch_size=None)  # taken: not the wrapped ones'
+        if settings.random_state is not None and "random_state" in params and \
+                params["random_state"] is None:
+            out["random_state"] = settings.random_state
+        if settings.drop_last is not None and "drop_last" in params:
+            out["drop_last"] = settings.drop_last
+        for name, value in params.items():
+            if isinstance(value, BatchSelector):
+                out[name] = value.for_fit(settings if value._takes_batch_size()
+                                          else settings._replace(batch_size=None))
+        return out
 
     def state_dict(self) -> dict:
         """What this selector carries from one epoch to the next besides its epoch
@@ -206,7 +293,7 @@ class BatchSelector(BaseEstimator):
         """
         X = check_embeddings(X)
         rng = self._epoch_rng(self._claim_epoch())
-        if self._adaptive:
+        if self.needs_embeddings:
             return self._select(X, y, groups, rng, loss=self.scoring_loss(loss))
         return self._select(X, y, groups, rng)
 

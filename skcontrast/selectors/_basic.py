@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from typing import Any
 
 import numpy as np
+import torch
 
-from .._validation import check_int, store_params
+from .._validation import check_int, describe, store_params
 from ._base import (
     BatchSelector,
+    FitSettings,
     check_batch_size,
     check_index_batches,
     n_partition_batches,
@@ -244,8 +247,49 @@ class PredefinedBatchSelector(BatchSelector):
                               or [np.zeros(0, np.int64)])
         return len(np.unique(flat)) == len(flat)
 
+    def _fit_params(self, settings: FitSettings) -> dict:
+        """The batches name rows of ``X``: a fit that holds some rows out trains on the
+        others, so they become positions among those."""
+        out = super()._fit_params(settings)
+        if settings.rows is not None and settings.n_rows is not None:
+            out["batches"] = _batches_on_rows(self.batches, settings.rows, settings.n_rows)
+        return out
+
     def _select(self, X, y, groups, rng):
         return check_index_batches(self.batches, len(X), min_size=2)
 
     def _n_batches(self, n, y):
         return len(check_index_batches(self.batches, n, min_size=2))
+
+
+def _batches_on_rows(batches: Any, rows: np.ndarray, n_rows: int) -> list[np.ndarray]:
+    """Predefined batches of rows of ``X`` as positions among the training ``rows``
+    (``rows[i]`` is the row of ``X`` at training position ``i``).
+
+    Rows held out of training are left out of the batches, with a warning; an index
+    that is no row of ``X`` at all, or a batch left with fewer than 2 training rows, is
+    an error.
+    """
+    position = np.full(int(rows.max()) + 1 if len(rows) else 0, -1, dtype=np.int64)
+    position[rows] = np.arange(len(rows))
+    out, dropped = [], 0
+    for i, batch in enumerate(batches):
+        batch = np.asarray(batch.cpu() if isinstance(batch, torch.Tensor) else batch).ravel()
+        if batch.dtype.kind not in "iu" or (batch.size and (batch.min() < 0 or
+                                                           batch.max() >= n_rows)):
+            raise ValueError(f"PredefinedBatchSelector batches[{i}] must hold row indices of "
+                             f"X, in [0, {n_rows}); got {describe(batch)}")
+        mapped = position[batch[batch < len(position)]]
+        kept = mapped[mapped >= 0]
+        dropped += len(batch) - len(kept)
+        if len(kept) < 2:
+            raise ValueError(f"PredefinedBatchSelector batches[{i}] keeps {len(kept)} training "
+                             f"row(s) once the held-out rows (validation_fraction) are left "
+                             "out; a batch needs at least 2")
+        out.append(kept.astype(np.int64))
+    if dropped:
+        warnings.warn(f"{dropped} entries of the PredefinedBatchSelector's batches are rows "
+                      "held out of training (validation_fraction); they are left out of the "
+                      "training batches, whose indices name rows of X",
+                      UserWarning, stacklevel=5)
+    return out

@@ -152,8 +152,8 @@ class BindingSelector(BatchSelector):
     partitions = False  # the binding examples are in every batch
 
     @property
-    def _adaptive(self) -> bool:  # type: ignore[override]
-        return bool(getattr(self._base(), "_adaptive", False))
+    def needs_embeddings(self) -> bool:
+        return bool(self._base().needs_embeddings)
 
     def _base(self) -> BatchSelector:
         if self.base_selector is None:

@@ -162,7 +162,9 @@ class CommunityBatchSelector(BatchSelector):
     ([30, 30, 30, 30], 120)
     """
 
-    _adaptive = True
+    @property
+    def needs_embeddings(self) -> bool:
+        return True
 
     def __init__(self, batch_size: int = 32, *, p: int = 10, q: int = 40,
                  resolution: float = 1.0, search: str = "auto", probes: int = 8,

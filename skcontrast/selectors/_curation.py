@@ -25,10 +25,12 @@ from .._validation import check_choice, check_int, check_real, describe, store_p
 from ..losses import Loss, LossBatch
 from ._base import (
     BatchSelector,
+    FitSettings,
     batch_sizes,
     check_batch_size,
     n_partition_batches,
     partition,
+    training_rows,
 )
 from ._jest import SCORES, block_sample, chunk_sizes, gumbel_chunks, score_matrix
 
@@ -160,6 +162,15 @@ class CuratingSelector(BatchSelector):
         state = self.__dict__.copy()
         state.pop("_reference_module", None)  # a device copy, made again when needed
         return state
+
+    def _fit_params(self, settings: FitSettings) -> dict:
+        """The fit's ``selection_pass`` where this selector has none, and fixed reference
+        embeddings given per row of ``X`` restricted to the rows the fit trains on."""
+        out = {**super()._fit_params(settings),
+               "reference": training_rows(self.reference, settings)}
+        if getattr(self, "selection_pass", "fresh") is None:
+            out["selection_pass"] = settings.selection_pass
+        return out
 
     def state_dict(self) -> dict:
         """With ``selection_pass='cached'``, the embeddings of the training rows it has

@@ -213,7 +213,7 @@ class SelectorSampler(Sampler[list[int]]):
 
     def epoch_batches(self) -> list[np.ndarray]:
         """The global batches of the next epoch (every process gets the same)."""
-        if not getattr(self.selector, "_adaptive", False):
+        if not self.selector.needs_embeddings:
             placeholder = np.zeros((self.n_samples, 1), dtype=np.float32)
             return self.selector.epoch_batches(placeholder, self.labels)
         X = self._current_embeddings(self.epoch)

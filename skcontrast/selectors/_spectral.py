@@ -493,7 +493,9 @@ class SpectralBatchSelector(BatchSelector):
     [8, 8, 8, 8, 8, 8, 8, 8]
     """
 
-    _adaptive = True
+    @property
+    def needs_embeddings(self) -> bool:
+        return True
 
     def __init__(self, batch_size: int = 32, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
                  loss: Any = None, affinity: str = "exp",

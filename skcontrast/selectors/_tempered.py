@@ -12,12 +12,14 @@ import scipy.sparse as sp
 from .._validation import as_numpy, check_int, check_real, describe, encode_labels, store_params
 from ._base import (
     BatchSelector,
+    FitSettings,
     check_batch_size,
     check_embeddings,
     check_index_batches,
     n_partition_batches,
     partition,
     refuse_curating,
+    training_rows,
 )
 from ._graph import rank_window, unit_rows
 from ._guards import guard_batches, mix_random, neighbour_pairs
@@ -118,17 +120,22 @@ class TemperedSelector(BatchSelector):
         last = getattr(self, "_chosen", None)
         return last is None or last[0] != self._period_start(epoch)
 
+    def _fit_params(self, settings: FitSettings) -> dict:
+        """A teacher given per row of ``X`` keeps the rows the fit trains on."""
+        return {**super()._fit_params(settings),
+                "teacher": training_rows(self.teacher, settings)}
+
     @property
     def partitions(self) -> bool:
         return self._base().partitions
 
     @property
-    def _adaptive(self) -> bool:  # type: ignore[override]
+    def needs_embeddings(self) -> bool:
         """Whether the next epoch needs the network's current embeddings."""
         if self.teacher is not None:
             return False
         epoch = self.current_epoch
-        base = bool(getattr(self._base(), "_adaptive", False)) and self._chooses(epoch)
+        base = bool(self._base().needs_embeddings) and self._chooses(epoch)
         warmup = epoch < check_int(self.warmup_epochs, "warmup_epochs", minimum=0)
         m = check_int(self.exclude_neighbours, "exclude_neighbours", minimum=0)
         known = getattr(self, "_conflicts", None)
@@ -155,7 +162,7 @@ class TemperedSelector(BatchSelector):
         n = len(Z)
         codes = self._codes(y, n, cap)
         epoch = self.current_epoch
-        uses_embeddings = self._adaptive or self.teacher is not None
+        uses_embeddings = self.needs_embeddings or self.teacher is not None
         self._claim_epoch()
         rng = self._epoch_rng(epoch)
 

@@ -150,7 +150,9 @@ class RandomWalkBatchSelector(BatchSelector):
     ([25, 25, 25, 25], 100)
     """
 
-    _adaptive = True
+    @property
+    def needs_embeddings(self) -> bool:
+        return True
 
     def __init__(self, batch_size: int = 32, *, n_candidates: int = 1000,
                  n_neighbours: int = 100, restart: float = 0.2,
