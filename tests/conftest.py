@@ -49,6 +49,14 @@ class RecordingSelector(BatchSelector):
     def needs_embeddings(self):
         return self.inner.needs_embeddings
 
+    @property
+    def current_epoch(self):
+        return self.inner.current_epoch
+
+    def set_epoch(self, epoch):
+        self.inner.set_epoch(epoch)
+        return self
+
     def epoch_batches(self, X, y=None, groups=None, *, loss=None):
         batches = self.inner.epoch_batches(X, y, groups, loss=loss)
         self.losses_ = [*getattr(self, "losses_", []), loss]

@@ -106,11 +106,8 @@ class DistributedSelectorNet(AccelerateMixin, SelectorNet):
         self.criterion_.to(self.accelerator.device)  # its temperature and memory state
         return self
 
-    def local_part(self, batch: np.ndarray) -> np.ndarray:
-        world, rank = _world()
-        if self.selector.curates:  # every process curates the whole super-batch
-            return batch
-        return np.array_split(batch, world)[rank]
+    def replicas(self) -> tuple[int, int]:
+        return _world()
 
     def embed_for_selection(self, embed: Any, part: Any) -> torch.Tensor | None:
         """Each process embeds a slice of ``part``; the slices are gathered."""
@@ -123,14 +120,12 @@ class DistributedSelectorNet(AccelerateMixin, SelectorNet):
 
     def own_positions(self, positions: torch.Tensor) -> torch.Tensor:
         """Process 0's kept positions (the same everywhere), this process's slice."""
-        world, rank = _world()
-        if world == 1:
+        if _world()[0] == 1:
             return positions
         chosen = positions.to(self.compute_device).clone()
         dist.broadcast(chosen, src=0)
         positions.copy_(chosen.to(positions.device))
-        return positions[torch.as_tensor(np.array_split(np.arange(len(positions)),
-                                                        world)[rank])]
+        return positions[torch.as_tensor(self.sampler_.rank_slice(np.arange(len(positions))))]
 
     def gathered(self, rows: torch.Tensor) -> torch.Tensor:
         return gather_rows(rows)
@@ -144,31 +139,16 @@ class DistributedSelectorNet(AccelerateMixin, SelectorNet):
             return self.module_
         return self.accelerator.unwrap_model(self.module_)
 
-    def select_batches(self) -> list[np.ndarray]:
-        """Process 0 selects (on embeddings gathered shard by shard) and broadcasts."""
-        world, rank = _world()
-        if world == 1 or self.selector.curates:  # a curating selector runs everywhere
-            return super().select_batches()
-        if self.selector.needs_embeddings:
-            n = len(self.training_data)
-            shard = np.array_split(np.arange(n), world)[rank]
-            local = torch.from_numpy(self.selection_embeddings(shard))
-            self._gathered_embeddings = gather_rows(local.to(self.compute_device)).cpu()
-        if rank == 0:
-            batches = super().select_batches()
-        else:  # the same epoch count everywhere, for checkpoints and resumption
-            self.selector.set_epoch(self.selector.current_epoch + 1)
-            batches = None
-        box: list[Any] = [batches]
-        dist.broadcast_object_list(box, src=0)
-        self._gathered_embeddings = None
-        return box[0]
-
     def selection_embeddings(self, indices: np.ndarray | None = None) -> np.ndarray:
-        gathered = getattr(self, "_gathered_embeddings", None)
-        if indices is None and gathered is not None:
-            return gathered.numpy()
-        return super().selection_embeddings(indices)
+        """Each process embeds its shard of the rows and the shards are gathered: every
+        process selects on the same embeddings (so the sampler draws the same batches)."""
+        world, rank = _world()
+        rows = np.arange(len(self.training_data)) if indices is None else np.asarray(indices)
+        if world == 1 or len(rows) < world:
+            return super().selection_embeddings(indices)
+        shard = np.array_split(rows, world)[rank]
+        local = torch.from_numpy(super().selection_embeddings(shard))
+        return gather_rows(local.to(self.compute_device)).cpu().numpy()
 
     def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
         self._initialize_accelerator()  # a warm start after unwrapping prepares again

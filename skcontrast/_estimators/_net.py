@@ -171,7 +171,7 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
         # the training rows' digest, and the steps' embeddings of them: training state
         # (a warm start on the same rows continues from them)
         self.data_fingerprint: str | None = None
-        self._embedding_cache = self._embedded = None
+        self.sampler_ = self._pending_selection = None
         self.precision = precision
         self.num_workers = num_workers
         self.labelled = labelled
@@ -540,6 +540,9 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
                           "_warned_coverage", "_checked_augmentation", "_stopped_by",
                           "_listeners", "_mode_snapshot"):
             state.pop(transient, None)  # rebuilt by every fit
+        # the sampler is made anew by the next fit, from the embeddings it held
+        state["_pending_selection"] = self.selection_state()
+        state["sampler_"] = None
         state["train_split"] = None  # the held-out data stays out of the pickle
         return state
 

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader
 
 from ..exceptions import TrainingDivergedError
+from ..selectors import SelectorSampler
 from ._data import Batch, ItemViews, Selection, TensorViews, ViewData
 from ._step import plain_temperature, to_device
 
@@ -35,15 +36,16 @@ def _as_batch(batch: Any) -> Any:
     return batch
 
 
-class SelectorBatchSampler(Sampler):
-    """Yields the selector's batches of each epoch (one ``__iter__`` call per epoch)."""
+class EpochSelections:
+    """One epoch of the net's :class:`~skcontrast.selectors.SelectorSampler` as a
+    ``DataLoader``'s ``batch_sampler``: each batch with the rows this process fetches
+    (:class:`~._data.Selection`)."""
 
-    def __init__(self, net: Any, n: int) -> None:
+    def __init__(self, net: Any) -> None:
         self.net = net
-        self.n = n
 
     def __len__(self) -> int:
-        return self.net.selector.get_n_splits(self.n, self.net.labels)
+        return len(self.net.sampler_)
 
     def __iter__(self) -> Iterator[Selection]:
         # A generator: the selection runs at the first batch, not when ``iter`` is called
@@ -93,18 +95,42 @@ class BatchSupply(_Net):
 
     # state of one fit (set when it begins and by its steps)
     training_data: Any
-    _embedding_cache: Any  # the training steps' embeddings, once a step ran
-    _embedded: Any
-    _gathered_embeddings: Any
+    sampler_: Any  # the fit's SelectorSampler
+    _pending_selection: Any  # embeddings a previous fit left, for the next sampler
     _warned_lone: bool
     _warned_coverage: bool
 
     def _on_gpu(self) -> bool:
         return self.compute_device.type == "cuda"
 
+    def replicas(self) -> tuple[int, int]:
+        """The data-parallel processes and this one's rank (one process here)."""
+        return 1, 0
+
     def local_part(self, batch: np.ndarray) -> np.ndarray:
-        """The rows of a selected batch this process trains on (all of them here)."""
-        return batch
+        """The rows of a selected batch this process trains on: the sampler's slice of it
+        (all of it with one process; a curating selector's super-batch is curated whole
+        on every process)."""
+        return batch if self.selector.curates else self.sampler_.rank_slice(batch)
+
+    def start_sampler(self, n: int) -> SelectorSampler:
+        """The sampler of this fit's ``n`` training rows: the net's selector, with the
+        network's embeddings for an adaptive one (:meth:`selection_embeddings`, every
+        epoch, or with ``selection_pass='cached'`` once and then those the training
+        steps push), sliced over the processes without padding (the step gathers rows
+        of any count). The embeddings a previous fit on the same rows left (a warm
+        start, a saved model) are taken over."""
+        world, rank = self.replicas()
+        sampler = SelectorSampler(self.selector, n, embed=self.selection_embeddings,
+                                  labels=self.labels,
+                                  refresh_every=1 if self.selection_pass == "fresh" else None,
+                                  num_replicas=world, rank=rank, even=False)
+        pending = getattr(self, "_pending_selection", None)
+        if pending and pending.get("embeddings") is not None and \
+                len(pending["embeddings"]) == n:
+            sampler.load_embedding_state(pending)
+        self._pending_selection = None
+        return sampler
 
     def _loader(self, data: ViewData, batch_sampler: Any) -> DataLoader:
         # Workers load a Dataset's items; array rows are one index away, in this process.
@@ -120,12 +146,15 @@ class BatchSupply(_Net):
         if not training:  # skorch asks for it only for the held-out data
             return self.held_out_batches(dataset)
         self.training_data = dataset  # for the adaptive selectors' embedding pass
+        if getattr(self, "sampler_", None) is None or self.sampler_.n_samples != len(dataset) \
+                or self.sampler_.selector is not self.selector:
+            self.sampler_ = self.start_sampler(len(dataset))
         # A Dataset's items are loaded by workers, and host data for a GPU is pinned by
         # the loader; tensors already where the module computes are gathered directly.
         if isinstance(dataset, TensorViews) and (dataset.resident_device is not None
                                                  or not self._on_gpu()):
             return DeviceBatches(self, dataset)
-        return self._loader(dataset, SelectorBatchSampler(self, len(dataset)))
+        return self._loader(dataset, EpochSelections(self))
 
     def held_out_batches(self, data: ViewData) -> Any:
         """The same batches of the held-out data every epoch, of the training batch size
@@ -153,7 +182,10 @@ class BatchSupply(_Net):
     def epoch_batches(self) -> list[np.ndarray]:
         """The selector's batches of the next epoch; records the time spent choosing."""
         start = time.perf_counter()
-        batches = self.select_batches()
+        if self.selector.needs_embeddings:
+            # the training loss as it is now: its learned temperature, weights, options
+            self.sampler_.loss = self.criterion_.live_loss()
+        batches = self.sampler_.epoch_batches()
         lone = [b for b in batches if len(b) < 2]
         if lone:
             batches = [b for b in batches if len(b) >= 2]
@@ -182,35 +214,13 @@ class BatchSupply(_Net):
         seen = int(np.count_nonzero(covered))
         if seen < n / 2:
             self._warned_coverage = True
-            params = self.selector.get_params()
-            detail = f" (it keeps q={params['q']} of every k={params['k']} candidate batches)" \
-                if {"k", "q"} <= params.keys() else ""
+            note = self.selector.coverage()
+            detail = f" ({note})" if note else ""
             warnings.warn(
                 f"{type(self.selector).__name__}'s batches of this epoch cover {seen} of the "
                 f"{n} training samples ({seen / n:.0%}){detail}: an epoch trains on a fraction "
                 "of the data, so compare selectors at equal steps (history 'n_batches'), "
                 "not equal epochs, or raise the fraction kept", UserWarning, stacklevel=3)
-
-    def select_batches(self) -> list[np.ndarray]:
-        """Ask the selector (adaptive ones get the current embeddings first, and the loss
-        being trained, as it is at this epoch, to score them with)."""
-        if self.selector.needs_embeddings:
-            X = self.cached_embeddings() if self.selection_pass == "cached" else None
-            if X is None:
-                X = self.selection_embeddings()
-            if not np.isfinite(X).all():
-                bad = int((~np.isfinite(X)).reshape(len(X), -1).any(1).sum())
-                raise TrainingDivergedError(
-                    f"training diverged: at the start of epoch {len(self.history)} the "
-                    f"network embeds {bad} training sample(s) as NaN or inf, so "
-                    f"{type(self.selector).__name__} has nothing to select on. Lower the "
-                    f"learning rate (lr={self.lr}) or raise the temperature "
-                    f"(temperature={plain_temperature(self.criterion_)})")
-            # the training loss as it is now: its learned temperature, weights, options
-            return self.selector.epoch_batches(X, self.labels,
-                                               loss=self.criterion_.live_loss())
-        X = np.zeros((len(self.training_data), 1), dtype=np.float32)
-        return self.selector.epoch_batches(X, self.labels)
 
     @torch.no_grad()
     def embed(self, data: ViewData, view: int | None = None, augment: Any = None,
@@ -244,63 +254,32 @@ class BatchSupply(_Net):
         return self.module_
 
     def remember_embeddings(self, embeddings: torch.Tensor, index: torch.Tensor) -> None:
-        """Keep a training batch's embeddings (detached, on the device) by dataset index,
-        for the next epoch's selection (``selection_pass='cached'``). They are kept in the
-        form a fresh pass gives: both views of pairs, the first view (or crop) of single
-        views."""
+        """Push a training batch's embeddings (detached, on the device) to the sampler,
+        by dataset index, for the next epoch's selection (``selection_pass='cached'``),
+        in the form a fresh pass gives: both views of pairs, the first view (or crop) of
+        single views."""
         if self.selection_pass != "cached" or not self.selector.needs_embeddings:
             return
         if self.labelled or self.augmentation is not None:
             embeddings = embeddings[:, 0] if embeddings.ndim == 3 else embeddings
         elif embeddings.ndim == 3:
             embeddings = embeddings[:, :2]  # not the hard negatives
-        rows = embeddings.detach().float()
-        cache = getattr(self, "_embedding_cache", None)
-        if cache is None or cache.shape[1:] != rows.shape[1:] or cache.device != rows.device \
-                or len(cache) != len(self.training_data):
-            n = len(self.training_data)
-            cache = self._embedding_cache = rows.new_zeros((n, *rows.shape[1:]))
-            self._embedded = torch.zeros(n, dtype=torch.bool, device=rows.device)
-        index = index.to(rows.device, torch.long)
-        cache[index] = rows
-        self._embedded[index] = True
+        self.sampler_.update(index, embeddings.detach())
 
     def selection_state(self) -> dict:
         """What ``selection_pass='cached'`` carries to the next fit on the same rows: the
-        training steps' embeddings of them (with the rows' digest), a copy."""
-        cache = getattr(self, "_embedding_cache", None)
-        return {"rows": self.data_fingerprint,
-                "embeddings": None if cache is None else cache.detach().cpu().clone(),
-                "embedded": None if cache is None else self._embedded.cpu().clone()}
+        sampler's embeddings of them (a copy), with the rows' digest."""
+        sampler = getattr(self, "sampler_", None)
+        state = sampler.embedding_state() if sampler is not None else \
+            (getattr(self, "_pending_selection", None) or {})
+        return {**state, "rows": self.data_fingerprint}
 
     def load_selection_state(self, state: dict | None) -> None:
-        """Continue from :meth:`selection_state` (kept for the rows it names: a fit on
-        other rows starts without it)."""
-        state = state or {}
-        embeddings, embedded = state.get("embeddings"), state.get("embedded")
-        self.data_fingerprint = state.get("rows")
-        if embeddings is None or embedded is None:
-            self._embedding_cache = self._embedded = None
-            return
-        if embedded.dtype != torch.bool or embedded.shape != embeddings.shape[:1]:
-            raise ValueError(f"the saved selection embeddings ({tuple(embeddings.shape)}) and "
-                             f"their mask ({tuple(embedded.shape)}, {embedded.dtype}) do not "
-                             "match: the saved state is damaged")
-        self._embedding_cache = embeddings.to(self.compute_device, torch.float32)
-        self._embedded = embedded.to(self.compute_device)
-
-    def cached_embeddings(self) -> np.ndarray | None:
-        """The embeddings the training steps computed (each sample's from the last step
-        that trained it), the rows no step has embedded yet completed by a fresh pass;
-        ``None`` before any training step of this fit."""
-        cache = getattr(self, "_embedding_cache", None)
-        if cache is None or len(cache) != len(self.training_data):
-            return None
-        out = cache.cpu().numpy()
-        missing = np.flatnonzero(~self._embedded.cpu().numpy())
-        if len(missing):
-            out[missing] = self.selection_embeddings(missing)
-        return out
+        """Continue from :meth:`selection_state`: the next fit's sampler starts from it
+        (the caller drops it when the rows differ)."""
+        self._pending_selection = state or None
+        self.data_fingerprint = (state or {}).get("rows")
+        self.sampler_ = None
 
     def selection_embeddings(self, indices: np.ndarray | None = None) -> np.ndarray:
         """What adaptive selectors look at: current embeddings of the training set (or of
@@ -311,6 +290,20 @@ class BatchSupply(_Net):
         """
         data = self.training_data
         if self.labelled:
-            return self.embed(data.select(0), view=0, indices=indices).numpy()
-        out = self.embed(data, indices=indices).numpy()
-        return out[:, :2] if out.ndim == 3 else out  # not the hard negatives
+            out = self.embed(data.select(0), view=0, indices=indices).numpy()
+        else:
+            out = self.embed(data, indices=indices).numpy()
+            out = out[:, :2] if out.ndim == 3 else out  # not the hard negatives
+        return self.checked_selection(out)
+
+    def checked_selection(self, X: np.ndarray) -> np.ndarray:
+        """Embeddings to select on, refused when training has diverged."""
+        if not np.isfinite(X).all():
+            bad = int((~np.isfinite(X)).reshape(len(X), -1).any(1).sum())
+            raise TrainingDivergedError(
+                f"training diverged: at the start of epoch {len(self.history)} the "
+                f"network embeds {bad} training sample(s) as NaN or inf, so "
+                f"{type(self.selector).__name__} has nothing to select on. Lower the "
+                f"learning rate (lr={self.lr}) or raise the temperature "
+                f"(temperature={plain_temperature(self.criterion_)})")
+        return X

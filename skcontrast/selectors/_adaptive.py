@@ -87,6 +87,9 @@ class OSGDSelector(BatchSelector):
         """With ``candidates='random'`` the kept batches are drawn independently."""
         return self.candidates != "random"
 
+    def coverage(self) -> str | None:
+        return f"it keeps q={self.q} of every k={self.k} candidate batches"
+
     def _check(self, n: int) -> tuple[int, int, int]:
         b = check_batch_size(self.batch_size, n)
         k = check_int(self.k, "k", minimum=1)

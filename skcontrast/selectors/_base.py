@@ -169,6 +169,11 @@ class BatchSelector(BaseEstimator):
     #: (:meth:`~skcontrast.selectors.CuratingSelector.curate`).
     curates = False
 
+    def coverage(self) -> str | None:
+        """In words, what share of the samples an epoch's batches cover when it is not
+        all of them (e.g. OSGD's ``q`` of every ``k`` batches), for messages."""
+        return None
+
     @property
     def needs_embeddings(self) -> bool:
         """Whether the next epoch chooses by the samples' current embeddings: then

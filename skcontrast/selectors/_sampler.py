@@ -38,8 +38,11 @@ class SelectorSampler(Sampler[list[int]]):
       samples that have none yet;
     - or by **push**: ``sampler.update(indices, embeddings)`` from the training loop,
       e.g. with the embeddings each step computes anyway (what the next epoch then
-      selects on, up to an epoch old). Samples never pushed are embedded by ``embed``
-      (if given) or raise.
+      selects on, up to an epoch old; a tensor stays on its device, so a step costs no
+      copy to the host). Samples never pushed are embedded by ``embed`` (if given) or
+      raise. With ``refresh_every=None``, ``embed`` runs for all samples once, before the
+      first epoch, and then, every epoch, for those never pushed (so they are current):
+      the estimators' ``selection_pass='cached'``.
 
     **Epochs** follow the selector: ``set_epoch(e)`` (as ``DistributedSampler``) makes
     the next pass epoch ``e``, so a resumed run draws the batches it would have drawn.
@@ -50,14 +53,16 @@ class SelectorSampler(Sampler[list[int]]):
     must be seeded, ``random_state``, and the embeddings the same on every process) and
     iterates over its own contiguous slice of each, so the global batch is the
     selector's batch (gather the embeddings across processes for a loss over the whole
-    batch, as the estimators do). Every rank gets a non-empty slice of the same size at
-    every step (what a gather of equal shapes needs): a global batch whose size is not a
-    multiple of the number of processes ``R`` is padded with its own first samples
-    (``drop_last=False``, a warning says how many repeat, since a repeated sample is its
-    own negative) or loses its last ``len % R`` samples (``drop_last=True``; a batch of
-    fewer than ``R`` samples, which would leave a rank nothing, is padded instead, so
-    that every rank takes the same number of steps). A selector whose batch size is
-    below ``R`` is refused.
+    batch, as the estimators do). With ``even=True`` (the default) every rank gets a
+    non-empty slice of the same size at every step (what a gather of equal shapes
+    needs): a global batch whose size is not a multiple of the number of processes
+    ``R`` is padded with its own first samples (``drop_last=False``, a warning says how
+    many repeat, since a repeated sample is its own negative) or loses its last
+    ``len % R`` samples (``drop_last=True``; a batch of fewer than ``R`` samples, which
+    would leave a rank nothing, is padded instead, so that every rank takes the same
+    number of steps); with ``even=False`` the slices differ by at most one sample and
+    none is repeated or dropped (for a gather of rows of any count, as the estimators'
+    is). A selector whose batch size is below ``R`` is refused.
 
     A **curating selector** (:class:`~skcontrast.selectors.JESTSelector`,
     :class:`~skcontrast.selectors.RhoLossSelector`) yields whole super-batches on every
@@ -83,15 +88,18 @@ class SelectorSampler(Sampler[list[int]]):
     loss : Loss or None, default=None
         What an adaptive selector whose own ``loss`` is ``None`` scores with: your
         training loss object (:mod:`skcontrast.losses`), with its current temperature.
-    refresh_every : int, default=1
+    refresh_every : int or None, default=1
         Epochs between two calls of ``embed`` for all samples (pushed embeddings are
-        used as they come).
+        used as they come); ``None``: once, before the first epoch.
     num_replicas, rank : int or None, default=None
         Data-parallel processes and this one's rank; ``None``: from ``torch.distributed``
         if it is initialised, else one process.
     drop_last : bool, default=False
         With several processes: drop the samples of a global batch beyond a multiple of
         the number of processes, instead of padding it.
+    even : bool, default=True
+        With several processes: slices of one size (padded or dropped as above), or
+        ``False``: ``numpy.array_split`` slices.
 
     Examples
     --------
@@ -106,8 +114,9 @@ class SelectorSampler(Sampler[list[int]]):
 
     def __init__(self, selector: BatchSelector, n_samples: int, *,
                  embed: Callable[[np.ndarray], Any] | None = None, labels: Any = None,
-                 loss: Any = None, refresh_every: int = 1, num_replicas: int | None = None,
-                 rank: int | None = None, drop_last: bool = False) -> None:
+                 loss: Any = None, refresh_every: int | None = 1,
+                 num_replicas: int | None = None, rank: int | None = None,
+                 drop_last: bool = False, even: bool = True) -> None:
         if not isinstance(selector, BatchSelector):
             raise ValueError(f"selector must be a BatchSelector from skcontrast.selectors; "
                              f"got {describe(selector)}")
@@ -122,7 +131,8 @@ class SelectorSampler(Sampler[list[int]]):
             raise ValueError(f"labels has {len(self.labels)} entries but n_samples is "
                              f"{self.n_samples}")
         self.loss = loss
-        self.refresh_every = check_int(refresh_every, "refresh_every", minimum=1)
+        self.refresh_every = None if refresh_every is None else check_int(
+            refresh_every, "refresh_every", minimum=1)
         if (num_replicas is None) != (rank is None):
             raise ValueError("num_replicas and rank go together: give both or neither")
         if num_replicas is not None:
@@ -132,10 +142,14 @@ class SelectorSampler(Sampler[list[int]]):
         if not isinstance(drop_last, bool):
             raise ValueError(f"drop_last must be True or False; got {describe(drop_last)}")
         self.drop_last = drop_last
+        if not isinstance(even, bool):
+            raise ValueError(f"even must be True or False; got {describe(even)}")
+        self.even = even
         self._check_batch_size(self._replicas()[0])
         self._warned_padding = False
-        self.embeddings: np.ndarray | None = None
-        self._known = np.zeros(self.n_samples, dtype=bool)
+        self._table: torch.Tensor | None = None  # one embedding per sample, on its device
+        self._known: torch.Tensor = torch.zeros(self.n_samples, dtype=torch.bool)
+        self._pushed: torch.Tensor = torch.zeros(self.n_samples, dtype=torch.bool)
         self._refreshed_at: int | None = None
         self.refreshes = 0
 
@@ -154,13 +168,10 @@ class SelectorSampler(Sampler[list[int]]):
         return self.selector.get_n_splits(self.n_samples, self.labels)
 
     def __iter__(self) -> Iterator[list[int]]:
-        world, rank = self._replicas()
-        self._check_batch_size(world)
+        self._check_batch_size(self._replicas()[0])
         for batch in self.epoch_batches():
-            if self.selector.curates:  # every process curates the whole super-batch
-                yield batch.tolist()
-            else:
-                yield self._even(batch, world).reshape(world, -1)[rank].tolist()
+            yield (batch if self.selector.curates  # every process curates it whole
+                   else self.rank_slice(batch)).tolist()
 
     def rank_slice(self, rows: Any) -> np.ndarray:
         """This process's contiguous slice of ``rows`` (e.g. the positions a curating
@@ -170,6 +181,8 @@ class SelectorSampler(Sampler[list[int]]):
         rows = np.asarray(rows.cpu() if isinstance(rows, torch.Tensor) else rows)
         if world == 1:
             return rows
+        if not self.even:
+            return np.array_split(rows, world)[rank]
         return self._even(rows, world).reshape(world, -1)[rank]
 
     def _even(self, batch: np.ndarray, world: int) -> np.ndarray:
@@ -221,36 +234,82 @@ class SelectorSampler(Sampler[list[int]]):
 
     # -- embeddings -------------------------------------------------------------------
 
-    def update(self, indices: Any, embeddings: Any) -> None:
+    @property
+    def embeddings(self) -> np.ndarray | None:
+        """One embedding per sample (zeros where none is known yet), or ``None``."""
+        return None if self._table is None else self._table.cpu().numpy()
+
+    def update(self, indices: Any, embeddings: Any, *, pushed: bool = True) -> None:
         """Record the embeddings of the samples ``indices`` (e.g. those a training step
-        computed), for the next epoch's selection."""
-        index = as_numpy(indices, "indices").astype(np.int64).ravel()
-        values = as_numpy(embeddings.detach() if isinstance(embeddings, torch.Tensor)
-                          else embeddings, "embeddings").astype(np.float32, copy=False)
+        computed), for the next epoch's selection. A tensor stays on its device (no copy
+        to the host, no wait on a GPU). ``pushed=False``: embeddings of ``embed`` (which
+        ``refresh_every=None`` renews for the samples never pushed)."""
+        index = torch.as_tensor(indices.detach() if isinstance(indices, torch.Tensor)
+                                else as_numpy(indices, "indices")).long().reshape(-1)
+        values = embeddings.detach().float() if isinstance(embeddings, torch.Tensor) else \
+            torch.from_numpy(as_numpy(embeddings, "embeddings").astype(np.float32))
         if len(values) != len(index):
             raise ValueError(f"update got {len(index)} indices but {len(values)} embeddings")
-        if len(index) and (index.min() < 0 or index.max() >= self.n_samples):
+        if not isinstance(embeddings, torch.Tensor) and len(index) and (
+                int(index.min()) < 0 or int(index.max()) >= self.n_samples):
             raise ValueError(f"indices must lie in [0, {self.n_samples}); got "
-                             f"{index.min()}..{index.max()}")
-        if self.embeddings is None or self.embeddings.shape[1:] != values.shape[1:]:
-            self.embeddings = np.zeros((self.n_samples, *values.shape[1:]), np.float32)
-            self._known[:] = False
-        self.embeddings[index] = values
+                             f"{int(index.min())}..{int(index.max())}")
+        if self._table is None or self._table.shape[1:] != values.shape[1:]:
+            self._table = values.new_zeros((self.n_samples, *values.shape[1:]))
+            self._known = torch.zeros(self.n_samples, dtype=torch.bool, device=values.device)
+            self._pushed = torch.zeros(self.n_samples, dtype=torch.bool, device=values.device)
+        elif self._table.device != values.device:
+            self._table = self._table.to(values.device)
+            self._known = self._known.to(values.device)
+            self._pushed = self._pushed.to(values.device)
+        index = index.to(values.device)
+        self._table[index] = values
         self._known[index] = True
+        if pushed:
+            self._pushed[index] = True
 
     def refresh(self) -> None:
         """Embed every sample now with ``embed``."""
         if self.embed is None:
             raise ValueError("refresh needs embed=, a callable embed(indices) -> array")
-        self.update(np.arange(self.n_samples), self.embed(np.arange(self.n_samples)))
+        self.update(np.arange(self.n_samples), self.embed(np.arange(self.n_samples)),
+                    pushed=False)
         self.refreshes += 1
 
+    def embedding_state(self) -> dict:
+        """The embeddings the sampler holds (a copy, tensors on the CPU) and whether the
+        first refresh was made: what a checkpoint keeps so that a resumed run selects on
+        the same numbers (see :meth:`load_embedding_state`)."""
+        return {"embeddings": None if self._table is None else self._table.cpu().clone(),
+                "known": self._known.cpu().clone(), "pushed": self._pushed.cpu().clone(),
+                "refreshed": self._refreshed_at}
+
+    def load_embedding_state(self, state: dict) -> None:
+        """Continue from :meth:`embedding_state`."""
+        table, known, pushed = (state.get(k) for k in ("embeddings", "known", "pushed"))
+        if table is None:
+            return
+        if not all(isinstance(m, torch.Tensor) and m.dtype == torch.bool and
+                   m.shape == (self.n_samples,) for m in (known, pushed)) or \
+                len(table) != self.n_samples:
+            raise ValueError(f"the saved selection embeddings ({describe(table)}) and their "
+                             f"masks ({describe(known)}, {describe(pushed)}) do not hold one "
+                             f"row per sample (n_samples={self.n_samples}): the saved state "
+                             "is damaged")
+        assert isinstance(known, torch.Tensor) and isinstance(pushed, torch.Tensor)
+        self._table, self._known, self._pushed = table.float(), known, pushed
+        refreshed = state.get("refreshed")
+        self._refreshed_at = None if refreshed is None else int(refreshed)
+
     def _current_embeddings(self, epoch: int) -> np.ndarray:
-        due = self._refreshed_at is None or epoch - self._refreshed_at >= self.refresh_every
+        due = self._refreshed_at is None or (
+            self.refresh_every is not None and epoch - self._refreshed_at >= self.refresh_every)
         if self.embed is not None and due:
             self.refresh()
             self._refreshed_at = epoch
-        missing = np.flatnonzero(~self._known)
+        # refreshed once only: the samples never pushed are embedded anew every epoch
+        stale = ~self._pushed if self.refresh_every is None and not due else ~self._known
+        missing = np.flatnonzero(stale.cpu().numpy())
         if len(missing):
             if self.embed is None:
                 raise ValueError(
@@ -258,9 +317,10 @@ class SelectorSampler(Sampler[list[int]]):
                     f"{len(missing)} of the {self.n_samples} samples have none: give "
                     "SelectorSampler an embed(indices) callback, or push embeddings with "
                     "sampler.update(indices, embeddings) before the epoch starts")
-            self.update(missing, self.embed(missing))
-        assert self.embeddings is not None  # every sample has one now
-        return self.embeddings
+            self.update(missing, self.embed(missing), pushed=False)
+        embeddings = self.embeddings
+        assert embeddings is not None  # every sample has one now
+        return embeddings
 
     def _replicas(self) -> tuple[int, int]:
         if self.num_replicas is not None and self.rank is not None:
