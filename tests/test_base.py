@@ -1,11 +1,11 @@
 """What the two estimators share (skcontrast/_estimators/_base.py and _net.py): warm
 starts, finiteness, held-out rows, threads, interrupts and the checks of their settings.
-
-Numbered as the points of the trust issue (24) they cover.
 """
 
+import importlib.util
 import pickle
 import signal
+import sys
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import torch
+from conftest import RecordingSelector, requires_cuda
 from sklearn.model_selection import GridSearchCV
 from skorch.callbacks import Callback, Checkpoint, EarlyStopping
 from torch import nn
@@ -20,12 +21,19 @@ from torch import nn
 import skcontrast
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast._estimators import _base
-from skcontrast.datasets import make_paired_gaussians
+from skcontrast.datasets import GaussianNoise, load_digit_views, make_paired_gaussians
 from skcontrast.exceptions import TrainingDivergedError, TrainingInterrupted
-from skcontrast.losses import SymmetricInfoNCE
+from skcontrast.losses import (
+    SigLIP,
+    SymmetricInfoNCE,
+)
 from skcontrast.memory import CrossBatchMemory, SogCLRMemory
 from skcontrast.model_selection import BalanceSearchCV
-from skcontrast.selectors import OSGDSelector, PredefinedBatchSelector, ShuffledBatchSelector
+from skcontrast.selectors import (
+    OSGDSelector,
+    PredefinedBatchSelector,
+    ShuffledBatchSelector,
+)
 
 SMALL = {"n_components": 4, "hidden_layer_sizes": (8,), "max_epochs": 2, "lr": 1e-2,
          "random_state": 0, "device": "cpu", "selector": ShuffledBatchSelector(16)}
@@ -36,7 +44,7 @@ def pairs():
     return make_paired_gaussians(64, 6, n_clusters=4, random_state=0)
 
 
-# 3. Divergence on the last step ---------------------------------------------------------
+# Divergence on the last step ---------------------------------------------------------
 
 class PoisonLastStep(Callback):
     """Makes the very last update of a fit produce NaN weights (its loss was finite)."""
@@ -61,7 +69,7 @@ def test_divergence_on_the_last_step_is_refused(pairs, kind, extra, message):
     assert not hasattr(est, "net_")
 
 
-# 4. warm_start follows set_params -------------------------------------------------------
+# warm_start follows set_params -------------------------------------------------------
 
 def _warm(X, y=None, kind=ContrastiveEmbedder, **first):
     est = kind(**{**SMALL, **first, "warm_start": True})
@@ -134,7 +142,7 @@ def test_a_warm_start_refuses_another_memory_size_or_a_loss_its_memory_was_not_b
         est.set_params(loss="nt_xent").fit(X)
 
 
-# 5. Warm starts keep the held-out rows ---------------------------------------------------
+# Warm starts keep the held-out rows ---------------------------------------------------
 
 def test_warm_starts_hold_out_the_same_rows(pairs):
     X, _ = pairs
@@ -151,7 +159,7 @@ def test_warm_starts_hold_out_the_same_rows(pairs):
         est.set_params(validation_fraction=None).fit(X)
 
 
-# 6. module__* needs a module class --------------------------------------------------------
+# module__* needs a module class --------------------------------------------------------
 
 def test_module_parameters_with_the_default_mlp_are_refused(pairs):
     X, _ = pairs
@@ -159,7 +167,7 @@ def test_module_parameters_with_the_default_mlp_are_refused(pairs):
         ContrastiveEmbedder(**SMALL, module__hidden=32).fit(X)
 
 
-# 8. Predefined batches name rows of X ---------------------------------------------------
+# Predefined batches name rows of X ---------------------------------------------------
 
 def test_predefined_batches_keep_naming_rows_of_x_with_held_out_rows(pairs):
     X, _ = pairs
@@ -174,7 +182,7 @@ def test_predefined_batches_keep_naming_rows_of_x_with_held_out_rows(pairs):
     assert trained == [[i for i in b.tolist() if i not in held] for b in batches]
 
 
-# 12. Reproducible under threads; the caller's RNG untouched ------------------------------
+# Reproducible under threads; the caller's RNG untouched ------------------------------
 
 class Dropping(nn.Module):
     def __init__(self, n_in, n_out):
@@ -265,7 +273,7 @@ def test_early_stopping_and_load_best_are_not_called_interrupts(pairs, tmp_path,
     assert len(stopped.history_) < 40
 
 
-# 17. Pickles ----------------------------------------------------------------------------
+# Pickles ----------------------------------------------------------------------------
 
 def test_pickles_hold_string_scorers_and_never_the_held_out_rows(pairs):
     X, y = pairs
@@ -280,7 +288,7 @@ def test_pickles_hold_string_scorers_and_never_the_held_out_rows(pairs):
     again.set_params(warm_start=True, max_epochs=1).fit(X, y)
 
 
-# 18. Clear errors instead of raw ones -----------------------------------------------------
+# Clear errors instead of raw ones -----------------------------------------------------
 
 @pytest.mark.parametrize("params, fit, message", [
     ({"validation_fraction": 0.25, "callbacks": [EarlyStopping(monitor="valid_score",
@@ -321,7 +329,7 @@ def test_scoring_a_loaded_single_view_model_without_its_augmentation_says_what_t
         loaded.score(X[:, 0])
 
 
-# 19. Parameter groups match, or say so ---------------------------------------------------
+# Parameter groups match, or say so ---------------------------------------------------
 
 def test_parameter_groups_use_the_modules_own_names_and_must_match(pairs):
     X, _ = pairs
@@ -332,7 +340,7 @@ def test_parameter_groups_use_the_modules_own_names_and_must_match(pairs):
         ContrastiveEmbedder(**SMALL, optimizer__param_groups=[("layer1.*", {"lr": 1})]).fit(X)
 
 
-# The selection pass (speed issue, 27): embeddings the training steps computed -----------
+# The selection pass: embeddings the training steps computed -----------
 
 def count_fresh_passes(monkeypatch):
     from skcontrast._estimators._supply import BatchSupply
@@ -357,7 +365,6 @@ def count_fresh_passes(monkeypatch):
 ])
 def test_cached_selection_takes_no_pass_after_the_first_epoch(pairs, monkeypatch, kind, data,
                                                              extra):
-    from conftest import RecordingSelector
 
     from skcontrast.datasets import GaussianNoise
     from skcontrast.selectors import SpectralBatchSelector
@@ -392,7 +399,6 @@ def test_cached_selection_embeds_only_the_samples_no_step_trained(pairs, monkeyp
 def test_cached_embeddings_are_those_the_training_step_computed(pairs):
     """With lr=0 the weights never change, so the cached embeddings equal a fresh
     pass's (a deterministic MLP in training mode equals itself in eval mode)."""
-    from conftest import RecordingSelector
 
     from skcontrast.selectors import SpectralBatchSelector
 
@@ -499,3 +505,340 @@ def test_data_in_memory_is_batched_without_a_dataloader_unless_a_gpu_needs_it_pi
     net._on_gpu = lambda: True
     loader = net.get_iterator(data, training=True)
     assert isinstance(loader, DataLoader) and loader.pin_memory
+
+
+SMALL_FIT = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
+         "random_state": 0, "device": "cpu", "batch_size": 16}
+
+
+@pytest.fixture(scope="module")
+def pairs_fit():
+    return make_paired_gaussians(64, 8, n_clusters=3, random_state=0)
+
+
+class _Dropout(torch.nn.Module):
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(n_in, 32), torch.nn.Dropout(0.3),
+                                       torch.nn.Linear(32, n_out))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def _noise_with_generator(x, generator):
+    return x + 0.1 * torch.randn(x.shape, generator=generator, device=x.device)
+
+
+def _noise_from_torch(x):
+    return x + 0.1 * torch.randn_like(x)
+
+
+class _Norm(torch.nn.Module):
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.linear, self.norm = torch.nn.Linear(n_in, n_out), torch.nn.BatchNorm1d(n_out)
+
+    def forward(self, x):
+        return self.norm(self.linear(x))
+
+
+class _PoisonAfter:
+    """A skorch callback that makes a buffer or a weight NaN after the last step of an
+    epoch (the loss of every step stays finite), optionally then pressing Ctrl-C."""
+
+    def __new__(cls, what, epoch, interrupt=False):
+        from skorch.callbacks import Callback
+
+        class Poison(Callback):
+            def on_batch_end(self, net, training=False, **kwargs):
+                batches = net.history[-1]["batches"]
+                if not training or len(net.history) != epoch or len(batches) != 2:
+                    return
+                module = net.module_.encoders[0]
+                target = module.norm.running_var if what == "buffer" else module.linear.weight
+                with torch.no_grad():
+                    target.view(-1)[0] = float("nan")
+                if interrupt:
+                    import signal
+
+                    signal.raise_signal(signal.SIGINT)
+
+        return Poison()
+
+
+@pytest.mark.parametrize("change", [False, True])
+def test_a_warm_start_applies_a_changed_siglip_bias(pairs_fit, change):
+    est = ContrastiveEmbedder(**{**SMALL_FIT, "lr": 0.5}, optimizer="sgd",
+                              loss=SigLIP(bias=-10.0, learn_bias=True)).fit(pairs_fit[0])
+    learned = float(est.net_.criterion_.learned_bias)
+    assert abs(learned + 10) > 1e-3  # it learned
+    est.set_params(warm_start=True, lr=1e-9, max_epochs=1)
+    if change:
+        est.set_params(loss__bias=-5.0)
+    est.fit(pairs_fit[0])
+    expected = -5.0 if change else learned
+    assert float(est.net_.criterion_.learned_bias) == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("augmentation", [None, _noise_with_generator, _noise_from_torch],
+                         ids=["dropout", "f(x, generator)", "f(x)"])
+@pytest.mark.parametrize("resume", ["warm start", "save and load"])
+def test_two_plus_two_warm_epochs_are_four_epochs(augmentation, resume, tmp_path):
+    import skcontrast
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(96, 2, 8)).astype(np.float32)
+    if augmentation is not None:
+        X = X[:, 0]
+    kw = {**SMALL_FIT, "augmentation": augmentation}
+    whole = ContrastiveEmbedder(_Dropout, **{**kw, "max_epochs": 4}).fit(X)
+    half = ContrastiveEmbedder(_Dropout, **kw).fit(X)
+    if resume == "save and load":
+        half.save(tmp_path / "half")
+        half = skcontrast.load(tmp_path / "half", module=_Dropout,
+                               augmentation=augmentation)
+    half.set_params(warm_start=True).fit(X)
+    np.testing.assert_allclose(half.transform(X), whole.transform(X), atol=1e-6)
+
+
+@pytest.mark.parametrize("what", ["buffer", "weight"])
+@pytest.mark.parametrize("estimator", ["contrastive", "supcon"])
+def test_a_non_finite_model_at_the_end_of_fit_is_refused_and_not_kept(pairs_fit, what,
+                                                                       estimator):
+    from skcontrast import SupConEmbedder
+    from skcontrast.exceptions import TrainingDivergedError
+
+    X, y = pairs_fit
+    kw = {**SMALL_FIT, "batch_size": 32, "callbacks": [_PoisonAfter(what, 2)]}
+    est = ContrastiveEmbedder(_Norm, **kw) if estimator == "contrastive" else\
+        SupConEmbedder(_Norm, **kw)
+    data = (X,) if estimator == "contrastive" else (X[:, 0], y)
+    with pytest.raises(TrainingDivergedError, match=r"'module\.encoders\.0\.(norm\.running_var|"
+                                                    r"linear\.weight)' holds NaN"):
+        est.fit(*data)
+    assert not hasattr(est, "net_")
+
+
+def test_an_interrupt_after_a_nan_does_not_keep_the_nan_model(pairs_fit):
+    from skcontrast.exceptions import TrainingInterrupted
+
+    X, _ = pairs_fit
+    est = ContrastiveEmbedder(_Norm, **{**SMALL_FIT, "max_epochs": 5, "batch_size": 16}).fit(X)
+    before = est.transform(X)
+    est.set_params(warm_start=True, callbacks=[_PoisonAfter("buffer", 7, interrupt=True)])
+    with pytest.raises(TrainingInterrupted, match=r"running_var' holds NaN.*not kept"):
+        est.fit(X)
+    np.testing.assert_array_equal(est.transform(X), before)  # the model before this fit
+
+
+SMALL_EDGES = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
+         "random_state": 0, "device": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def pairs_edges():
+    return make_paired_gaussians(96, 8, n_clusters=3, random_state=0)
+
+
+class NaNModule(nn.Module):
+    """A linear encoder that outputs NaN (always, or in eval mode only)."""
+
+    def __init__(self, n_in=8, n_out=4, eval_only=False):
+        super().__init__()
+        self.linear = nn.Linear(n_in, n_out)
+        self.eval_only = eval_only
+
+    def forward(self, x):
+        out = self.linear(x)
+        return out * float("nan") if not (self.eval_only and self.training) else out
+
+
+class InterruptAt(Callback):
+    """Presses Ctrl-C (a real SIGINT) at a given batch of a given epoch."""
+
+    def __init__(self, epoch, batch):
+        self.epoch, self.batch = epoch, batch
+
+    def on_batch_end(self, net, training=False, **kwargs):
+        if training and len(net.history) == self.epoch and\
+                len(net.history[-1]["batches"]) == self.batch:
+            signal.raise_signal(signal.SIGINT)
+
+
+@pytest.mark.parametrize("params", [
+    {"optimizer": "sgd", "lr": 1e8, "loss": SymmetricInfoNCE(normalize=False)},
+    {"loss": SymmetricInfoNCE(1e-45)},
+], ids=["learning rate", "temperature"])
+def test_divergence_stops_fit_with_the_epoch_batch_and_advice(pairs_edges, params):
+    X, _ = pairs_edges
+    est = ContrastiveEmbedder(**{**SMALL_EDGES, "max_epochs": 3, **params})
+    with pytest.raises(TrainingDivergedError, match=r"at epoch \d+, batch \d+ .*Lower the "
+                                                    r"learning rate .*raise the temperature"):
+        est.fit(X)
+    assert not hasattr(est, "net_")  # clearly unfitted, not a NaN model
+
+
+def test_a_module_emitting_nan_and_a_refit_keep_the_previous_model(pairs_edges):
+    X, _ = pairs_edges
+    est = ContrastiveEmbedder(**SMALL_EDGES).fit(X)
+    before = est.transform(X)
+    with pytest.raises(TrainingDivergedError, match="training diverged"):
+        est.set_params(module=NaNModule).fit(X)
+    np.testing.assert_array_equal(est.transform(X), before)  # the old model is untouched
+
+
+def test_adaptive_selectors_and_supcon_blame_the_training_not_the_data(pairs_edges):
+    X, y = pairs_edges
+    est = ContrastiveEmbedder(**{**SMALL_EDGES, "module": lambda i, o: NaNModule(eval_only=True),
+                                 "selector": OSGDSelector(16, k=3, q=2)})
+    with pytest.raises(TrainingDivergedError, match="embeds 96 training sample"):
+        est.fit(X)
+    supcon = SupConEmbedder(**{**SMALL_EDGES, "module": NaNModule})
+    with pytest.raises(TrainingDivergedError):
+        supcon.fit(X[:, 0], y)
+    assert not hasattr(supcon, "net_") and not hasattr(supcon, "class_centres_")
+
+
+def test_a_refused_warm_start_changes_nothing():
+    rng = np.random.default_rng(0)
+    X16, X10 = rng.normal(size=(64, 16)), rng.normal(size=(64, 10))
+    est = ContrastiveEmbedder(**{**SMALL_EDGES, "warm_start": True}).fit(X16)
+    before = est.transform(X16)
+    with pytest.raises(ValueError, match="warm_start continues the fitted network"):
+        est.fit(X10)
+    assert est.n_features_in_ == 16 and est.view_split_ == 8
+    np.testing.assert_array_equal(est.transform(X16), before)
+    with pytest.raises(ValueError, match="X has 10 features"):
+        est.transform(X10)
+
+
+def test_an_interrupt_keeps_the_model_and_goes_on_as_an_interrupt(pairs_edges):
+    X, _ = pairs_edges
+    est = ContrastiveEmbedder(**{**SMALL_EDGES, "max_epochs": 5, "batch_size": 16,
+                                 "callbacks": [InterruptAt(2, 3)]})
+    with pytest.raises(TrainingInterrupted, match=r"fit stopped after 1 of 5 epochs.*"
+                                                  r"weights of the 9 step\(s\) applied"):
+        est.fit(X)
+    partial = est.history_[-1]["batches"]
+    assert [np.isfinite(b["train_loss"]) for b in partial] == [True] * 3
+    assert est.transform(X).shape == (96, 4)  # the model is kept
+
+
+def test_osgd_covering_a_fraction_of_the_samples_is_said(pairs_edges):
+    X, _ = pairs_edges
+    with pytest.warns(UserWarning, match=r"cover \d+ of the 96 training samples.*keeps q=1 "
+                                         r"of every k=8"):
+        ContrastiveEmbedder(**{**SMALL_EDGES, "selector": OSGDSelector(8, k=8, q=1)}).fit(X)
+
+
+def test_the_epoch_table_has_no_colour_codes_off_a_terminal(pairs_edges, capsys):
+    X, _ = pairs_edges
+    ContrastiveEmbedder(**{**SMALL_EDGES, "verbose": 1}).fit(X)
+    out = capsys.readouterr().out
+    assert "train_loss" in out and "\x1b[" not in out
+
+
+SMALL_IMAGES = {"n_components": 4, "max_epochs": 2, "batch_size": 16, "random_state": 0}
+
+
+def tiny_cnn(n_out=4):
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
+                         nn.Flatten(), nn.Linear(16, n_out))
+
+
+@pytest.fixture(scope="module")
+def digits():
+    """96 digit images (n, 1, 8, 8), their labels, and caption-like token ids (n, 6)."""
+    _, y, images = load_digit_views(return_images=True)
+    images, y = images[:96, None], y[:96]
+    rng = np.random.default_rng(0)
+    tokens = np.concatenate([y[:, None] + 10, rng.integers(0, 10, size=(96, 5))], axis=1)
+    return images, y, tokens.astype(np.int64)
+
+
+def image_pairs(images, shift=1):
+    """Two views of each image: the image and a shifted copy, (n, 2, 1, 8, 8)."""
+    return np.stack([images, np.roll(images, shift, axis=-1)], axis=1)
+
+
+def test_batch_values_are_read_once_per_epoch(digits, monkeypatch):
+    """Reading a value off the device (``item``, ``tolist``) stalls the GPU queue: the
+    training loop reads the batch losses once per epoch. Reads made inside torch itself
+    (Adam's CPU step counter) are not counted."""
+    images, _, _ = digits
+    X = image_pairs(images)
+    reads = []
+
+    def counting(method):
+        def read(t):
+            if "/torch/" not in sys._getframe(1).f_code.co_filename:
+                reads.append(method.__name__)
+            return method(t)
+        return read
+
+    monkeypatch.setattr(torch.Tensor, "item", counting(torch.Tensor.item))
+    monkeypatch.setattr(torch.Tensor, "tolist", counting(torch.Tensor.tolist))
+
+    def count(batch_size):
+        reads.clear()
+        est = ContrastiveEmbedder(module=tiny_cnn(), n_components=4, max_epochs=2,
+                                  batch_size=batch_size, random_state=0).fit(X)
+        return len(reads), est.history_
+
+    few, _ = count(48)               # 2 batches per epoch
+    many, history_many = count(8)    # 12 batches per epoch
+    assert few == many == 2          # once per epoch
+    assert len(history_many[-1, "batches"]) == 12
+    assert all(np.isfinite(b["train_loss"]) and b["train_batch_size"] == 8
+               for b in history_many[-1, "batches"])
+    mean = np.mean([b["train_loss"] for b in history_many[-1, "batches"]])
+    assert history_many[-1, "train_loss"] == pytest.approx(mean)
+
+
+def test_warm_start_needs_the_same_views(digits):
+    images, _, _ = digits
+    est = ContrastiveEmbedder(module=tiny_cnn(), warm_start=True, **SMALL_IMAGES)
+    est.fit(image_pairs(images))
+    est.fit(image_pairs(images))
+    assert len(est.history_) == 4
+    with pytest.raises(ValueError, match="warm_start continues the fitted network"):
+        est.fit(np.zeros((10, 2, 1, 4, 4), dtype=np.float32))
+
+
+@requires_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("data_on_device", [False, True])
+def test_cuda_training_with_and_without_resident_data(digits, data_on_device):
+    images, _, _ = digits
+    X = image_pairs(images)
+    est = ContrastiveEmbedder(module=tiny_cnn(), device="cuda", data_on_device=data_on_device,
+                              augmentation=None, precision="bfloat16", **SMALL_IMAGES).fit(X)
+    assert np.isfinite(est.history_[:, "train_loss"]).all()
+    single = ContrastiveEmbedder(module=tiny_cnn(), device="cuda",
+                                 data_on_device=data_on_device,
+                                 augmentation=GaussianNoise(0.05), **SMALL_IMAGES).fit(images)
+    assert single.net_.augmentation.generator.device.type == "cuda"
+    assert single.transform(images).shape == (96, 4)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None,
+                    reason="needs tensorboard (pip install tensorboard)")
+def test_tensorboard_logs_the_losses_the_held_out_values_and_the_selection_time(tmp_path):
+    from skorch.callbacks import TensorBoard
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    X, y = make_paired_gaussians(64, 6, n_clusters=4, random_state=0)
+    ContrastiveEmbedder(n_components=4, hidden_layer_sizes=(8,), max_epochs=3,
+                        validation_fraction=0.25, scoring="map@r", device="cpu",
+                        selector=OSGDSelector(8, k=2, q=2), random_state=0,
+                        callbacks=[TensorBoard(SummaryWriter(str(tmp_path)))]).fit(X, y)
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    for key in ("train_loss", "train_positive", "train_entropy", "valid_loss", "valid_score",
+                "select_time", "n_batches"):
+        assert any(tag.endswith(key) for tag in tags), (key, tags)
+    steps = [e.step for e in events.Scalars(next(t for t in tags if t.endswith("train_loss")))]
+    assert len(steps) == 3

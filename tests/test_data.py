@@ -1,12 +1,24 @@
 """What X is (skcontrast/_estimators/_data.py): integer pairs stay integers, and images
-are scaled and normalised whatever their shape (trust issue, points 9 and 10)."""
+are scaled and normalised whatever their shape."""
+
 
 import numpy as np
 import pytest
 import torch
+from conftest import RecordingSelector
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV
+from skorch.helper import SliceDataset, SliceDict
 from torch import nn
+from torch.utils.data import Dataset, IterableDataset
 
-from skcontrast import ContrastiveEmbedder
+from skcontrast import ContrastiveEmbedder, SupConEmbedder
+from skcontrast.datasets import (
+    GaussianNoise,
+    load_digit_images,
+    load_digit_views,
+)
+from skcontrast.selectors import BindingSelector, OSGDSelector, ShuffledBatchSelector
 
 SMALL = {"n_components": 4, "hidden_layer_sizes": (8,), "max_epochs": 2, "lr": 1e-2,
          "random_state": 0, "device": "cpu"}
@@ -57,3 +69,321 @@ def test_image_normalization_applies_to_float_images_too():
     np.testing.assert_allclose(normalised.transform(X), plain.transform(by_hand), atol=1e-5)
     with pytest.raises(ValueError, match="has 3 values per channel, but view 0"):
         ContrastiveEmbedder(**SMALL, image_normalization=(mean, std)).fit(X[:, :, :2])
+
+
+SMALL_FLOW = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 3, "lr": 1e-2,
+         "random_state": 0, "device": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def digits():
+    images, y = load_digit_images()
+    return images[:160], y[:160]
+
+
+class Folder(torch.utils.data.Dataset):
+    """torchvision ImageFolder-like items: (image or two crops, label)."""
+
+    def __init__(self, images, y, crops):
+        self.images, self.y, self.crops = images, y, crops
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, i):
+        x = torch.from_numpy(self.images[i])
+        return ((x, x.flip(-1)) if self.crops else x), int(self.y[i])
+
+
+def test_labelled_items_one_tensor_items_and_arrays_after_a_dataset(digits):
+    images, y = digits
+    for crops in (False, True):
+        est = SupConEmbedder(**SMALL_FLOW).fit(Folder(images, y, crops))  # labels from the items
+        np.testing.assert_array_equal(est.classes_, np.unique(y))
+        assert est.transform(images).shape == (160, 4)
+    single = torch.utils.data.TensorDataset(torch.from_numpy(images))
+    est = ContrastiveEmbedder(augmentation=GaussianNoise(0.1), **SMALL_FLOW).fit(single)
+    np.testing.assert_allclose(est.transform(single), est.transform(images), atol=1e-6)
+
+
+def test_uint8_images_become_floats_on_the_device(digits):
+    images, _ = digits
+    raw = np.round(images * 255).astype(np.uint8)
+    mean, std = 0.3, 0.4
+    by_bytes = ContrastiveEmbedder(augmentation=GaussianNoise(0.1),
+                                   image_normalization=(mean, std), **SMALL_FLOW).fit(raw)
+    assert by_bytes.input_spec_.views[0].integer is False  # images, not token ids
+    by_floats = ContrastiveEmbedder(augmentation=GaussianNoise(0.1), **SMALL_FLOW).fit(
+        (raw / np.float32(255) - mean) / std)
+    np.testing.assert_allclose(by_bytes.transform(raw),
+                               by_floats.transform((raw / np.float32(255) - mean) / std),
+                               atol=1e-5)
+    with pytest.raises(ValueError, match="image_normalization must be"):
+        ContrastiveEmbedder(augmentation=GaussianNoise(0.1), image_normalization=(0.5,),
+                            **SMALL_FLOW).fit(raw)
+
+
+def test_memory_mapped_arrays_are_not_copied(digits, tmp_path):
+    from skcontrast._estimators._forms import read_fit_input
+
+    images, _ = digits
+    path = tmp_path / "pairs.npy"
+    np.save(path, np.stack([images, images], 1).astype(np.float64))
+    mapped = np.load(path, mmap_mode="r")
+    data, _, _ = read_fit_input(ContrastiveEmbedder(), mapped, single=False)
+    assert data.views[0].dtype == torch.float64  # cast batch by batch on the device
+    assert np.shares_memory(data.views[0].numpy(), mapped)
+    bad = np.lib.format.open_memmap(tmp_path / "bad.npy", mode="w+", dtype=np.float32,
+                                    shape=(40, 2, 1, 3))
+    bad[:] = 1
+    bad[33, 1, 0, 2] = np.nan
+    with pytest.raises(ValueError, match="contains 1 NaN"):
+        ContrastiveEmbedder(**SMALL_FLOW).fit(np.lib.format.open_memmap(tmp_path / "bad.npy"))
+
+
+SMALL_IMAGES = {"n_components": 4, "max_epochs": 2, "batch_size": 16, "random_state": 0}
+
+
+def tiny_cnn(n_out=4):
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
+                         nn.Flatten(), nn.Linear(16, n_out))
+
+
+class Bag(nn.Module):
+    """Text encoder for token ids: a bag of embeddings."""
+
+    def __init__(self, vocab=20, n_out=4):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(vocab, n_out)
+
+    def forward(self, tokens):
+        return self.bag(tokens)
+
+
+@pytest.fixture(scope="module")
+def digit_images():
+    """96 digit images (n, 1, 8, 8), their labels, and caption-like token ids (n, 6)."""
+    _, y, images = load_digit_views(return_images=True)
+    images, y = images[:96, None], y[:96]
+    rng = np.random.default_rng(0)
+    tokens = np.concatenate([y[:, None] + 10, rng.integers(0, 10, size=(96, 5))], axis=1)
+    return images, y, tokens.astype(np.int64)
+
+
+def image_pairs(images, shift=1):
+    """Two views of each image: the image and a shifted copy, (n, 2, 1, 8, 8)."""
+    return np.stack([images, np.roll(images, shift, axis=-1)], axis=1)
+
+
+class PairDataset(Dataset):
+    """PyTorch's "two crops" pattern: item i is (x0, x1)."""
+
+    def __init__(self, images, views=2):
+        self.images = torch.as_tensor(images)
+        self.views = views
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, i):
+        x = self.images[i]
+        return (x, x.roll(1, dims=-1)) if self.views == 2 else x
+
+
+class BadItems(Dataset):
+    def __init__(self, bad_index, kind):
+        self.bad_index, self.kind = bad_index, kind
+
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        x = torch.zeros(1, 8, 8)
+        if i == self.bad_index:
+            if self.kind == "shape":
+                x = torch.zeros(1, 8, 9)
+            elif self.kind == "nan":
+                x = x.clone()
+                x[0, 0, 0] = float("nan")
+            else:
+                return x
+        return x, x
+
+
+def test_tensor_input_gives_the_same_model_as_the_array(digit_images):
+    images, _, _ = digit_images
+    X = image_pairs(images)
+    cnn = tiny_cnn()
+    a = ContrastiveEmbedder(module=cnn, **SMALL_IMAGES).fit(X)
+    b = ContrastiveEmbedder(module=cnn, **SMALL_IMAGES).fit(torch.from_numpy(X))
+    np.testing.assert_array_equal(a.transform(X), b.transform(torch.from_numpy(X)))
+
+
+def test_two_modalities_as_a_dict(digit_images):
+    images, _, tokens = digit_images
+    X = {"image": images.astype(np.float32), "text": tokens}
+    module = {"image": tiny_cnn(), "text": Bag()}
+    est = ContrastiveEmbedder(module=module, **SMALL_IMAGES).fit(X)
+    assert [v.name for v in est.input_spec_.views] == ["image", "text"]
+    assert est.input_spec_.views[1].integer
+    U = est.transform(X)
+    np.testing.assert_allclose(U, est.transform({"image": X["image"]}))
+    np.testing.assert_allclose(U, est.transform_view(X["image"], view="image"))
+    captions = est.transform_view(tokens, view="text")
+    np.testing.assert_allclose(captions, est.transform_view(torch.from_numpy(tokens), view=1))
+    np.testing.assert_allclose(est.transform_pairs(X)[1], captions, atol=1e-6)
+    with pytest.raises(ValueError, match=r"view must be 0 or 1 or 'image' or 'text'"):
+        est.transform_view(tokens, view="caption")
+    with pytest.raises(ValueError, match=r"holds floats, but view 'text' \(integer"):
+        est.transform_view(tokens.astype(np.float32), view="text")
+    with pytest.raises(ValueError, match=r"X must have the keys seen in fit"):
+        est.transform({"img": X["image"]})
+    with pytest.raises(ValueError, match=r"X lacks the view 'image'"):
+        est.transform({"text": tokens})
+
+
+def test_dict_errors(digit_images):
+    images, _, tokens = digit_images
+    X = {"image": images.astype(np.float32), "text": tokens}
+    with pytest.raises(ValueError, match=r"view 'text' \(integer, shape \(6,\)\) holds "
+                                         r"integers \(e.g. token ids\).*pass an encoder"):
+        ContrastiveEmbedder(**SMALL_IMAGES).fit(X)
+    with pytest.raises(ValueError, match=r"module as a dict must have one encoder per view, "
+                                         r"keyed \['image', 'text'\]; got keys \['image'\]"):
+        ContrastiveEmbedder(module={"image": tiny_cnn()}, **SMALL_IMAGES).fit(X)
+    with pytest.raises(ValueError, match="equally many items"):
+        ContrastiveEmbedder(module={"image": tiny_cnn(), "text": Bag()}, **SMALL_IMAGES).fit(
+            {"image": X["image"], "text": tokens[:50]})
+    with pytest.raises(ValueError, match=r"must hold two views.*got 1 key"):
+        ContrastiveEmbedder(**SMALL_IMAGES).fit({"image": X["image"]})
+    with pytest.raises(ValueError, match=r"X\['extra'\] \(a hard-negative column: items like "
+                                         r"X\['text'\]\) has items of shape"):
+        ContrastiveEmbedder(module={"image": tiny_cnn(), "text": Bag()}, **SMALL_IMAGES).fit(
+            {**X, "extra": X["image"]})
+    bad = X["image"].copy()
+    bad[3, 0, 2, 2] = np.nan
+    with pytest.raises(ValueError, match=r"X\['image'\] contains 1 NaN or infinite"):
+        ContrastiveEmbedder(module={"image": tiny_cnn(), "text": Bag()}, **SMALL_IMAGES).fit(
+            {"image": bad, "text": tokens})
+
+
+def test_integer_nd_pairs_need_a_module_and_stay_integers():
+    tokens = np.random.default_rng(0).integers(0, 20, size=(40, 2, 5, 3))
+    with pytest.raises(ValueError, match="holds integers"):
+        ContrastiveEmbedder(**SMALL_IMAGES).fit(tokens)
+
+    class SeqBag(Bag):
+        def forward(self, tokens):
+            assert tokens.dtype == torch.int64
+            return self.bag(tokens.flatten(1))
+
+    est = ContrastiveEmbedder(module=SeqBag(), **SMALL_IMAGES).fit(tokens)
+    assert est.transform(tokens).shape == (40, 4)
+
+
+def test_supcon_on_images_with_and_without_augmentation(digit_images):
+    images, y, _ = digit_images
+    est = SupConEmbedder(module=tiny_cnn(), **SMALL_IMAGES).fit(images, y)
+    assert est.transform(images).shape == (96, 4)
+    assert 0 <= est.score(images, y) <= 1
+    aug = SupConEmbedder(module=tiny_cnn(), augmentation=GaussianNoise(0.05), **SMALL_IMAGES)
+    aug.fit(images, y)
+    assert np.isfinite(aug.history_[-1, "train_loss"])
+
+
+def test_supcon_with_a_single_class_is_an_error():
+    X = np.random.default_rng(0).normal(size=(20, 4))
+    with pytest.raises(ValueError, match=r"needs at least 2 classes in y; got 1 class \('a'\)"):
+        SupConEmbedder(**SMALL_IMAGES).fit(X, ["a"] * 20)
+
+
+def test_a_dataset_of_pairs_trains_like_the_array(digit_images):
+    images, y, _ = digit_images
+    X = image_pairs(torch.as_tensor(images).numpy())
+    dataset = PairDataset(images)
+    params = {"module": tiny_cnn(), **SMALL_IMAGES}
+    a = ContrastiveEmbedder(**params).fit(X)
+    b = ContrastiveEmbedder(**params).fit(dataset)
+    np.testing.assert_allclose(a.transform(X), b.transform(dataset), atol=1e-6)
+    selector = RecordingSelector(OSGDSelector(16, k=3, q=2))
+    c = ContrastiveEmbedder(module=tiny_cnn(), selector=selector, n_components=4,
+                            max_epochs=2, random_state=0, num_workers=2).fit(dataset, y)
+    assert c.net_.selector.shapes_ == [(96, 2, 4), (96, 2, 4)]
+    binding = ContrastiveEmbedder(module=tiny_cnn(), selector=BindingSelector(
+        ShuffledBatchSelector(16)), **{**SMALL_IMAGES, "batch_size": None}).fit(dataset, y)
+    assert np.isfinite(binding.history_[-1, "train_loss"])
+
+
+def test_a_dataset_of_single_views_with_an_augmentation(digit_images):
+    images, y, _ = digit_images
+    single = PairDataset(images, views=1)
+    est = ContrastiveEmbedder(module=tiny_cnn(), augmentation=GaussianNoise(0.05),
+                              **SMALL_IMAGES).fit(single)
+    assert est.transform(single).shape == (96, 4)
+    sup = SupConEmbedder(module=tiny_cnn(), **SMALL_IMAGES).fit(single, y)
+    two_crops = SupConEmbedder(module=tiny_cnn(), **SMALL_IMAGES).fit(PairDataset(images), y)
+    assert sup.transform(single).shape == two_crops.transform(PairDataset(images)).shape
+
+
+@pytest.mark.parametrize("kind,message", [
+    ("shape", r"view 0 of X\[7\] has shape \(1, 8, 9\); every item must match the first "
+              r"item's shape \(1, 8, 8\)"),
+    ("nan", r"view 0 of X\[\[.*7.*\]\] contains 1 NaN"),
+    ("single", r"X\[7\] must be a pair \(x0, x1\) of the two views of item 7"),
+])
+def test_bad_dataset_items_are_named(kind, message):
+    with pytest.raises(ValueError, match=message):
+        ContrastiveEmbedder(module=tiny_cnn(), max_epochs=1, batch_size=32,
+                            random_state=0).fit(BadItems(7, kind))
+
+
+def test_dataset_errors(digit_images):
+    images, _, _ = digit_images
+
+    class Labelled(PairDataset):
+        def __getitem__(self, i):
+            return self.images[i], 3
+
+    # (x, label) items: the label is set aside (ContrastiveEmbedder does not use it), so
+    # the item is a single view, which pairs training refuses and SimCLR takes
+    with pytest.raises(ValueError, match=r"X\[0\] must be a pair \(x0, x1\)"):
+        ContrastiveEmbedder(**SMALL_IMAGES).fit(Labelled(images))
+    simclr = ContrastiveEmbedder(augmentation=GaussianNoise(0.1), **SMALL_IMAGES)
+    simclr.fit(Labelled(images))
+    assert simclr.input_spec_.item_labels and simclr.transform(images).shape == (96, 4)
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter([])
+
+    with pytest.raises(ValueError, match="IterableDataset; batch selection needs random "
+                                         "access"):
+        ContrastiveEmbedder(**SMALL_IMAGES).fit(Stream())
+    est = ContrastiveEmbedder(module=tiny_cnn(), **SMALL_IMAGES).fit(PairDataset(images))
+    # after a Dataset, arrays of its items are accepted too (pairs, or single views)
+    np.testing.assert_allclose(est.transform(image_pairs(images)),
+                               est.transform(PairDataset(images)), atol=1e-6)
+    np.testing.assert_allclose(est.transform(images), est.transform(PairDataset(images)),
+                               atol=1e-6)
+    with pytest.raises(ValueError, match=r"items of shape \(8, 8\)"):
+        est.transform(images[:, 0])
+    with pytest.raises(ValueError, match=r"fitted on a Dataset; got a dict"):
+        est.transform({"a": images})
+    with pytest.raises(ValueError, match="y has 5 labels but X has 96 samples"):
+        ContrastiveEmbedder(**SMALL_IMAGES).fit(PairDataset(images), np.zeros(5))
+
+
+def test_grid_search_on_image_pairs_dicts_and_datasets(digit_images):
+    images, _, tokens = digit_images
+    est = ContrastiveEmbedder(module=tiny_cnn(), n_components=4, max_epochs=1,
+                              random_state=0)
+    grid = {"batch_size": [8, 16]}
+    search = GridSearchCV(est, grid, cv=2).fit(image_pairs(images))
+    assert np.isfinite(search.cv_results_["mean_test_score"]).all()
+    two = SliceDict(image=images.astype(np.float32), text=tokens)
+    est_dict = clone(est).set_params(module={"image": tiny_cnn(), "text": Bag()})
+    search = GridSearchCV(est_dict, grid, cv=2).fit(two)
+    assert search.best_estimator_.transform(two).shape == (96, 4)
+    sliced = SliceDataset(PairDataset(images), idx=slice(None))
+    search = GridSearchCV(est, grid, cv=2).fit(sliced)
+    assert np.isfinite(search.cv_results_["mean_test_score"]).all()

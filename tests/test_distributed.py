@@ -12,11 +12,15 @@ import numpy as np
 import pytest
 import torch
 from sklearn.model_selection import GridSearchCV
+from skorch.callbacks import Callback
 
 from skcontrast import AcceleratorCheckpoint, ContrastiveEmbedder
 from skcontrast.datasets import make_paired_embeddings, make_paired_gaussians
 from skcontrast.model_selection import BalanceSearchCV
-from skcontrast.selectors import ShuffledBatchSelector, SpectralBatchSelector
+from skcontrast.selectors import (
+    ShuffledBatchSelector,
+    SpectralBatchSelector,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "tests" / "scripts"
@@ -272,3 +276,68 @@ def test_sharded_spectral_selection_is_the_same_for_any_jobs_and_backend(dask_cl
     assert epochs(n_jobs=2) == one  # loky processes
     with parallel_backend("dask"):
         assert epochs(n_jobs=-1) == one  # the Dask workers
+
+
+SMALL = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
+         "random_state": 0, "device": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return make_paired_gaussians(96, 8, n_clusters=3, random_state=0)
+
+
+class FailAt(Callback):
+    def __init__(self, epoch):
+        self.epoch = epoch
+
+    def on_epoch_end(self, net, **kwargs):
+        if len(net.history) == self.epoch:
+            raise RuntimeError("injected failure")
+
+
+@pytest.mark.slow
+def test_a_failed_fit_hands_the_accelerator_back_and_resume_is_checked(pairs, tmp_path):
+    pytest.importorskip("accelerate")
+    from accelerate import Accelerator
+
+    from skcontrast import AcceleratorCheckpoint
+    from skcontrast._estimators._distributed import META
+
+    X, _ = pairs
+    accelerator = Accelerator(cpu=True)
+    for _ in range(2):  # every failure used to leak one model
+        with pytest.raises(RuntimeError, match="injected failure"):
+            ContrastiveEmbedder(**{**SMALL, "accelerator": accelerator,
+                                   "callbacks": [FailAt(1)]}).fit(X)
+    assert accelerator._models == [] and accelerator._optimizers == []
+    folder = tmp_path / "ckpt"
+    good = ContrastiveEmbedder(**{**SMALL, "accelerator": accelerator,
+                                  "callbacks": [AcceleratorCheckpoint(folder)]}).fit(X)
+    resumed = ContrastiveEmbedder(**{**SMALL, "max_epochs": 1, "accelerator": accelerator,
+                                     "callbacks": [AcceleratorCheckpoint(folder, resume=True)]}
+                                  ).fit(X)
+    assert len(resumed.history_) == 3 and len(good.history_) == 2
+    with pytest.raises(FileNotFoundError, match="nothing to resume"):
+        ContrastiveEmbedder(**{**SMALL, "accelerator": accelerator, "callbacks": [
+            AcceleratorCheckpoint(tmp_path / "missing", resume=True)]}).fit(X)
+    (folder / META).write_text('{"selector_epoch": "two"}')
+    with pytest.raises(ValueError, match=r"ckpt/skcontrast_state.json is not a valid"):
+        ContrastiveEmbedder(**{**SMALL, "accelerator": accelerator, "callbacks": [
+            AcceleratorCheckpoint(folder, resume=True)]}).fit(X)
+    (folder / META).write_text("{not json")
+    with pytest.raises(ValueError, match="is not a valid checkpoint state"):
+        ContrastiveEmbedder(**{**SMALL, "accelerator": accelerator, "callbacks": [
+            AcceleratorCheckpoint(folder, resume=True)]}).fit(X)
+
+
+def test_the_state_file_replaces_a_symlink_instead_of_following_it(tmp_path):
+    from skcontrast._estimators._distributed import write_replacing
+
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("precious")
+    link = tmp_path / "state.json"
+    link.symlink_to(target)
+    write_replacing(link, b"{}")
+    assert target.read_text() == "precious"
+    assert not link.is_symlink() and link.read_text() == "{}"

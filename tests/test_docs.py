@@ -1,5 +1,7 @@
-"""Every Python code block of the user guide runs on its own."""
+"""The user guide: every Python code block runs on its own and Sphinx builds it without
+warnings."""
 
+import importlib.util
 import json
 import os
 import re
@@ -64,3 +66,18 @@ def outcomes():
 @pytest.mark.parametrize("name", list(BLOCKS))
 def test_doc_code_block_runs_on_its_own(outcomes, name):
     assert outcomes[name] == "", f"{BLOCKS[name]}\n---\n{outcomes[name][-3000:]}"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sphinx") is None
+                    or importlib.util.find_spec("numpydoc") is None,
+                    reason="the docs build needs the 'docs' extra (sphinx, numpydoc)")
+def test_docs_build_without_warnings(tmp_path):
+    """Nitpicky (-n): every cross-reference resolves, those into scikit-learn, torch and
+    skorch through the local inventories of docs/_intersphinx, with no network; and the
+    built pages link into those projects' documentation."""
+    done = subprocess.run([sys.executable, "-m", "sphinx", "-n", "-W", "--keep-going", "-q",
+                           "-b", "html", str(ROOT / "docs"), str(tmp_path / "html")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    pages = (tmp_path / "html" / "selectors.html").read_text()
+    assert "https://scikit-learn.org/stable/modules/generated/sklearn.base.clone.html" in pages

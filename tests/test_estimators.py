@@ -2,6 +2,7 @@
 
 import pickle
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,11 +16,13 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 from skorch.callbacks import Callback
+from torch import nn
 
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast.datasets import GaussianNoise, load_digit_views, make_paired_gaussians
+from skcontrast.exceptions import TrainingDivergedError
 from skcontrast.losses import ContrastiveMargin, SymmetricInfoNCE
-from skcontrast.metrics import get_scorer
+from skcontrast.metrics import get_scorer, knn_accuracy, ncc_accuracy
 from skcontrast.selectors import (
     BcSSelector,
     BindingSelector,
@@ -28,6 +31,7 @@ from skcontrast.selectors import (
     FullBatchSelector,
     JESTSelector,
     OSGDSelector,
+    PredefinedBatchSelector,
     RandomBatchSelector,
     RhoLossSelector,
     ScBSelector,
@@ -605,7 +609,6 @@ def test_curation_on_the_gpu(pairs, data_on_device):
 def test_a_last_update_that_overflows_the_activations_is_refused(kind):
     # sgd at lr=1e30: the step's loss and the weights (about 1e30) stayed finite, and
     # transform returned NaN (SupCon failed on NaN in H, saying nothing of divergence)
-    from skcontrast.exceptions import TrainingDivergedError
 
     X, y = make_paired_gaussians(16, 4, n_clusters=2, random_state=0)
     data = (X,) if kind is ContrastiveEmbedder else (X[:, 0], y)
@@ -618,3 +621,160 @@ def test_a_last_update_that_overflows_the_activations_is_refused(kind):
     with pytest.raises(TrainingDivergedError, match="the estimator is as it was"):
         est.set_params(warm_start=True, lr=1e30).fit(*data)
     np.testing.assert_array_equal(est.transform(data[0]), before)
+
+
+SMALL_EDGES = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
+         "random_state": 0, "device": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def pairs_edges():
+    return make_paired_gaussians(96, 8, n_clusters=3, random_state=0)
+
+
+def test_supcon_classes_are_set_only_by_a_fit_that_succeeds(pairs_edges):
+    X, y = pairs_edges
+    est = SupConEmbedder(**SMALL_EDGES).fit(X[:, 0], y)
+    classes = est.classes_.copy()
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        est.fit(X[:, 0], np.zeros(len(y)))
+    np.testing.assert_array_equal(est.classes_, classes)
+
+
+@pytest.mark.parametrize("labels, message", [
+    (np.array([0, 1, np.nan, 2] * 24, dtype=object), r"y\[2\] is nan"),
+    (np.array([0, 1, None, 2] * 24, dtype=object), r"y\[2\] is None"),
+    (np.array([0, "1", 2, "3"] * 24, dtype=object), "mixes labels of different types"),
+    (np.arange(96)[:, None] % 3, r"y must be 1-D.*y.ravel\(\)"),
+])
+def test_bad_labels_are_refused_everywhere(pairs_edges, labels, message):
+    X, _ = pairs_edges
+    with pytest.raises(ValueError, match=message):
+        SupConEmbedder(**SMALL_EDGES).fit(X[:, 0], labels)
+    with pytest.raises(ValueError, match=message):
+        ncc_accuracy(X[:, 0], labels, X[:, 1], labels)
+
+
+def test_scoring_checks_the_labels_shape_length_and_kind(pairs_edges):
+    X, y = pairs_edges
+    est = SupConEmbedder(**SMALL_EDGES).fit(X[:, 0], y)
+    for bad, message in ((y[:, None], "must be 1-D"), (y[:1], "has 1 labels but X has 96")):
+        with pytest.raises(ValueError, match=message):
+            est.score(X[:, 0], bad)
+        with pytest.raises(ValueError, match=message):
+            get_scorer("ncc_accuracy")(est, X[:, 0], bad)
+    named = SupConEmbedder(**SMALL_EDGES).fit(X[:, 0], y.astype(str))
+    with pytest.raises(ValueError, match="holds number labels but the estimator was fitted "
+                                         "on str labels"):
+        named.score(X[:, 0], y)
+    with pytest.raises(ValueError, match="y_test holds str labels"):
+        knn_accuracy(X[:, 0], y, X[:, 1], y.astype(str))
+
+
+def test_feature_names_need_a_fitted_estimator(pairs_edges):
+    X, _ = pairs_edges
+    with pytest.raises(NotFittedError):
+        ContrastiveEmbedder().get_feature_names_out()
+    names = ContrastiveEmbedder(**SMALL_EDGES).fit(X).get_feature_names_out()
+    assert list(names) == [f"contrastiveembedder{i}" for i in range(4)]
+
+
+def test_input_edges(pairs_edges):
+    X, _ = pairs_edges
+    with pytest.raises(ValueError, match="X holds 0 sample"):
+        ContrastiveEmbedder(**SMALL_EDGES).fit(np.zeros((0, 2, 4)))
+    images = np.random.default_rng(0).random((40, 2, 1, 4, 4)).astype(np.float32)
+    est = ContrastiveEmbedder(**SMALL_EDGES).fit(images)
+    with pytest.raises(ValueError, match=r"X holds 0 sample.*nothing to embed"):
+        est.transform(images[:0])
+    tensor = torch.tensor(X.reshape(96, -1), requires_grad=True)
+    assert ContrastiveEmbedder(**SMALL_EDGES).fit(tensor).transform(tensor).shape == (96, 4)
+    readonly = X.reshape(96, -1).astype(np.float32)
+    readonly.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ContrastiveEmbedder(**SMALL_EDGES).fit(readonly)
+    tokens = {"a": X[:, 0], "t": np.full((96, 3), 2**63 + 5, dtype=np.uint64)}
+    with pytest.raises(ValueError, match="beyond the int64 range"):
+        ContrastiveEmbedder(**{**SMALL_EDGES, "module": {"a": nn.Linear(8, 4),
+                                                   "t": nn.EmbeddingBag(10, 4)}}).fit(tokens)
+
+
+def test_parameter_edges(pairs_edges):
+    X, _ = pairs_edges
+    with pytest.raises(ValueError, match="batches\\[0\\] must hold integer indices"):
+        PredefinedBatchSelector([[0.0, 1.7]]).get_n_splits(4)
+    with pytest.raises(ValueError, match="repeats sample"):
+        PredefinedBatchSelector([[0, 1, 1]]).get_n_splits(4)
+    with pytest.raises(ValueError, match="selector__batch_size sets a parameter of selector"):
+        ContrastiveEmbedder().set_params(selector__batch_size=32)
+    assert ContrastiveEmbedder().set_params(selector=ShuffledBatchSelector(8),
+                                            selector__batch_size=32).selector.batch_size == 32
+    with pytest.raises(ValueError, match="callbacks\\[0\\] must be a skorch callback"):
+        ContrastiveEmbedder(**{**SMALL_EDGES, "callbacks": ["x"]}).fit(X)
+    widths = {"module": (nn.Linear(8, 4), nn.Linear(8, 3))}
+    with pytest.raises(ValueError, match="encoders must embed into the same space"):
+        ContrastiveEmbedder(**{**SMALL_EDGES, **widths}).fit(X)
+
+
+def test_test_extra_has_pandas_so_set_output_runs():
+
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml")
+                              .read_text())
+    test_extra = pyproject["project"]["optional-dependencies"]["test"]
+    assert any(requirement.startswith("pandas") for requirement in test_extra)
+
+
+def test_set_output_reaches_transform_pairs_and_transform_view(pairs_edges):
+    pd = pytest.importorskip("pandas")
+    X, _ = pairs_edges
+    est = ContrastiveEmbedder(**SMALL_EDGES).fit(X).set_output(transform="pandas")
+    U, V = est.transform_pairs(X)
+    view = est.transform_view(X[:, 1], view=1)
+    for frame in (U, V, view):
+        assert isinstance(frame, pd.DataFrame)
+        assert list(frame.columns) == list(est.get_feature_names_out())
+
+
+SMALL_IMAGES = {"n_components": 4, "max_epochs": 2, "batch_size": 16, "random_state": 0}
+
+
+def tiny_cnn(n_out=4):
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
+                         nn.Flatten(), nn.Linear(16, n_out))
+
+
+class Bag(nn.Module):
+    """Text encoder for token ids: a bag of embeddings."""
+
+    def __init__(self, vocab=20, n_out=4):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(vocab, n_out)
+
+    def forward(self, tokens):
+        return self.bag(tokens)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    """96 digit images (n, 1, 8, 8), their labels, and caption-like token ids (n, 6)."""
+    _, y, images = load_digit_views(return_images=True)
+    images, y = images[:96, None], y[:96]
+    rng = np.random.default_rng(0)
+    tokens = np.concatenate([y[:, None] + 10, rng.integers(0, 10, size=(96, 5))], axis=1)
+    return images, y, tokens.astype(np.int64)
+
+
+def test_clone_and_pickle_image_models(digits):
+    images, _, tokens = digits
+    X = {"image": images.astype(np.float32), "text": tokens}
+    est = ContrastiveEmbedder(module={"image": tiny_cnn(), "text": Bag()},
+                              augmentation=None, **SMALL_IMAGES).fit(X)
+    twin = clone(est)
+    assert not hasattr(twin, "net_") and set(twin.module) == {"image", "text"}
+    restored = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(restored.transform(X), est.transform(X))
+    np.testing.assert_array_equal(restored.transform_view(tokens, view="text"),
+                                  est.transform_view(tokens, view="text"))

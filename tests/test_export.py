@@ -1,5 +1,5 @@
 """Export of what ``transform`` computes (skcontrast/_estimators/_export.py) to ONNX and
-TorchScript (issue 28)."""
+TorchScript."""
 
 import importlib.util
 
@@ -9,7 +9,11 @@ import torch
 from torch import nn
 
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
-from skcontrast.datasets import digit_cnn, load_digit_images, load_digit_views
+from skcontrast.datasets import (
+    digit_cnn,
+    load_digit_images,
+    load_digit_views,
+)
 
 needs_onnx = pytest.mark.skipif(
     importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnx") is None,
@@ -83,3 +87,72 @@ def test_what_cannot_be_exported_is_said(tmp_path):
         est.export(tmp_path / "b.pt", "torchscript", view="b")
     with pytest.raises(ValueError, match="format must be one of 'onnx', 'torchscript'"):
         est.export(tmp_path / "a.bin", "pickle", view="a")
+
+
+SMALL_FIT = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
+         "random_state": 0, "device": "cpu", "batch_size": 16}
+
+
+class _TokenMean(torch.nn.Module):
+    def __init__(self, n_out=4):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(50, n_out)  # the exporter names a value so
+
+    def forward(self, x):
+        return self.embedding(x).mean(1)
+
+
+class _Branchy(torch.nn.Module):
+    """Data-dependent branching that TorchScript can script."""
+
+    def __init__(self, n_in=5, n_out=4):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(n_in, n_out), torch.nn.Linear(n_in, n_out)
+
+    def forward(self, x):
+        if bool(x.sum() > 0):
+            return self.a(x)
+        return self.b(x)
+
+
+class _UnscriptableBranchy(_Branchy):
+    """The same branch through NumPy, which TorchScript cannot script."""
+
+    def forward(self, x):
+        return self.a(x) if np.sign(float(x.sum())) > 0 else self.b(x)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", [_TokenMean, torch.nn.EmbeddingBag], ids=["Embedding",
+                                                                             "EmbeddingBag"])
+def test_onnx_export_of_an_embedding_encoder_loads_and_equals_transform(module, tmp_path):
+    onnxruntime = pytest.importorskip("onnxruntime")
+    X = np.random.default_rng(0).integers(0, 50, size=(64, 2, 6))
+    encoder = _TokenMean if module is _TokenMean else\
+        (lambda n_in, n_out: torch.nn.EmbeddingBag(50, n_out))
+    est = ContrastiveEmbedder(encoder, **{**SMALL_FIT, "max_epochs": 1}).fit(X)
+    path = est.export(tmp_path / "tokens.onnx")
+    session = onnxruntime.InferenceSession(str(path))
+    assert [o.name for o in session.get_outputs()] == ["embedding"]
+    out = session.run(None, {"x": X[:9, 0]})[0]
+    np.testing.assert_allclose(out, est.transform_view(X[:9, 0], view=0), atol=1e-5)
+
+
+def test_torchscript_keeps_the_branches_of_a_scriptable_encoder(tmp_path):
+    X = np.random.default_rng(0).normal(size=(64, 2, 5)).astype(np.float32)
+    est = ContrastiveEmbedder(_Branchy, **SMALL_FIT).fit(X)
+    module = torch.jit.load(str(est.export(tmp_path / "branchy.pt", "torchscript")))
+    for x in (np.abs(X[:6, 0]), -np.abs(X[:6, 0])):
+        with torch.no_grad():
+            out = module(torch.as_tensor(x)).numpy()
+        np.testing.assert_allclose(out, est.transform_view(x, view=0), atol=1e-5)
+
+
+def test_a_trace_that_records_one_branch_is_refused_and_not_written(tmp_path):
+    X = np.random.default_rng(0).normal(size=(64, 2, 5)).astype(np.float32)
+    est = ContrastiveEmbedder(_UnscriptableBranchy, **SMALL_FIT).fit(X)
+    path = tmp_path / "branchy.pt"
+    with pytest.raises(ValueError, match="torchscript export of view 0 differs from "
+                                         "transform on an input unlike the example"):
+        est.export(path, "torchscript")
+    assert not path.exists()

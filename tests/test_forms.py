@@ -2,6 +2,8 @@
 once, and tables of columns (pandas DataFrames, Hugging Face datasets) read as the form
 their columns spell."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -126,3 +128,28 @@ def test_a_dataset_of_vector_columns_is_two_views_and_negatives():
     assert est.input_spec_.form == "dict" and est.input_spec_.negative_names == ("hard",)
     as_dict = {"image": image.astype(np.float32), "text": text.astype(np.float32)}
     np.testing.assert_allclose(est.transform(data), est.transform(as_dict), atol=1e-6)
+
+
+SMALL_EDGES = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
+         "random_state": 0, "device": "cpu"}
+
+
+def test_nested_lists_of_pairs_are_the_array_they_spell():
+    from skcontrast.datasets import load_digit_views
+
+    X, _ = load_digit_views()
+    X = X[:64]
+    as_lists = ContrastiveEmbedder(**SMALL_EDGES).fit(X.tolist())
+    as_array = ContrastiveEmbedder(**SMALL_EDGES).fit(X)
+    np.testing.assert_allclose(as_lists.transform(X.tolist()), as_array.transform(X),
+                               atol=1e-6)
+
+
+def test_an_odd_width_is_split_with_a_warning():
+    X = np.random.default_rng(0).normal(size=(64, 63))
+    with pytest.warns(UserWarning, match=r"odd number of columns \(63\).*view 0 gets columns "
+                                         r"\[:31\] and view 1 the other 32.*view_split"):
+        ContrastiveEmbedder(**SMALL_EDGES).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ContrastiveEmbedder(view_split=31, **SMALL_EDGES).fit(X)

@@ -319,3 +319,26 @@ def test_papers_are_cited_by_authors_and_year_never_by_an_internal_number():
     references = (ROOT / "docs" / "references.rst").read_text(encoding="utf-8")
     for link in ("2307.05906", "2112.11743", "2306.07960", "2405.18045", "7n2dNATSHeQ"):
         assert link in references
+
+
+def test_the_readme_tells_a_cpu_only_user_where_the_cpu_build_is():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "download.pytorch.org/whl/cpu" in readme
+
+
+#: Test files about the repository rather than one module of the package.
+REPOSITORY_SUBJECTS = {"repository", "docs", "examples"}
+
+
+def test_every_test_file_is_named_after_the_module_it_tests():
+    """``tests/test_<name>.py`` tests ``skcontrast/**/<name>.py`` (or ``_<name>.py``, or the
+    package ``<name>``), so a reader finds a module's tests by its name, never by the issue
+    or round that brought them."""
+    package = ROOT / "skcontrast"
+    modules = {p.stem.lstrip("_") for p in package.rglob("*.py")}
+    modules |= {p.name.lstrip("_") for p in package.rglob("*") if p.is_dir()}
+    orphans = sorted(p.name for p in (ROOT / "tests").glob("test_*.py")
+                     if p.stem.removeprefix("test_") not in modules | REPOSITORY_SUBJECTS)
+    assert orphans == []

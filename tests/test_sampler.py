@@ -1,5 +1,5 @@
 """Selectors as a PyTorch batch sampler (skcontrast/selectors/_sampler.py): a plain loop,
-PyTorch Lightning, Hugging Face's Trainer, and data-parallel ranks (issue 28)."""
+PyTorch Lightning, Hugging Face's Trainer, and data-parallel ranks."""
 
 import importlib.util
 import os
@@ -15,7 +15,9 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from skcontrast.datasets import make_paired_gaussians
-from skcontrast.losses import SymmetricInfoNCE
+from skcontrast.losses import (
+    SymmetricInfoNCE,
+)
 from skcontrast.selectors import (
     OSGDSelector,
     SelectorSampler,
@@ -254,3 +256,31 @@ def test_two_processes_train_on_slices_of_the_same_global_batches(tmp_path):
                           timeout=300, env=env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "true"
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_every_rank_gets_a_non_empty_slice_of_equal_size(world, drop_last):
+    from skcontrast.selectors import SelectorSampler, ShuffledBatchSelector
+
+    n = 22  # batches of 8, 8, 6: remainders for every world size here
+    per_rank = [list(SelectorSampler(ShuffledBatchSelector(8, random_state=0), n,
+                                     num_replicas=world, rank=r, drop_last=drop_last))
+                for r in range(world)]
+    whole = list(SelectorSampler(ShuffledBatchSelector(8, random_state=0), n))
+    assert all(len(p) == len(whole) for p in per_rank)
+    for step, batch in enumerate(whole):
+        parts = [p[step] for p in per_rank]
+        assert len({len(part) for part in parts}) == 1 and parts[0]
+        joined = [i for part in parts for i in part]
+        if drop_last and len(batch) >= world:
+            assert joined == batch[:len(batch) - len(batch) % world]
+        else:
+            assert joined[:len(batch)] == batch and set(joined) == set(batch)
+
+
+def test_a_batch_size_below_the_number_of_ranks_is_refused():
+    from skcontrast.selectors import SelectorSampler, ShuffledBatchSelector
+
+    with pytest.raises(ValueError, match="batch size 2 is below the number of processes 3"):
+        SelectorSampler(ShuffledBatchSelector(2), 10, num_replicas=3, rank=0)

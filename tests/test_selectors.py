@@ -16,7 +16,12 @@ from sklearn.base import clone
 
 from skcontrast.datasets import make_paired_embeddings
 from skcontrast.exceptions import DegenerateEmbeddingWarning
-from skcontrast.losses import SymmetricInfoNCE, batch_losses, pair_affinity, symmetric_info_nce
+from skcontrast.losses import (
+    SymmetricInfoNCE,
+    batch_losses,
+    pair_affinity,
+    symmetric_info_nce,
+)
 from skcontrast.losses._incremental import GrowingBatches
 from skcontrast.selectors import (
     BatchSelector,
@@ -849,3 +854,29 @@ def test_class_balanced_bad_arguments():
         list(ClassBalancedSelector(4, 2, hard_classes="yes").split(X, y))
     with pytest.raises(ValueError, match="y has 11 labels but X has 12"):
         list(ClassBalancedSelector(4, 2).split(X, y[:11]))
+
+
+def _selectors():
+    from skcontrast import selectors
+
+    return selectors
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_balanced_assignment_refuses_non_finite_costs(bad):
+    from skcontrast.selectors import balanced_assignment
+
+    cost = np.random.default_rng(0).random((6, 3))
+    cost[2, 1] = bad
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        balanced_assignment(cost, [2, 2, 2])
+
+
+def test_the_spectral_selector_names_an_overflowing_affinity():
+    s = _selectors()
+    X = np.random.default_rng(0).normal(size=(64, 2, 8)).astype(np.float32) * 1e18
+    selector = s.SpectralBatchSelector(8, loss=SymmetricInfoNCE(1e-3, normalize=False),
+                                       random_state=0)
+    with pytest.raises(ValueError, match=r"SpectralBatchSelector: the pair affinity .* NaN "
+                                         r"or infinite.* temperature 0.001"):
+        list(selector.split(X))

@@ -1,5 +1,5 @@
 """The loss objects (skcontrast/losses/_objects.py) and the losses they brought: SigLIP,
-HardNegativeNCE and DebiasedNCE (the loss-object issue, 25)."""
+HardNegativeNCE and DebiasedNCE."""
 
 import json
 import os
@@ -20,13 +20,16 @@ import skcontrast
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast.datasets import make_paired_gaussians
 from skcontrast.losses import (
+    KCL,
     LOSSES,
     DebiasedNCE,
     FunctionLoss,
     HardNegativeNCE,
     Loss,
     LossTerms,
+    NTXent,
     SigLIP,
+    SupCon,
     SymmetricInfoNCE,
     debiased_nce,
     hard_negative_nce,
@@ -374,3 +377,39 @@ def test_a_guided_loss_applies_each_anchors_own_rule(name, chunk_size):
     kind = "symmetric" if name == "SymmetricInfoNCE" else "nt_xent"
     expected = softmax_with_extras(kind, u, v, 0.3, exclude=rule)
     assert got == pytest.approx(expected, rel=1e-9)
+
+
+SMALL_FIT = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
+         "random_state": 0, "device": "cpu", "batch_size": 16}
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return make_paired_gaussians(64, 8, n_clusters=3, random_state=0)
+
+
+@pytest.mark.parametrize("start", [0.005, 0.01])
+def test_a_learned_temperature_must_start_above_its_floor(pairs, start):
+    with pytest.raises(ValueError, match=rf"temperature={start} is the start of a learned "
+                                         r"temperature, which stays above 0.01"):
+        ContrastiveEmbedder(**SMALL_FIT, loss=SymmetricInfoNCE(start, learn_temperature=True)
+                            ).fit(pairs[0])
+    SymmetricInfoNCE(start).check()  # a fixed temperature may be that low
+
+
+@pytest.mark.parametrize("loss, name", [
+    (SymmetricInfoNCE(lambda_pos=float("nan")), "lambda_pos"),
+    (NTXent(lambda_ent=float("inf")), "lambda_ent"),
+    (SigLIP(bias=float("nan")), "bias"),
+    (SigLIP(bias=float("-inf")), "bias"),
+    (SymmetricInfoNCE(temperature=float("inf")), "temperature"),
+    (SymmetricInfoNCE(temperature=float("inf"), learn_temperature=True), "temperature"),
+    (KCL(lambda_pos=float("nan")), "lambda_pos"),
+    (SupCon(lambda_ent=float("nan")), "lambda_ent"),
+])
+def test_non_finite_loss_settings_are_refused(pairs, loss, name):
+    with pytest.raises(ValueError, match=rf"{name} must be a .*finite number"):
+        loss.check()
+    if not loss.labelled:
+        with pytest.raises(ValueError, match=name):
+            ContrastiveEmbedder(**SMALL_FIT, loss=loss).fit(pairs[0])

@@ -1,164 +1,54 @@
-"""Geometry, retrieval metrics, scorers and plots."""
+"""Tests of ``skcontrast.metrics``: retrieval recall, nDCG, ranking scores and the other
+measures, against brute-force definitions."""
 
-import itertools
 import math
 
-import matplotlib
 import numpy as np
 import pytest
 import reference as ref
 import torch
-from hypothesis import given
-from hypothesis import strategies as st
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.model_selection import GridSearchCV
 
+from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast import geometry as G
 from skcontrast import metrics as M
-
-matplotlib.use("Agg")
-
-
-# --------------------------------------------------------------------------------------
-# Geometry: closed forms
-# --------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("n,d", [(2, 1), (3, 2), (8, 7), (8, 16), (5, 40)])
-def test_simplex_etf_gram(n, d):
-    x = G.simplex_etf(n, d)
-    assert x.shape == (n, d)
-    gram = x @ x.T
-    np.testing.assert_allclose(np.diag(gram), 1, atol=1e-12)
-    np.testing.assert_allclose(gram[~np.eye(n, dtype=bool)], -1 / (n - 1), atol=1e-12)
+from skcontrast.datasets import make_paired_gaussians
+from skcontrast.metrics import get_scorer
 
 
-@given(seed=st.integers(0, 10_000), n=st.integers(2, 10), extra=st.integers(0, 5))
-def test_etf_gap_of_etf_is_zero_under_permutation_and_rotation(seed, n, extra):
-    d = n - 1 + extra
-    x = G.simplex_etf(n, d)
-    rng = np.random.default_rng(seed)
-    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
-    y = (x @ q)[rng.permutation(n)]
-    assert G.etf_gap(y) == pytest.approx(0, abs=1e-9)
-    assert G.etf_gap(y, y.copy()) == pytest.approx(0, abs=1e-9)
+class NoisyPairEmbedder(TransformerMixin, BaseEstimator):
+    """A stand-in for a trained pair embedder: view 1 is view 0 plus noise."""
+
+    def __init__(self, noise=0.1):
+        self.noise = noise
+
+    def fit(self, X, y=None):
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    def transform(self, X):
+        return X[:, : X.shape[1] // 2]
+
+    def transform_pairs(self, X):
+        half = X.shape[1] // 2
+        rng = np.random.default_rng(0)
+        return X[:, :half], X[:, :half] + self.noise * rng.normal(size=(len(X), half))
 
 
-@given(seed=st.integers(0, 10_000), d=st.integers(1, 8))
-def test_cross_polytope_gap_is_zero_under_relabelling(seed, d):
-    x = G.cross_polytope(2 * d, d)
-    rng = np.random.default_rng(seed)
-    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
-    y = (x @ q)[rng.permutation(2 * d)]
-    assert G.etf_gap(y) == pytest.approx(0, abs=1e-9)
+def _ranking_brute_force(ranked, query_groups, document_groups, k):
+    """recall@1, recall@k, nDCG@k and MRR@k, one query at a time."""
+    out = {"recall@1": [], f"recall@{k}": [], f"ndcg@{k}": [], f"mrr@{k}": []}
+    for row, group in zip(ranked, query_groups, strict=True):
+        hits = [j >= 0 and document_groups[j] == group for j in row[:k]]
+        relevant = sum(g == group for g in document_groups)
+        ideal = sum(1 / math.log2(r + 2) for r in range(min(relevant, k)))
+        out["recall@1"].append(float(hits[0]))
+        out[f"recall@{k}"].append(float(any(hits)))
+        out[f"ndcg@{k}"].append(sum(h / math.log2(r + 2) for r, h in enumerate(hits)) / ideal)
+        out[f"mrr@{k}"].append(next((1 / (r + 1) for r, h in enumerate(hits) if h), 0.0))
+    return {key: float(np.mean(v)) for key, v in out.items()}
 
-
-def test_etf_gap_is_the_frobenius_distance_of_cho_2023():
-    rng = np.random.default_rng(0)
-    u, v = rng.normal(size=(5, 8)), rng.normal(size=(5, 8))
-    un = u / np.linalg.norm(u, axis=1, keepdims=True)
-    vn = v / np.linalg.norm(v, axis=1, keepdims=True)
-    target = np.full((5, 5), -0.25)
-    np.fill_diagonal(target, 1)
-    assert G.etf_gap(u, v) == pytest.approx(np.linalg.norm(un @ vn.T - target), rel=1e-12)
-
-
-@given(seed=st.integers(0, 10_000), half=st.integers(1, 4))
-def test_antipodal_pairing_is_optimal(seed, half):
-    n = 2 * half
-    a = np.random.default_rng(seed).normal(size=(n, n))
-    w = a + a.T
-    partner = G.antipodal_pairing(w)
-    assert (partner[partner] == np.arange(n)).all() and (partner != np.arange(n)).all()
-
-    def matchings(items):
-        if not items:
-            yield []
-            return
-        first, rest = items[0], items[1:]
-        for i, other in enumerate(rest):
-            for m in matchings(rest[:i] + rest[i + 1:]):
-                yield [(first, other), *m]
-
-    best = min(sum(w[p] for p in m) for m in matchings(list(range(n))))
-    assert sum(w[i, partner[i]] for i in range(n)) / 2 == pytest.approx(best)
-
-
-def test_orthogonal_frame_gap():
-    y = np.array([0, 0, 1, 1, 1, 2])
-    assert G.orthogonal_frame_gap(np.eye(3)[y] * 2.0, y) == pytest.approx(0, abs=1e-12)
-    assert G.orthogonal_frame_gap(G.orthogonal_frame(3, 5)[y], y) == pytest.approx(0, abs=1e-12)
-    assert G.orthogonal_frame_gap(G.simplex_etf(3, 3)[y], y) > 0.5
-    k = 3  # by hand: G_M has 1 on the diagonal and -1/2 off it
-    gram = np.full((k, k), -0.5)
-    np.fill_diagonal(gram, 1)
-    expected = np.linalg.norm(gram / np.linalg.norm(gram) - np.eye(k) / math.sqrt(k))
-    assert G.orthogonal_frame_gap(G.simplex_etf(3, 3)[y], y) == pytest.approx(expected)
-
-
-def test_neural_collapse_is_zero_at_collapse_and_positive_otherwise():
-    y = np.repeat([0, 1, 2], 4)
-    assert G.neural_collapse(np.eye(3)[y], y) == pytest.approx(0, abs=1e-12)
-    noisy = np.eye(3)[y] + 0.3 * np.random.default_rng(0).normal(size=(12, 3))
-    assert G.neural_collapse(noisy, y) > 0.01
-
-
-def test_uniformity_in_blocks_equals_the_direct_value(monkeypatch):
-    rng = np.random.default_rng(2)
-    x = rng.normal(size=(37, 4))
-    direct = G.uniformity(x)
-    monkeypatch.setattr(G, "BLOCK_ELEMENTS", 5 * 37)
-    assert G.uniformity(x) == pytest.approx(direct, rel=1e-12)
-
-
-def test_alignment_and_uniformity():
-    rng = np.random.default_rng(1)
-    x = rng.normal(size=(20, 4))
-    assert G.alignment(x, x) == 0.0
-    xn = x / np.linalg.norm(x, axis=1, keepdims=True)
-    pairs = [math.exp(-2 * np.sum((xn[i] - xn[j]) ** 2))
-             for i, j in itertools.combinations(range(20), 2)]
-    assert G.uniformity(x) == pytest.approx(math.log(np.mean(pairs)), rel=1e-12)
-    noise = xn + 0.1 * rng.normal(size=xn.shape)
-    expected = np.mean(np.linalg.norm(xn - noise / np.linalg.norm(noise, axis=1,
-                                                                    keepdims=True), axis=1) ** 2)
-    assert G.alignment(x, noise) == pytest.approx(expected)
-
-
-def test_effective_rank():
-    cloud = np.random.default_rng(2).normal(size=(20_000, 12))
-    assert G.effective_rank(cloud) == pytest.approx(12, rel=0.02)
-    line = np.outer(np.arange(1, 30), np.ones(5))
-    assert G.effective_rank(line) == pytest.approx(1, abs=1e-9)
-
-
-def test_geometry_accepts_torch_tensors():
-    x = torch.from_numpy(G.simplex_etf(4, 6))
-    assert G.etf_gap(x) == pytest.approx(0, abs=1e-12)
-    assert isinstance(G.effective_rank(x), float)
-
-
-def test_geometry_bad_input():
-    with pytest.raises(ValueError, match=r"simplex ETF of n=5 vectors needs d >= n - 1 = 4"):
-        G.simplex_etf(5, 3)
-    with pytest.raises(ValueError, match=r"cross-polytope has n = 2d"):
-        G.cross_polytope(6, 2)
-    with pytest.raises(ValueError, match=r"no reference geometry is known for n=10 points"):
-        G.etf_gap(np.random.default_rng(0).normal(size=(10, 3)))
-    with pytest.raises(ValueError, match="same shape"):
-        G.etf_gap(np.ones((4, 3)), np.ones((5, 3)))
-    with pytest.raises(ValueError, match="at least 2 rows"):
-        G.etf_gap(np.ones((1, 3)))
-    with pytest.raises(ValueError, match="reference"):
-        G.etf_gap(np.eye(3), reference="square")
-    with pytest.raises(ValueError, match="at least 2 classes"):
-        G.orthogonal_frame_gap(np.ones((4, 2)), [0, 0, 0, 0])
-    with pytest.raises(ValueError, match="NaN"):
-        G.alignment(np.full((3, 2), np.nan), np.ones((3, 2)))
-
-
-# --------------------------------------------------------------------------------------
-# Retrieval metrics
-# --------------------------------------------------------------------------------------
 
 def test_recall_identical_views_is_one_and_random_is_chance():
     x = np.random.default_rng(0).normal(size=(400, 16))
@@ -253,29 +143,6 @@ def test_metric_bad_input():
         M.get_scorer("accuracy")
 
 
-# --------------------------------------------------------------------------------------
-# Scorers in GridSearchCV
-# --------------------------------------------------------------------------------------
-
-class NoisyPairEmbedder(TransformerMixin, BaseEstimator):
-    """A stand-in for a trained pair embedder: view 1 is view 0 plus noise."""
-
-    def __init__(self, noise=0.1):
-        self.noise = noise
-
-    def fit(self, X, y=None):
-        self.n_features_in_ = X.shape[1]
-        return self
-
-    def transform(self, X):
-        return X[:, : X.shape[1] // 2]
-
-    def transform_pairs(self, X):
-        half = X.shape[1] // 2
-        rng = np.random.default_rng(0)
-        return X[:, :half], X[:, :half] + self.noise * rng.normal(size=(len(X), half))
-
-
 def test_scorers_drive_grid_search_without_labels():
     X = np.random.default_rng(4).normal(size=(120, 16))
     search = GridSearchCV(NoisyPairEmbedder(), {"noise": [5.0, 0.01, 1.0]},
@@ -303,42 +170,6 @@ def test_scorer_signs():
         == pytest.approx(0, abs=1e-12)
     with pytest.raises(ValueError, match="needs labels y"):
         M.get_scorer("ncc_accuracy")(est, X)
-
-
-# --------------------------------------------------------------------------------------
-# Plots render without a display
-# --------------------------------------------------------------------------------------
-
-def test_plots_render_to_files(tmp_path):
-    import matplotlib.pyplot as plt
-
-    from skcontrast import plotting
-    from skcontrast.selectors import ShuffledBatchSelector, SpectralBatchSelector
-
-    ax = plotting.plot_gram(G.simplex_etf(8, 16), title="ETF")
-    ax.figure.savefig(tmp_path / "gram.png")
-    X = np.random.default_rng(0).normal(size=(64, 2, 8))
-    ax = plotting.plot_batch_losses(X, {"shuffled": ShuffledBatchSelector(8, random_state=0),
-                                        "spectral": SpectralBatchSelector(8, random_state=0)})
-    ax.figure.savefig(tmp_path / "losses.png")
-    history = [{"loss": 3 - 0.1 * i, "etf_gap": 1 / (i + 1)} for i in range(10)]
-    ax = plotting.plot_history(history, keys=("loss", "etf_gap"))
-    ax.figure.savefig(tmp_path / "history.png")
-    plt.close("all")
-    assert all((tmp_path / f).stat().st_size > 1000 for f in
-               ("gram.png", "losses.png", "history.png"))
-
-
-def test_plotting_without_matplotlib_names_the_extra(monkeypatch):
-    import importlib
-    import sys
-
-    monkeypatch.setitem(sys.modules, "matplotlib", None)
-    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
-    monkeypatch.delitem(sys.modules, "skcontrast.plotting", raising=False)
-    with pytest.raises(ImportError, match=r"pip install 'skcontrast\[plot\]'"):
-        importlib.import_module("skcontrast.plotting")
-    monkeypatch.delitem(sys.modules, "skcontrast.plotting", raising=False)
 
 
 @pytest.mark.parametrize("ties", [False, True])
@@ -518,20 +349,6 @@ def test_class_retrieval_on_the_gpu_equals_the_cpu():
         assert gpu[key] == pytest.approx(cpu[key], abs=1e-12)
 
 
-def _ranking_brute_force(ranked, query_groups, document_groups, k):
-    """recall@1, recall@k, nDCG@k and MRR@k, one query at a time."""
-    out = {"recall@1": [], f"recall@{k}": [], f"ndcg@{k}": [], f"mrr@{k}": []}
-    for row, group in zip(ranked, query_groups, strict=True):
-        hits = [j >= 0 and document_groups[j] == group for j in row[:k]]
-        relevant = sum(g == group for g in document_groups)
-        ideal = sum(1 / math.log2(r + 2) for r in range(min(relevant, k)))
-        out["recall@1"].append(float(hits[0]))
-        out[f"recall@{k}"].append(float(any(hits)))
-        out[f"ndcg@{k}"].append(sum(h / math.log2(r + 2) for r, h in enumerate(hits)) / ideal)
-        out[f"mrr@{k}"].append(next((1 / (r + 1) for r, h in enumerate(hits) if h), 0.0))
-    return {key: float(np.mean(v)) for key, v in out.items()}
-
-
 @pytest.mark.parametrize("k", [1, 3, 5])
 def test_ranking_scores_equal_their_formulas_and_stay_in_the_unit_interval(k):
     rng = np.random.default_rng(k)
@@ -553,3 +370,65 @@ def test_ranking_scores_refuse_a_document_listed_twice():
         M.ranking_scores([[0, 0, 0], [1, 2, -1]], [0, 1], [0, 1, 1], k=3)
     assert M.ranking_scores([[0, -1, -1], [1, 2, -1]], [0, 1], [0, 1, 1],
                             k=3)["ndcg@3"] == pytest.approx(1.0)
+
+
+def test_class_retrieval_ties_do_not_depend_on_the_order_of_the_data():
+    import reference as ref
+
+    from skcontrast import metrics
+
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(20, 32)).astype(np.float32)
+    # rescaled copies of 20 directions: their cosine similarities tie exactly, but are
+    # computed to different last bits depending on where the copies stand
+    H = base[rng.integers(0, 20, size=200)] * rng.uniform(0.5, 2, (200, 1)).astype(np.float32)
+    y = rng.integers(0, 4, size=200)
+    expected = ref.retrieval(H.astype(np.float64), y)
+    assert expected[3] < 0.05  # a query's copies of other labels tie with its own
+    for seed in range(5):
+        order = np.random.default_rng(seed).permutation(200)
+        got = metrics.class_retrieval(H[order], y[order])
+        np.testing.assert_allclose([got[k] for k in ("map_at_r", "r_map", "r_precision",
+                                                     "precision_at_1")], expected,
+                                   rtol=1e-12, atol=1e-12)
+
+
+def test_recall_counts_a_rescaled_copy_of_the_partner_as_a_tie():
+    from skcontrast.metrics import recall_at_k, tie_tolerance
+
+    rng = np.random.default_rng(0)
+    U = rng.normal(size=(60, 16))
+    V = U + 0.01 * rng.normal(size=(60, 16))
+    V[30:] = V[:30] * rng.uniform(0.5, 3, (30, 1))  # partner i and i + 30 point alike
+    for seed in range(5):
+        order = np.random.default_rng(seed).permutation(60)
+        assert recall_at_k(U[order], V[order], direction="u2v") == 0.0
+    assert tie_tolerance(32) == pytest.approx(4 * 34 * 2.0**-53)
+
+
+SMALL = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
+         "random_state": 0, "device": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return make_paired_gaussians(96, 8, n_clusters=3, random_state=0)
+
+
+def test_scorer_preconditions_are_checked_before_fitting(pairs):
+    from skorch.helper import SliceDict
+
+    from skcontrast.model_selection import BalanceSearchCV, check_search_input
+
+    X, _ = pairs
+    with pytest.raises(ValueError, match="'recall@1' scorer compares the two views"):
+        get_scorer("recall@1", SupConEmbedder())
+    with pytest.raises(ValueError, match="'ncc_accuracy' scorer needs labels y"):
+        BalanceSearchCV(ContrastiveEmbedder(**SMALL),
+                        param_names=("loss__lambda_pos", "loss__lambda_ent"),
+                        scoring=get_scorer("ncc_accuracy"), budget=2, cv=2).fit(X)
+    views = {"a": X[:, 0], "b": X[:, 1]}
+    with pytest.raises(ValueError, match=r"wrap it: skorch\.helper\.SliceDict"):
+        check_search_input(ContrastiveEmbedder(), views, None, None)
+    check_search_input(ContrastiveEmbedder(), SliceDict(**views), None,
+                       {"r1": get_scorer("recall@1")})

@@ -1,0 +1,51 @@
+"""Tests of ``skcontrast._demo``: the quick demo prints every column of its table and
+its trained embedder beats the CCA baseline."""
+
+from pathlib import Path
+
+import pytest
+
+from skcontrast._demo import COLUMNS, run_demo
+
+pytestmark = pytest.mark.slow  # the demo trains a model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_demo_quick_has_every_column_and_beats_the_cca_baseline(tmp_path):
+    result = run_demo(tmp_path, quick=True, report=lambda *args: None)
+    table = result.table()
+    for column in COLUMNS:
+        assert column in table
+    names = [row["method"] for row in result.rows]
+    assert names == ["shuffled", "fixed", "OSGD (k=8, q=4)", "spectral", "ScB",
+                     "SupCon, shuffled", "SupCon, fixed + binding"]
+    shuffled = result.rows[0]
+    recall = 0.5 * (shuffled["R@1 u->v"] + shuffled["R@1 v->u"])
+    assert recall > result.baseline  # a real comparison: the CCA baseline is fitted here
+    assert all(row["NCC acc."] > 0.9 for row in result.rows[5:])
+    simclr = {row["representation"]: row for row in result.simclr_rows}
+    assert list(simclr) == ["raw pixels", "PCA (32)", "SimCLR CNN, 8 epochs"]
+    learned = simclr["SimCLR CNN, 8 epochs"]
+    assert learned["kNN acc."] > 0.8 and learned["linear probe"] > 0.8  # chance is 0.1
+    assert "SimCLR on the digit images" in (tmp_path / "table.txt").read_text()
+    text = {row["search"]: row for row in result.text_rows}
+    assert list(text) == ["TF-IDF, character 2-4-grams", "ContrastiveEmbedder, 3 epochs",
+                          "hybrid: learned + TF-IDF (weight 0.5)"]
+    # strings in: the learned search beats TF-IDF across languages, even briefly trained
+    assert text["ContrastiveEmbedder, 3 epochs"]["R@1"] > \
+        text["TF-IDF, character 2-4-grams"]["R@1"] + 0.2
+    assert "Text: English emoji names" in (tmp_path / "table.txt").read_text()
+    assert all(Path(p).stat().st_size > 10_000 for p in result.figures)
+    written = (tmp_path / "table.txt").read_text()
+    assert written == result.summary() and written.startswith(table.splitlines()[0])
+
+    def layout(text):  # the column headers and the CCA line without its number
+        return [" ".join((line.rsplit(" ", 1)[0] if line.startswith("CCA") else line).split())
+                for line in text.splitlines()
+                if "method" in line or "representation" in line or line.startswith("CCA")
+                or line.strip().startswith("search")]
+
+    # the README's table (docs/_static/demo_table.txt) has the columns the demo prints
+    assert layout(written) == layout((ROOT / "docs" / "_static" / "demo_table.txt").read_text())
+    assert "fit s" in result.timing() and "fit s" not in written  # times apart

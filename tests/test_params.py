@@ -1,0 +1,117 @@
+"""Tests of ``skcontrast._estimators._params``: the shared estimator parameters, their
+validation, per-group learning rates and tunable module/optimizer parameters."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV
+from torch import nn
+from torch.utils.data import Dataset
+
+from skcontrast import ContrastiveEmbedder
+from skcontrast.datasets import load_digit_views, make_paired_gaussians
+
+SMALL = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 3, "lr": 1e-2,
+         "random_state": 0, "device": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return make_paired_gaussians(120, 8, n_clusters=3, random_state=0)
+
+
+class Encoder(nn.Module):
+    """A class that takes the sizes the estimator knows, and a width of its own."""
+
+    def __init__(self, n_in, n_out, hidden=16):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(n_in, hidden), nn.BatchNorm1d(hidden), nn.ReLU())
+        self.out = nn.Linear(hidden, n_out)
+
+    def forward(self, x):
+        return self.out(self.body(x))
+
+
+def test_per_group_learning_rates(pairs):
+    X, _ = pairs
+    est = ContrastiveEmbedder(Encoder, **{**SMALL, "projection_head": 8, "lr": 1e-3,
+                                          "optimizer__param_groups": [
+                                              ("heads.*", {"lr": 1e-1})]}).fit(X)
+    rates = sorted(group["lr"] for group in est.net_.optimizer_.param_groups)
+    assert rates == [1e-3, 1e-1]
+
+
+def test_module_and_optimizer_parameters_are_tunable(pairs):
+    X, _ = pairs
+    est = ContrastiveEmbedder(Encoder, **{**SMALL, "module__hidden": 8,
+                                          "optimizer__weight_decay": 1e-3})
+    assert clone(est).get_params()["module__hidden"] == 8
+    search = GridSearchCV(est, {"module__hidden": [4, 8], "optimizer__weight_decay": [0, 1e-2]},
+                          cv=2).fit(X)
+    assert set(search.best_params_) == {"module__hidden", "optimizer__weight_decay"}
+    fitted = search.best_estimator_
+    assert fitted.net_.optimizer_.param_groups[0]["weight_decay"] == \
+        search.best_params_["optimizer__weight_decay"]
+    assert fitted.net_.module_.encoders[0].out.out_features == 4  # n_components reached it
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['colour'\]"):
+        ContrastiveEmbedder(colour="red", **SMALL).fit(X)
+    with pytest.raises(ValueError, match="set both as optimizer__\\* and in optimizer_params"):
+        ContrastiveEmbedder(optimizer__eps=1e-6, optimizer_params={"eps": 1e-7}, **SMALL).fit(X)
+    with pytest.raises(ValueError, match="go to a module class or factory"):
+        ContrastiveEmbedder(nn.Linear(8, 4), module__bias=False, **SMALL).fit(X)
+
+
+@pytest.mark.skipif(getattr(torch.backends, "mps", None) is not None
+                    and torch.backends.mps.is_available(), reason="an MPS device is here")
+def test_mps_without_an_apple_gpu_is_a_clear_error(pairs):
+    X, _ = pairs
+    with pytest.raises(ValueError, match="device='mps' was requested but no Apple GPU"):
+        ContrastiveEmbedder(**{**SMALL, "device": "mps"}).fit(X)
+
+
+SMALL_IMAGES = {"n_components": 4, "max_epochs": 2, "batch_size": 16, "random_state": 0}
+
+
+@pytest.fixture(scope="module")
+def digits():
+    """96 digit images (n, 1, 8, 8), their labels, and caption-like token ids (n, 6)."""
+    _, y, images = load_digit_views(return_images=True)
+    images, y = images[:96, None], y[:96]
+    rng = np.random.default_rng(0)
+    tokens = np.concatenate([y[:, None] + 10, rng.integers(0, 10, size=(96, 5))], axis=1)
+    return images, y, tokens.astype(np.int64)
+
+
+def image_pairs(images, shift=1):
+    """Two views of each image: the image and a shifted copy, (n, 2, 1, 8, 8)."""
+    return np.stack([images, np.roll(images, shift, axis=-1)], axis=1)
+
+
+class PairDataset(Dataset):
+    """PyTorch's "two crops" pattern: item i is (x0, x1)."""
+
+    def __init__(self, images, views=2):
+        self.images = torch.as_tensor(images)
+        self.views = views
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, i):
+        x = self.images[i]
+        return (x, x.roll(1, dims=-1)) if self.views == 2 else x
+
+
+def test_parameter_errors(digits):
+    images, _, _ = digits
+    X = image_pairs(images)
+    with pytest.raises(ValueError, match=r"precision must be one of 'float32', 'bfloat16', "
+                                         r"'float16'; got 'half'"):
+        ContrastiveEmbedder(precision="half", **SMALL_IMAGES).fit(X)
+    with pytest.raises(ValueError, match="num_workers must be >= 0; got -1"):
+        ContrastiveEmbedder(num_workers=-1, **SMALL_IMAGES).fit(X)
+    with pytest.raises(ValueError, match=r"data_on_device must be True, False or 'auto'"):
+        ContrastiveEmbedder(data_on_device="yes", **SMALL_IMAGES).fit(X)
+    with pytest.raises(ValueError, match="data_on_device=True needs array or tensor data"):
+        ContrastiveEmbedder(data_on_device=True, **SMALL_IMAGES).fit(PairDataset(images))

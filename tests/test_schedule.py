@@ -1,0 +1,45 @@
+"""Tests of ``skcontrast._estimators._schedule``: learning-rate warm-up and cosine decay
+step once per batch."""
+
+import math
+
+import numpy as np
+import pytest
+from skorch.callbacks import Callback
+
+from skcontrast import ContrastiveEmbedder, WarmupCosine
+from skcontrast.datasets import make_paired_gaussians
+
+SMALL = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 3, "lr": 1e-2,
+         "random_state": 0, "device": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return make_paired_gaussians(120, 8, n_clusters=3, random_state=0)
+
+
+class Rates(Callback):
+    def initialize(self):
+        self.rates = []
+        return self
+
+    def on_batch_begin(self, net, training=False, **kwargs):
+        if training:
+            self.rates.append(net.optimizer_.param_groups[0]["lr"])
+
+
+def test_warmup_cosine_steps_per_batch(pairs):
+    X, _ = pairs
+    rates = Rates()
+    est = ContrastiveEmbedder(**{**SMALL, "max_epochs": 4, "lr": 0.1, "batch_size": 30,
+                                 "lr_schedule": WarmupCosine(warmup_epochs=1),
+                                 "callbacks": [rates]}).fit(X)
+    total, warm = 16, 4
+    expected = [0.1 * (t + 1) / warm if t < warm else
+                0.1 * 0.5 * (1 + math.cos(math.pi * (t - warm) / (total - warm - 1)))
+                for t in range(total)]
+    np.testing.assert_allclose(rates.rates[1:], expected[1:], rtol=1e-9)
+    assert est.history_[-1, "lr"] == pytest.approx(expected[-1])
+    with pytest.raises(ValueError, match="warmup_epochs must be a non-negative, finite number"):
+        ContrastiveEmbedder(**{**SMALL, "lr_schedule": WarmupCosine(-1)}).fit(X)
