@@ -4,9 +4,12 @@ An input form is one entry of :data:`FORMS`: how to recognise it (``detect``), h
 read it for ``fit`` (``fit``: a :class:`~._data.ViewData` and an
 :class:`~._data.InputSpec`, and what scikit-learn records about the input), how to read
 later input against the spec of the fit (``read``), and how to read one view of it alone
-(``read_view``, for ``transform_view``). :func:`read_fit_input`, :func:`read_input` and
-:func:`read_view` go through the table; nothing else in the estimators branches on the
-form. Adding a form is one class here, its place in :data:`FORMS` and its tests.
+(``read_view``, for ``transform_view``, with ``view_form`` naming the form that reads
+one view). A container of another form's data (a table) says so (``container``): it
+reads later input whatever form its fit made. :func:`read_fit_input`,
+:func:`read_input` and :func:`read_view` go through the table; nothing else in the
+estimators branches on the form. Adding a form is one class here, its place in
+:data:`FORMS` and its tests.
 
 The forms, in the order they are recognised:
 
@@ -63,6 +66,9 @@ class InputForm:
 
     #: the ``InputSpec.form`` its ``fit`` makes (a table makes another form's)
     name: ClassVar[str]
+    #: a container of another form's data (a table): its ``read`` takes later input
+    #: whatever form its fit made; other forms' later input is read by the fit's form
+    container: ClassVar[bool] = False
 
     def detect(self, X: Any) -> bool:
         raise NotImplementedError
@@ -76,6 +82,10 @@ class InputForm:
 
     def read_view(self, X: Any, view: View, name: str, tokenizer: Any) -> ViewData:
         raise NotImplementedError
+
+    def view_form(self, view: View) -> InputForm:
+        """The form that reads one ``view`` of input recognised as this form."""
+        return self
 
 
 class TextForm(InputForm):
@@ -120,6 +130,7 @@ class TableForm(InputForm):
     """
 
     name = "table"
+    container = True
 
     def detect(self, X: Any) -> bool:
         return is_table(X)
@@ -239,6 +250,9 @@ class ArrayForm(InputForm):
             X = np.asarray(X)
         return _read_array(X, spec, single=not spec.items_paired)[0]
 
+    def view_form(self, view: View) -> InputForm:
+        return DICT if view.parts else self
+
     def read_view(self, X: Any, view: View, name: str, tokenizer: Any) -> ViewData:
         x = _as_tensor(X, name)
         _check_length(len(x), name, minimum=1)
@@ -264,6 +278,9 @@ class FlatForm(ArrayForm):
         return data, spec, {**NO_FEATURES, **{k: getattr(probe, k, None) for k in
                                               ("n_features_in_", "feature_names_in_")}}
 
+    def view_form(self, view: View) -> InputForm:
+        return DICT if view.parts else ARRAY
+
     def read(self, estimator: Any, X: Any, spec: InputSpec) -> ViewData:
         if is_view_dict(X) or is_dataset(X) or (
                 isinstance(X, np.ndarray | torch.Tensor) and X.ndim > 3):
@@ -278,6 +295,14 @@ TEXT, TABLE, DICT, DATASET, ARRAY, FLAT = (TextForm(), TableForm(), DictForm(), 
 
 #: The forms in the order they are recognised (the last one takes the rest).
 FORMS: tuple[InputForm, ...] = (TEXT, TABLE, DICT, DATASET, ARRAY, FLAT)
+
+
+def spelled_array(X: Any) -> Any:
+    """Nested lists or tuples that no form reads as such (only the catch-all flat form
+    would) are the array they spell."""
+    if isinstance(X, list | tuple) and not any(form.detect(X) for form in FORMS[:-1]):
+        return np.asarray(X)
+    return X
 
 
 def form_named(name: str) -> InputForm:
@@ -314,8 +339,7 @@ def read_fit_input(estimator: Any, X: Any, y: Any = None, *, single: bool,
     labelled : bool
         SupCon: a Dataset's items may be single views or two crops ``(x0, x1)``.
     """
-    if isinstance(X, list | tuple) and not is_text(X):  # nested lists: the array they spell
-        X = np.asarray(X)
+    X = spelled_array(X)
     data, spec, features = form_of_input(X, single).fit(
         estimator, X, single=single, labelled=labelled, view_split=view_split)
     _check_length(len(data), "X", minimum=2)
@@ -331,15 +355,14 @@ def read_input(estimator: Any, X: Any, spec: InputSpec) -> ViewData:
     """
     if isinstance(X, ViewData):
         return X
-    if is_table(X):
-        data = TABLE.read(estimator, X, spec)
-    else:
-        if is_text(X) and spec.form != "text":
+    X = spelled_array(X)
+    form = form_of_input(X)
+    if not form.container:
+        if form is TEXT and spec.form != "text":
             raise ValueError(f"{type(estimator).__name__} was fitted on {spec.form} input, "
                              "not text; got strings")
-        if isinstance(X, list | tuple) and not is_text(X):
-            X = np.asarray(X)
-        data = form_named(spec.form).read(estimator, X, spec)
+        form = form_named(spec.form)
+    data = form.read(estimator, X, spec)
     _check_length(len(data), "X", minimum=1)
     return data
 
@@ -347,17 +370,10 @@ def read_input(estimator: Any, X: Any, spec: InputSpec) -> ViewData:
 def read_view(X: Any, view: View, name: str = "X_view", tokenizer: Any = None) -> ViewData:
     """One view's items alone (``transform_view``): an array, tensor, Dataset, a table of
     one column, or a list of strings for a text view (tokenized by ``tokenizer``)."""
-    if view.text:
-        form: InputForm = TABLE if is_table(X) else TEXT
-    elif is_table(X):
-        form = TABLE
-    elif is_dataset(X):
-        form = DATASET
-    elif view.parts or is_view_dict(X):
-        form = DICT
-    else:
-        form = ARRAY
-    return form.read_view(X, view, name, tokenizer)
+    form = form_of_input(X)
+    if view.text and not form.container:
+        form = TEXT
+    return form.view_form(view).read_view(X, view, name, tokenizer)
 
 
 # --------------------------------------------------------------------------------------
