@@ -5,24 +5,24 @@ Every loss function accepts NumPy arrays or torch tensors of shape ``(..., B, d)
 float64, uses log-sum-exp (or softplus) so that small temperatures cannot overflow,
 needs O(B^2) memory (or, with ``chunk_size``, O(B (d + chunk_size)) for the losses of
 :data:`TILED_LOSSES`), takes the balance weights ``lambda_pos`` and ``lambda_ent`` of
-Sors et al. 2021, arXiv:2112.11743 (Eq. 5) and can return its positive and entropy terms separately
-(``return_terms=True``).
+Sors et al. 2021, arXiv:2112.11743 (Eq. 5) and can return its positive and entropy
+terms separately (``return_terms=True``).
 
-======================  =========================  =========================================
-function                object                     definition
-======================  =========================  =========================================
-``info_nce``            :class:`InfoNCE`           InfoNCE (Sreenivasan et al. 2023, Eq. 3)
-``symmetric_info_nce``  :class:`SymmetricInfoNCE`  L(U,V) + L(V,U) (the same, Eq. 1-2)
-``nt_xent``             :class:`NTXent`            SimCLR's 2B-way loss
-``dcl``                 :class:`DCL`               decoupled contrastive loss
-``dhel``                :class:`DHEL`              decoupled energy (Koromilas et al. 2024)
-``kcl``                 :class:`KCL`               kernel loss (Koromilas et al. 2024)
-``siglip``              :class:`SigLIP`            pairwise sigmoid loss (Zhai et al. 2023)
-``hard_negative_nce``   :class:`HardNegativeNCE`   HCL (Robinson et al. 2021)
-``debiased_nce``        :class:`DebiasedNCE`       debiased loss (Chuang et al. 2020)
-``supcon``              :class:`SupCon`            SupCon (Kini et al. 2023, Eq. 3)
+======================  ==========================  ========================================
+function                object                      definition
+======================  ==========================  ========================================
+``info_nce``            :class:`InfoNCE`            InfoNCE (Sreenivasan et al. 2023, Eq. 3)
+``symmetric_info_nce``  :class:`SymmetricInfoNCE`   L(U,V) + L(V,U) (the same, Eq. 1-2)
+``nt_xent``             :class:`NTXent`             SimCLR's 2B-way loss
+``dcl``                 :class:`DCL`                decoupled contrastive loss
+``dhel``                :class:`DHEL`               decoupled energy (Koromilas et al. 2024)
+``kcl``                 :class:`KCL`                kernel loss (Koromilas et al. 2024)
+``siglip``              :class:`SigLIP`             pairwise sigmoid loss (Zhai et al. 2023)
+``hard_negative_nce``   :class:`HardNegativeNCE`    HCL (Robinson et al. 2021)
+``debiased_nce``        :class:`DebiasedNCE`        debiased loss (Chuang et al. 2020)
+``supcon``              :class:`SupCon`             SupCon (Kini et al. 2023, Eq. 3)
 ``contrastive_margin``  :class:`ContrastiveMargin`  pair margin loss (Sors et al. 2021)
-======================  =========================  =========================================
+======================  ==========================  ========================================
 
 (Sreenivasan et al. 2023: openreview.net/forum?id=7n2dNATSHeQ; Koromilas et al. 2024:
 arXiv:2405.18045; Kini et al. 2023: arXiv:2306.07960.)

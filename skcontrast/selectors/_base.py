@@ -70,7 +70,7 @@ def partition(order: np.ndarray, batch_size: int, drop_last: bool) -> list[np.nd
 
 
 def batch_sizes(n: int, batch_size: int, drop_last: bool) -> np.ndarray:
-    """Sizes of an epoch's batches under :func:`partition`'s rule: full batches, then the
+    """Sizes of an epoch's batches under ``partition``'s rule: full batches, then the
     remainder unless dropped, a remainder of one joining the last full batch."""
     sizes = [batch_size] * (n // batch_size)
     rest = n % batch_size
@@ -83,7 +83,7 @@ def batch_sizes(n: int, batch_size: int, drop_last: bool) -> np.ndarray:
 
 
 def join_lone(batches: list[np.ndarray], drop_last: bool) -> list[np.ndarray]:
-    """:func:`partition`'s rule for batches made in parts: a last batch of one sample
+    """``partition``'s rule for batches made in parts: a last batch of one sample
     joins the batch before it (unless ``drop_last``, which leaves short batches out)."""
     if drop_last or len(batches) < 2 or len(batches[-1]) != 1:
         return batches
@@ -91,7 +91,7 @@ def join_lone(batches: list[np.ndarray], drop_last: bool) -> list[np.ndarray]:
 
 
 def n_partition_batches(n: int, batch_size: int, drop_last: bool) -> int:
-    """How many batches :func:`partition` makes."""
+    """How many batches ``partition`` makes."""
     return len(batch_sizes(n, batch_size, drop_last))
 
 
@@ -189,7 +189,7 @@ class BatchSelector(BaseEstimator):
 
     def largest_batch_size(self, n: int) -> int | None:
         """The most rows a batch of this selector holds for ``n`` samples: the nominal
-        size, plus one where a one-sample remainder joins a batch (:func:`partition`)."""
+        size, plus one where a one-sample remainder joins a batch (``partition``)."""
         b = self.nominal_batch_size(n)
         if b is None:
             return None
@@ -211,7 +211,7 @@ class BatchSelector(BaseEstimator):
         hands it: its batch size, a seed if it has none, and the fit's rows for
         parameters given per row of ``X``. Wrapped selectors (``base_selector``) get the
         same through their own ``for_fit``; subclasses add their own settings in
-        :meth:`_fit_params`. A batch size that no part of the selector takes is refused.
+        ``_fit_params``. A batch size that no part of the selector takes is refused.
 
         This is the one method through which an estimator (or a trainer) configures a
         selector: it never sets a selector's parameters by name.
@@ -257,7 +257,8 @@ class BatchSelector(BaseEstimator):
                 if isinstance(value, BatchSelector) and value.state_dict()}
 
     def load_state_dict(self, state: dict) -> BatchSelector:
-        """Take a state from :meth:`state_dict` (after :meth:`set_epoch`); returns self."""
+        """Take a state from :meth:`~BatchSelector.state_dict` (after
+        :meth:`~BatchSelector.set_epoch`); returns self."""
         if not isinstance(state, dict):
             raise ValueError(f"a selector state must be a dict; got {describe(state)}")
         params = self.get_params(deep=False)

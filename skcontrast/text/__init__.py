@@ -9,10 +9,9 @@ Any callable ``tokenizer(list_of_str) -> (n, L) int array`` works, and so does a
 Face tokenizer (its ``input_ids``; the default encoder then bags its tokens, or give a
 transformer as ``module``).
 
-Modules: :mod:`~skcontrast.text._tokenize` (tokenizer and encoder),
-:mod:`~skcontrast.text._search` (chunked top-k search), :mod:`~skcontrast.text._mining`
-(hard-negative mining) and :mod:`~skcontrast.text._hybrid` (hybrid retrieval); the public
-names are these.
+Its private modules are ``_tokenize`` (tokenizer and encoder), ``_search`` (chunked
+top-k search), ``_mining`` (hard-negative mining) and ``_hybrid`` (hybrid retrieval);
+the public names are the ones below.
 """
 
 from ._hybrid import LEXICAL, HybridRetriever
