@@ -15,7 +15,8 @@ from typing import Any
 __version__ = "0.2.0"
 
 _LAZY = {"AcceleratorCheckpoint": "._estimators", "ContrastiveEmbedder": "._estimators",
-         "SupConEmbedder": "._estimators", "WarmupCosine": "._estimators",
+         "LazyAdam": "._estimators", "SupConEmbedder": "._estimators",
+         "WarmupCosine": "._estimators",
          "load": "._estimators._base"}
 
 #: The public subpackages and modules, imported on first use like the names above.
@@ -23,8 +24,8 @@ _SUBMODULES = ("datasets", "exceptions", "geometry", "losses", "memory", "metric
                "model_selection", "plotting", "selectors", "selftest", "simulation", "text")
 
 
-__all__ = ["AcceleratorCheckpoint", "ContrastiveEmbedder", "SupConEmbedder", "WarmupCosine",
-           "__version__", "load"]
+__all__ = ["AcceleratorCheckpoint", "ContrastiveEmbedder", "LazyAdam", "SupConEmbedder",
+           "WarmupCosine", "__version__", "load"]
 
 
 def __getattr__(name: str) -> Any:

@@ -2,7 +2,9 @@
 
 from ._contrastive import ContrastiveEmbedder
 from ._distributed import AcceleratorCheckpoint
+from ._optim import LazyAdam
 from ._schedule import WarmupCosine
 from ._supcon import SupConEmbedder
 
-__all__ = ["AcceleratorCheckpoint", "ContrastiveEmbedder", "SupConEmbedder", "WarmupCosine"]
+__all__ = ["AcceleratorCheckpoint", "ContrastiveEmbedder", "LazyAdam", "SupConEmbedder",
+           "WarmupCosine"]

@@ -251,7 +251,9 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
                 net.partial_fit(data, None, epochs=self.max_epochs)
             else:
                 net.data_fingerprint = rows_digest
-                net.fit(data, None)
+                net.initialize()
+                net.fit_priors(data)
+                net.partial_fit(data, None, epochs=self.max_epochs)
         net.check_finite_weights()  # every exit: the end, an early stop, an interrupt
         net.check_finite_outputs(data)
         return net

@@ -22,7 +22,7 @@ from .._validation import describe
 from ..losses import Loss
 from ..selectors import BatchSelector, FitSettings, ShuffledBatchSelector
 from ._data import InputSpec, TensorViews, ViewData
-from ._modules import ContrastiveCriterion, EncoderFactory
+from ._modules import ContrastiveCriterion, EncoderFactory, embedding_width
 from ._net import SelectorNet
 from ._params import ParameterChecks, describe_object, resolve_device
 from ._schedule import ScheduleCallback
@@ -79,8 +79,11 @@ class NetBuilder(ParameterChecks):
                              "warm_start=False to start afresh")
 
     def _factory(self, spec: InputSpec, shared: bool) -> EncoderFactory:
-        return EncoderFactory(self.module, spec.views, tuple(self.hidden_layer_sizes),
-                              self.n_components, shared, self._nested("module__"),
+        hidden = self.hidden_layer_sizes
+        return EncoderFactory(self.module, spec.views,
+                              hidden if hidden == "auto" else tuple(hidden),
+                              embedding_width(self.n_components, spec.views), shared,
+                              self._nested("module__"),
                               self.projection_head, self.freeze)
 
     def build_net(self, spec: InputSpec, n_samples: int, shared: bool,

@@ -20,11 +20,15 @@ tokenizer : callable, Hugging Face tokenizer or None, default=None
     encoder is :class:`~skcontrast.text.NgramBagEncoder` over the ids, sized by the
     tokenizer's ``vocabulary_size`` (a Hugging Face tokenizer's ``len``).""",
     'n_components': """\
-n_components : int, default=32
-    Embedding dimension.""",
+n_components : int or 'auto', default='auto'
+    Embedding dimension. ``'auto'``: 256 when a view is text (the width at which the
+    default text encoder's lexical prior is close to TF-IDF's cosine), else 32.""",
     'hidden_layer_sizes': """\
-hidden_layer_sizes : tuple of int, default=(128,)
-    Hidden widths of the default MLP.""",
+hidden_layer_sizes : tuple of int or 'auto', default='auto'
+    Hidden widths of the default encoder. ``'auto'``: ``(128,)`` for the MLP of a
+    view of numbers; ``()`` for a text view's bag (fastText's linear model, which
+    starts as a random projection of the texts' n-gram sets, a lexical prior:
+    :class:`~skcontrast.text.NgramBagEncoder`).""",
     'batch_size': """\
 batch_size : int or None, default=None
     ``None`` uses the selector's batch size. An int overrides it; the estimator

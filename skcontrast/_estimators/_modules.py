@@ -51,15 +51,34 @@ def _instantiate(module: Any, n_in: int, n_out: int, kwargs: dict | None = None)
                      f"f(n_in, n_out); got {describe(module)}")
 
 
-def default_encoder(view: View, hidden_layer_sizes: Sequence[int], n_out: int) -> nn.Module:
+#: ``n_components='auto'``: the output width with a text view (where the text bag's
+#: lexical prior approximates TF-IDF's cosine closely), and without one
+TEXT_WIDTH, WIDTH = 256, 32
+#: ``hidden_layer_sizes='auto'``: a text view's bag is linear, other views get an MLP
+TEXT_HIDDEN, HIDDEN = (), (128,)
+
+
+def embedding_width(n_components: Any, views: Sequence[View]) -> int:
+    """``n_components``, with ``'auto'`` resolved for ``views``."""
+    if n_components != "auto":
+        return int(n_components)
+    return TEXT_WIDTH if any(view.text for view in views) else WIDTH
+
+
+def default_encoder(view: View, hidden_layer_sizes: Sequence[int] | str,
+                    n_out: int) -> nn.Module:
     """The MLP for one view; N-D views are flattened first. A text view gets a bag of
     its token ids (:class:`~skcontrast.text.NgramBagEncoder`, ``hidden_layer_sizes``
-    its widths); other integer views are refused."""
+    its widths); other integer views are refused. ``hidden_layer_sizes='auto'``: none
+    for a text view, one layer of 128 for the others."""
     if view.text:
         from ..text import NgramBagEncoder
 
         assert view.vocabulary is not None
-        return NgramBagEncoder(view.vocabulary, n_out, hidden_layer_sizes)
+        text_hidden = TEXT_HIDDEN if isinstance(hidden_layer_sizes, str) \
+            else hidden_layer_sizes
+        return NgramBagEncoder(view.vocabulary, n_out, text_hidden)
+    hidden = HIDDEN if isinstance(hidden_layer_sizes, str) else hidden_layer_sizes
     if view.parts:
         raise ValueError(f"{view.describe()} goes to its encoder as keyword arguments; pass "
                          "an encoder for it (module={name: encoder, ...})")
@@ -71,7 +90,7 @@ def default_encoder(view: View, hidden_layer_sizes: Sequence[int], n_out: int) -
             "or convert the view to float if its integers are measurements (text from a "
             "tokenizer of your own gets the default bag encoder when the tokenizer has a "
             "vocabulary_size attribute)")
-    mlp = make_mlp(view.size, hidden_layer_sizes, n_out)
+    mlp = make_mlp(view.size, hidden, n_out)
     return nn.Sequential(nn.Flatten(), mlp) if len(view.shape) > 1 else mlp
 
 
@@ -187,7 +206,7 @@ def _stack_views(x0: Any, x1: Any) -> Any:
     return None
 
 
-def build_encoders(module: Any, views: Sequence[View], hidden_layer_sizes: Sequence[int],
+def build_encoders(module: Any, views: Sequence[View], hidden_layer_sizes: Sequence[int] | str,
                    n_components: int, shared: bool, *, module_kwargs: dict | None = None,
                    head: Any = None, freeze: Any = None) -> ViewEncoders:
     """Encoders for the given views (one view for single-view data).
@@ -257,12 +276,13 @@ class EncoderFactory:
     attributes.
     """
 
-    def __init__(self, module: Any, views: Sequence[View], hidden_layer_sizes: Sequence[int],
+    def __init__(self, module: Any, views: Sequence[View], hidden_layer_sizes: Sequence[int] | str,
                  n_components: int, shared: bool, module_kwargs: dict | None = None,
                  head: Any = None, freeze: Any = None) -> None:
         self.module = _to_cpu(module)
         self.views = tuple(views)
-        self.hidden_layer_sizes = tuple(hidden_layer_sizes)
+        self.hidden_layer_sizes: Sequence[int] | str = hidden_layer_sizes \
+            if isinstance(hidden_layer_sizes, str) else tuple(hidden_layer_sizes)
         self.n_components = n_components
         self.shared = shared
         self.module_kwargs = dict(module_kwargs or {})

@@ -29,6 +29,7 @@ from skorch.history import History
 from .._validation import first_non_finite
 from ..exceptions import TrainingDivergedError, TrainingInterrupted
 from ._modules import ContrastiveCriterion
+from ._optim import use_sparse_gradients
 from ._step import TrainingStep, batch_length, batch_norms, plain_temperature, seed_torch
 from ._supply import BatchSupply
 
@@ -180,14 +181,25 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
         return [(name, PrintLog() if name == "print_log" else callback)
                 for name, callback in super().get_default_callbacks()]
 
-
     @property
     def compute_device(self) -> torch.device:
         """Where the module computes (the accelerator's device in distributed training)."""
         return torch.device(self.device)
 
+    def initialize_optimizer(self, *args: Any, **kwargs: Any) -> SelectorNet:
+        """skorch's optimizer, after the default text encoders are given sparse gradients
+        if it takes them (:func:`~._optim.use_sparse_gradients`)."""
+        use_sparse_gradients(self.module_, self.optimizer)
+        return super().initialize_optimizer(*args, **kwargs)
 
-
+    def fit_priors(self, data: Any) -> None:
+        """Encoders that start from statistics of the training data (the text bag's IDF
+        weights, :meth:`~skcontrast.text.NgramBagEncoder.fit_prior`) take them from
+        ``data``, every text column of it, before the first step of a fresh fit."""
+        views = [v for v in getattr(data, "views", ()) if v is not None]
+        for module in self.module_.modules():
+            if callable(getattr(module, "fit_prior", None)) and views:
+                module.fit_prior(views)
 
     def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
         super().on_train_begin(net, X=X, y=y, **kwargs)

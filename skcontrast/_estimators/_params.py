@@ -26,10 +26,12 @@ from ..memory import BaseMemory
 from ..selectors import BatchSelector
 from ._data import InputSpec
 from ._monitor import check_validation_fraction
+from ._optim import LazyAdam
 from ._schedule import WarmupCosine
 from ._step import PRECISIONS
 
-OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+#: ``'adam'`` is :class:`~._optim.LazyAdam`: Adam, with lazy row updates of sparse gradients
+OPTIMIZERS = {"adam": LazyAdam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 
 MOVED_TO_LOSS = {
     "temperature": "loss__temperature",
@@ -44,8 +46,8 @@ MOVED_TO_LOSS = {
 #: changes or adds in its ``_parameters`` (e.g. its ``loss`` default); ``_docs.PARAMETERS``
 #: documents the shared ones.
 PARAMETERS: tuple[tuple[str, Any, str], ...] = (
-    ("module", None, "Any"), ("tokenizer", None, "Any"), ("n_components", 32, "int"),
-    ("hidden_layer_sizes", (128,), "tuple"), ("loss", None, "Any"),
+    ("module", None, "Any"), ("tokenizer", None, "Any"), ("n_components", "auto", "int | str"),
+    ("hidden_layer_sizes", "auto", "tuple | str"), ("loss", None, "Any"),
     ("batch_size", None, "int | None"), ("selector", None, "Any"), ("memory", None, "Any"),
     ("max_epochs", 20, "int"), ("lr", 1e-3, "float"), ("lr_schedule", None, "Any"),
     ("validation_fraction", None, "float | None"), ("scoring", None, "Any"),
@@ -251,13 +253,16 @@ class ParameterChecks(BaseEstimator):
         return super().set_params(**params)
 
     def _check_params(self) -> None:
-        check_int(self.n_components, "n_components", minimum=1)
+        if self.n_components != "auto":
+            check_int(self.n_components, "n_components", minimum=1)
         check_int(self.max_epochs, "max_epochs", minimum=1)
         check_positive(self.lr, "lr")
-        if not isinstance(self.hidden_layer_sizes, tuple | list) or not all(
-                isinstance(h, numbers.Integral) and int(h) >= 1 for h in self.hidden_layer_sizes):
-            raise ValueError(f"hidden_layer_sizes must be a tuple of positive ints; got "
-                             f"{describe(self.hidden_layer_sizes)}")
+        if self.hidden_layer_sizes != "auto" and (
+                not isinstance(self.hidden_layer_sizes, tuple | list) or not all(
+                    isinstance(h, numbers.Integral) and int(h) >= 1
+                    for h in self.hidden_layer_sizes)):
+            raise ValueError(f"hidden_layer_sizes must be 'auto' or a tuple of positive ints; "
+                             f"got {describe(self.hidden_layer_sizes)}")
         if self.batch_size is not None:
             check_int(self.batch_size, "batch_size")
         if self.selector is not None and not isinstance(self.selector, BatchSelector):

@@ -1,0 +1,183 @@
+"""Tests of ``skcontrast._estimators._optim``: LazyAdam is Adam on dense gradients and
+SparseAdam's row rule on sparse ones (against torch and a float64 loop), its state is
+Adam's, and the estimators give the default text encoder sparse gradients where the
+optimizer takes them."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from skcontrast import ContrastiveEmbedder, LazyAdam
+from skcontrast.text import NgramBagEncoder
+
+
+def model(seed=0, sparse=True):
+    torch.manual_seed(seed)
+    return nn.ModuleDict({"bag": nn.EmbeddingBag(50, 6, mode="sum", sparse=sparse),
+                          "head": nn.Linear(6, 3)})
+
+
+def batches(n=6, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 50, (8, 5), generator=g) for _ in range(n)]
+
+
+def loss_of(net, ids):
+    return net["head"](net["bag"](ids)).square().mean()
+
+
+def train(net, optimizer, data):
+    for ids in data:
+        optimizer.zero_grad()
+        loss_of(net, ids).backward()
+        optimizer.step()
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_dense_gradients_train_exactly_as_adam(weight_decay):
+    a, b = model(sparse=False), model(sparse=False)
+    train(a, LazyAdam(a.parameters(), lr=0.05, weight_decay=weight_decay), batches())
+    train(b, torch.optim.Adam(b.parameters(), lr=0.05, weight_decay=weight_decay), batches())
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_sparse_rows_follow_sparse_adam_and_dense_ones_adam():
+    """torch's SparseAdam puts eps outside the bias correction of the second moment;
+    LazyAdam puts it where Adam (Kingma and Ba's Algorithm 1) does. Without eps the
+    two rules are one (eps=1e-30)."""
+    lazy = model()
+    train(lazy, LazyAdam(lazy.parameters(), lr=0.05, eps=1e-30), batches())
+    torch_sparse = model()
+    optimizers = [torch.optim.SparseAdam(list(torch_sparse["bag"].parameters()), lr=0.05,
+                                         eps=1e-30),
+                  torch.optim.Adam(torch_sparse["head"].parameters(), lr=0.05, eps=1e-30)]
+    for ids in batches():
+        for o in optimizers:
+            o.zero_grad()
+        loss_of(torch_sparse, ids).backward()
+        for o in optimizers:
+            o.step()
+    for p, q in zip(lazy.parameters(), torch_sparse.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-7)
+
+
+def test_a_row_in_every_step_follows_dense_adam():
+    every = [torch.arange(50).view(10, 5)] * 5  # each step touches every row once
+    lazy, dense = model(), model(sparse=False)
+    train(lazy, LazyAdam(lazy.parameters(), lr=0.05), every)
+    train(dense, torch.optim.Adam(dense.parameters(), lr=0.05), every)
+    for p, q in zip(lazy.parameters(), dense.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def reference_lazy_adam(weight, steps, lr, betas, eps, weight_decay):
+    """The lazy rule in float64, one row at a time: ``steps`` is a list of
+    {row: gradient} dicts (rows summed)."""
+    w = weight.double().clone()
+    m, v = torch.zeros_like(w), torch.zeros_like(w)
+    for t, grads in enumerate(steps, 1):
+        for r, g in grads.items():
+            g = g.double() + weight_decay * w[r]
+            m[r] = betas[0] * m[r] + (1 - betas[0]) * g
+            v[r] = betas[1] * v[r] + (1 - betas[1]) * g * g
+            denominator = (v[r] / (1 - betas[1] ** t)).sqrt() + eps
+            w[r] -= lr / (1 - betas[0] ** t) * m[r] / denominator
+    return w
+
+
+def test_the_lazy_rule_with_weight_decay_and_repeated_rows_against_a_float64_loop():
+    torch.manual_seed(0)
+    table = nn.Embedding(10, 4, sparse=True).double()
+    start = table.weight.detach().clone()
+    optimizer = LazyAdam(table.parameters(), lr=0.1, betas=(0.8, 0.9), eps=1e-6,
+                         weight_decay=0.05)
+    steps = []
+    for ids in (torch.tensor([1, 3, 3]), torch.tensor([3, 7]), torch.tensor([0, 1, 9, 9])):
+        optimizer.zero_grad()
+        out = table(ids)
+        coefficients = torch.arange(1.0, 1 + out.numel(), dtype=torch.float64).view_as(out)
+        (out * coefficients).sum().backward()
+        grads: dict = {}
+        for i, r in enumerate(ids.tolist()):
+            grads[r] = grads.get(r, 0) + coefficients[i]
+        steps.append(grads)
+        optimizer.step()
+    want = reference_lazy_adam(start, steps, 0.1, (0.8, 0.9), 1e-6, 0.05)
+    torch.testing.assert_close(table.weight.detach(), want, rtol=1e-12, atol=1e-12)
+    untouched = [2, 4, 5, 6, 8]
+    assert torch.equal(table.weight.detach()[untouched], start[untouched])
+
+
+def test_the_state_is_adams_and_round_trips():
+    a = model()
+    optimizer = LazyAdam(a.parameters(), lr=0.05)
+    data = batches(8)
+    train(a, optimizer, data[:4])
+    b = copy.deepcopy(a)
+    resumed = LazyAdam(b.parameters(), lr=0.05)
+    resumed.load_state_dict(copy.deepcopy(optimizer.state_dict()))
+    train(a, optimizer, data[4:])
+    train(b, resumed, data[4:])
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(p, q)
+    state = optimizer.state_dict()["state"][0]
+    assert set(state) == {"step", "exp_avg", "exp_avg_sq"}  # Adam's keys
+    plain = torch.optim.Adam(model().parameters(), lr=0.05)
+    plain.load_state_dict(optimizer.state_dict())  # and Adam takes it
+
+
+def test_amsgrad_is_refused_for_sparse_gradients():
+    net = model()
+    optimizer = LazyAdam(net.parameters(), lr=0.05, amsgrad=True)
+    loss_of(net, batches(1)[0]).backward()
+    with pytest.raises(ValueError, match="amsgrad"):
+        optimizer.step()
+
+
+@pytest.fixture(scope="module")
+def text_pairs():
+    words = ["red heart", "cat face", "thumbs up", "blue car", "green tree", "sun",
+             "moon", "star", "rain cloud", "snow man", "fire", "water wave"]
+    return [(w, w.upper() + "!") for w in words * 4]
+
+
+@pytest.mark.parametrize(("optimizer", "sparse", "kind"),
+                         [("adam", True, "LazyAdam"), ("sgd", True, "SGD"),
+                          ("adamw", False, "AdamW")])
+def test_the_default_text_encoder_is_sparse_where_the_optimizer_allows(
+        text_pairs, optimizer, sparse, kind):
+    est = ContrastiveEmbedder(optimizer=optimizer, max_epochs=1, batch_size=8,
+                              random_state=0).fit(text_pairs)
+    assert type(est.net_.optimizer_).__name__ == kind
+    assert est.net_.module_.encoders[0].bag.sparse is sparse
+
+
+def test_a_users_sparse_table_with_an_optimizer_that_cannot_take_it_is_named():
+    X = np.random.default_rng(0).integers(1, 40, size=(32, 2, 5))
+
+    def encoder(n_in, n_out):
+        return nn.Sequential(nn.EmbeddingBag(40, n_out, sparse=True))
+
+    with pytest.raises(ValueError, match=r"'encoders.0.0' has sparse=True.*AdamW"):
+        ContrastiveEmbedder(module=encoder, optimizer="adamw", max_epochs=1,
+                            batch_size=8).fit(X)
+    est = ContrastiveEmbedder(module=encoder, max_epochs=1, batch_size=8).fit(X)
+    assert est.net_.module_.encoders[0][0].weight.grad is None or \
+        est.net_.module_.encoders[0][0].sparse
+
+
+def test_sparse_and_dense_text_fits_agree_for_sgd(text_pairs):
+    """Sparse gradients change how the update is stored, not what it is: with SGD
+    (whose rule is the same either way) both fits give the same embeddings."""
+    def fit(sparse):
+        def encoder(n_in, n_out):
+            return NgramBagEncoder(2**18 + 1, n_out, (64,), sparse=sparse)
+        return ContrastiveEmbedder(module=encoder, optimizer="sgd", lr=0.5, max_epochs=2,
+                                   batch_size=8, random_state=0).fit(text_pairs)
+    texts = [a for a, _ in text_pairs[:6]]
+    np.testing.assert_allclose(fit(True).transform(texts), fit(False).transform(texts),
+                               rtol=1e-5, atol=1e-6)
