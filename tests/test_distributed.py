@@ -53,7 +53,8 @@ def two_process_results(tmp_path_factory):
 @pytest.mark.parametrize("case", ["shuffled", "osgd, learned temperature",
                                   "supcon, spectral", "sogclr, learned temperature",
                                   "xbm, supcon", "micro-batches, sogclr",
-                                  "jest, reference model", "rho, cached, supcon"])
+                                  "jest, reference model", "rho, cached, supcon",
+                                  "text, sparse updates"])
 @pytest.mark.slow
 def test_two_processes_make_the_single_process_update(two_process_results, case):
     """Each process trains on its half of every global batch; the embeddings are gathered
@@ -72,6 +73,7 @@ def test_two_processes_make_the_single_process_update(two_process_results, case)
     expected = summary(fit(case, plain=True))
     assert got["n_batches"] == expected["n_batches"]
     assert got["kept"] == expected["kept"]
+    assert got["sparse"] == expected["sparse"] == ([True] if case.startswith("text") else [])
     np.testing.assert_allclose(got["losses"], expected["losses"], rtol=1e-5)
     for name, weight in expected["weights"].items():
         torch.testing.assert_close(got["weights"][name], weight, rtol=1e-5, atol=1e-6)

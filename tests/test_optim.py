@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from skcontrast import ContrastiveEmbedder, LazyAdam
-from skcontrast.text import NgramBagEncoder
+from skcontrast.text import HashingNgramTokenizer, NgramBagEncoder
 
 
 def model(seed=0, sparse=True):
@@ -150,8 +150,8 @@ def text_pairs():
                           ("adamw", False, "AdamW")])
 def test_the_default_text_encoder_is_sparse_where_the_optimizer_allows(
         text_pairs, optimizer, sparse, kind):
-    est = ContrastiveEmbedder(optimizer=optimizer, max_epochs=1, batch_size=8,
-                              random_state=0).fit(text_pairs)
+    est = ContrastiveEmbedder(**{**TEXT_FIT, "max_epochs": 1},
+                              optimizer=optimizer).fit(text_pairs)
     assert type(est.net_.optimizer_).__name__ == kind
     assert est.net_.module_.encoders[0].bag.sparse is sparse
 
@@ -175,9 +175,68 @@ def test_sparse_and_dense_text_fits_agree_for_sgd(text_pairs):
     (whose rule is the same either way) both fits give the same embeddings."""
     def fit(sparse):
         def encoder(n_in, n_out):
-            return NgramBagEncoder(2**18 + 1, n_out, (64,), sparse=sparse)
+            return NgramBagEncoder(2**12 + 1, n_out, (64,), sparse=sparse)
         return ContrastiveEmbedder(module=encoder, optimizer="sgd", lr=0.5, max_epochs=2,
-                                   batch_size=8, random_state=0).fit(text_pairs)
+                                   batch_size=8, random_state=0,
+                                   tokenizer=HashingNgramTokenizer(n_features=2**12)
+                                   ).fit(text_pairs)
     texts = [a for a, _ in text_pairs[:6]]
     np.testing.assert_allclose(fit(True).transform(texts), fit(False).transform(texts),
                                rtol=1e-5, atol=1e-6)
+
+
+TEXT_FIT = {"max_epochs": 2, "batch_size": 8, "random_state": 0, "device": "cpu",
+            "tokenizer": HashingNgramTokenizer(n_features=2**12)}
+
+
+@pytest.mark.parametrize("resume", ["warm start", "save and load", "pickle"])
+def test_two_plus_two_sparse_epochs_are_four(text_pairs, resume, tmp_path):
+    """The default text encoder trains with sparse gradients and LazyAdam; its moments
+    are training state, so 2 + 2 epochs equal 4, through a save or a pickle too."""
+    import pickle
+
+    import skcontrast
+
+    whole = ContrastiveEmbedder(**{**TEXT_FIT, "max_epochs": 4}).fit(text_pairs)
+    half = ContrastiveEmbedder(**TEXT_FIT).fit(text_pairs)
+    assert half.net_.module_.encoders[0].bag.sparse
+    state = half.net_.optimizer_.state_dict()["state"]
+    assert any(s["exp_avg"].shape[0] == 2**12 + 1 for s in state.values())
+    if resume == "save and load":
+        half.save(tmp_path / "half")
+        half = skcontrast.load(tmp_path / "half")
+    elif resume == "pickle":
+        half = pickle.loads(pickle.dumps(half))
+    half.set_params(warm_start=True).fit(text_pairs)
+    texts = [a for a, _ in text_pairs]
+    np.testing.assert_allclose(half.transform(texts), whole.transform(texts), atol=1e-6)
+
+
+def test_micro_batches_give_the_plain_sparse_update(text_pairs):
+    texts = [a for a, _ in text_pairs]
+    plain = ContrastiveEmbedder(**TEXT_FIT).fit(text_pairs)
+    cached = ContrastiveEmbedder(**TEXT_FIT, micro_batch_size=3).fit(text_pairs)
+    np.testing.assert_allclose(cached.transform(texts), plain.transform(texts), atol=1e-5)
+
+
+def test_bfloat16_autocast_trains_the_sparse_bag(text_pairs):
+    est = ContrastiveEmbedder(**TEXT_FIT, precision="bfloat16").fit(text_pairs)
+    fresh = ContrastiveEmbedder(**{**TEXT_FIT, "max_epochs": 1, "lr": 1e-12}).fit(text_pairs)
+    moved = est.net_.module_.encoders[0].bag.weight - fresh.net_.module_.encoders[0].bag.weight
+    assert est.net_.module_.encoders[0].bag.sparse and bool(moved.abs().max() > 1e-4)
+    assert np.isfinite(est.transform([a for a, _ in text_pairs])).all()
+
+
+def test_a_resumed_checkpoint_continues_sparse_training(text_pairs, tmp_path):
+    accelerate = pytest.importorskip("accelerate")
+    from skcontrast import AcceleratorCheckpoint
+
+    def fit(epochs, callbacks=None):
+        return ContrastiveEmbedder(**{**TEXT_FIT, "max_epochs": epochs},
+                                   accelerator=accelerate.Accelerator(cpu=True),
+                                   callbacks=callbacks).fit(text_pairs)
+    whole = fit(3)
+    fit(2, [AcceleratorCheckpoint(tmp_path / "s")])
+    resumed = fit(1, [AcceleratorCheckpoint(tmp_path / "s", resume=True)])
+    texts = [a for a, _ in text_pairs]
+    np.testing.assert_allclose(resumed.transform(texts), whole.transform(texts), atol=1e-6)

@@ -75,6 +75,60 @@ def test_the_bag_is_the_scaled_sum_of_its_ids_embeddings():
     assert with_layers(ids).shape == (3, 3)
 
 
+def test_idf_weights_are_scikit_learns_smooth_idf_and_weigh_the_bag():
+    from sklearn.feature_extraction.text import TfidfTransformer
+
+    texts = ["red heart", "red hearts", "blue heart", "blue car", "a red car"]
+    tok = HashingNgramTokenizer(n_features=2**10)
+    ids = torch.as_tensor(tok(texts))
+    enc = NgramBagEncoder(tok.vocabulary_size, 4, weighting="idf").double()
+    assert enc.fit_prior([ids[:2], ids[2:]]) is enc  # blocks add up to one corpus
+    counts = np.zeros((len(texts), tok.vocabulary_size))
+    for r, row in enumerate(ids.numpy()):
+        counts[r, row[row > 0]] = 1
+    idf = TfidfTransformer(smooth_idf=True).fit(counts).idf_
+    seen = counts.any(0)
+    np.testing.assert_allclose(enc.id_weights.numpy()[seen], idf[seen], rtol=1e-6)
+    row = ids[0][ids[0] > 0]
+    w = enc.id_weights[row]
+    expected = (w[:, None] * enc.bag.weight[row]).sum(0) / w.norm()
+    torch.testing.assert_close(enc(ids[:1])[0], expected)
+    binary = NgramBagEncoder(tok.vocabulary_size, 4)
+    assert torch.equal(binary.fit_prior([ids]).id_weights, torch.ones(tok.vocabulary_size))
+
+
+@pytest.mark.parametrize("weighting", ["binary", "idf"])
+def test_the_untrained_bag_is_lexical_search(weighting):
+    """The lexical prior: the cosine of two untrained embeddings approximates the
+    cosine of their weighted n-gram sets (a random projection), closer as the width
+    grows."""
+    texts = ["thumbs up", "thumbs down", "red heart", "broken heart", "cat face",
+             "smiling cat face", "flag germany", "flag france", "running man", "woman"]
+    tok = HashingNgramTokenizer(n_features=2**12)
+    ids = torch.as_tensor(tok(texts))
+    counts = np.zeros((len(texts), tok.vocabulary_size))
+    for r, row in enumerate(ids.numpy()):
+        counts[r, row[row > 0]] = 1
+    errors = []
+    for width in (64, 4096):
+        torch.manual_seed(0)
+        enc = NgramBagEncoder(tok.vocabulary_size, width, weighting=weighting).double()
+        enc.fit_prior([ids])
+        weighted = counts * enc.id_weights.numpy()
+        weighted /= np.linalg.norm(weighted, axis=1, keepdims=True)
+        z = torch.nn.functional.normalize(enc(ids), dim=1).detach().numpy()
+        errors.append(np.abs(z @ z.T - weighted @ weighted.T).max())
+    assert errors[1] < 0.1 < errors[0]
+
+
+def test_fit_prior_refuses_ids_outside_the_vocabulary():
+    enc = NgramBagEncoder(10, 4, weighting="idf")
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 10\)"):
+        enc.fit_prior([torch.tensor([[3, 12]])])
+    with pytest.raises(ValueError, match="weighting must be one of"):
+        NgramBagEncoder(10, 4, weighting="tfidf")
+
+
 # --------------------------------------------------------------------------------------
 # Strings in the estimators
 # --------------------------------------------------------------------------------------
@@ -94,6 +148,33 @@ def test_string_pairs_in_strings_out():
     assert 0 <= est.score(PAIRS) <= 1
     U, V = est.transform_pairs(PAIRS)
     assert U.shape == V.shape == (8, 8)
+
+
+def test_the_default_text_encoder_takes_module_options_and_idf_from_the_training_texts():
+    tok = HashingNgramTokenizer(n_features=2**10)
+    est = ContrastiveEmbedder(**{**SMALL, "hidden_layer_sizes": "auto"}, tokenizer=tok,
+                              module__weighting="idf").fit(PAIRS)
+    encoder = est.net_.module_.encoders[0]
+    assert encoder.weighting == "idf" and not encoder.layers  # 'auto': a linear bag
+    expected = NgramBagEncoder(tok.vocabulary_size, 8, weighting="idf").fit_prior(
+        [torch.as_tensor(tok([a for a, _ in PAIRS])), torch.as_tensor(tok([b for _, b in PAIRS]))])
+    torch.testing.assert_close(encoder.id_weights, expected.id_weights)
+    with pytest.raises(ValueError, match=r"\['colour'\] are not options of the default text"):
+        ContrastiveEmbedder(**SMALL, module__colour="red").fit(PAIRS)
+    with pytest.raises(ValueError, match="module=None builds the default MLP"):
+        ContrastiveEmbedder(**SMALL, module__weighting="idf").fit(
+            np.random.default_rng(0).normal(size=(16, 2, 3)))
+
+
+def test_auto_widths_follow_the_input():
+    text = ContrastiveEmbedder(max_epochs=1, batch_size=4, random_state=0,
+                               tokenizer=HashingNgramTokenizer(n_features=2**10)).fit(PAIRS)
+    assert text.n_components_ == 256 and not text.net_.module_.encoders[0].layers
+    numbers = ContrastiveEmbedder(max_epochs=1, batch_size=4, random_state=0).fit(
+        np.random.default_rng(0).normal(size=(16, 2, 3)))
+    assert numbers.n_components_ == 32
+    assert [m.out_features for m in numbers.net_.module_.encoders[0].modules()
+            if isinstance(m, torch.nn.Linear)] == [128, 32]
 
 
 def test_a_text_model_saves_clones_and_pickles(tmp_path):

@@ -56,6 +56,8 @@ def _instantiate(module: Any, n_in: int, n_out: int, kwargs: dict | None = None)
 TEXT_WIDTH, WIDTH = 256, 32
 #: ``hidden_layer_sizes='auto'``: a text view's bag is linear, other views get an MLP
 TEXT_HIDDEN, HIDDEN = (), (128,)
+#: what ``module__*`` may set on the default text encoder
+TEXT_ENCODER_OPTIONS = ("weighting", "sparse")
 
 
 def embedding_width(n_components: Any, views: Sequence[View]) -> int:
@@ -66,18 +68,19 @@ def embedding_width(n_components: Any, views: Sequence[View]) -> int:
 
 
 def default_encoder(view: View, hidden_layer_sizes: Sequence[int] | str,
-                    n_out: int) -> nn.Module:
+                    n_out: int, options: dict | None = None) -> nn.Module:
     """The MLP for one view; N-D views are flattened first. A text view gets a bag of
     its token ids (:class:`~skcontrast.text.NgramBagEncoder`, ``hidden_layer_sizes``
     its widths); other integer views are refused. ``hidden_layer_sizes='auto'``: none
-    for a text view, one layer of 128 for the others."""
+    for a text view, one layer of 128 for the others. ``options`` (``module__*``) go to
+    a text view's bag."""
     if view.text:
         from ..text import NgramBagEncoder
 
         assert view.vocabulary is not None
         text_hidden = TEXT_HIDDEN if isinstance(hidden_layer_sizes, str) \
             else hidden_layer_sizes
-        return NgramBagEncoder(view.vocabulary, n_out, text_hidden)
+        return NgramBagEncoder(view.vocabulary, n_out, text_hidden, **(options or {}))
     hidden = HIDDEN if isinstance(hidden_layer_sizes, str) else hidden_layer_sizes
     if view.parts:
         raise ValueError(f"{view.describe()} goes to its encoder as keyword arguments; pass "
@@ -233,7 +236,8 @@ def build_encoders(module: Any, views: Sequence[View], hidden_layer_sizes: Seque
     else:
         used = views[:1] if shared else views
         if module is None:
-            encoders = [default_encoder(v, hidden_layer_sizes, n_components) for v in used]
+            encoders = [default_encoder(v, hidden_layer_sizes, n_components, module_kwargs)
+                        for v in used]
         else:
             encoders = [_instantiate(module, v.size, n_components, module_kwargs)
                         for v in used]

@@ -26,6 +26,7 @@ from ..memory import BaseMemory
 from ..selectors import BatchSelector
 from ._data import InputSpec
 from ._monitor import check_validation_fraction
+from ._modules import TEXT_ENCODER_OPTIONS
 from ._optim import LazyAdam
 from ._schedule import WarmupCosine
 from ._step import PRECISIONS
@@ -301,11 +302,6 @@ class ParameterChecks(BaseEstimator):
                              "optimizer_params; give each once")
         if self.micro_batch_size is not None:
             check_int(self.micro_batch_size, "micro_batch_size", minimum=1)
-        if self.module is None and self._nested("module__"):
-            raise ValueError(f"module__* parameters ({', '.join(self._nested('module__'))}) go "
-                             "to a module class or factory, but module=None builds the "
-                             "default MLP: set its widths with hidden_layer_sizes, or pass "
-                             "module=YourEncoderClass")
         if self.freeze == "backbone" and self.projection_head is None:
             raise ValueError("freeze='backbone' fixes the whole module, and without a "
                              "projection_head nothing would train: add a projection_head "
@@ -353,7 +349,20 @@ class ParameterChecks(BaseEstimator):
         return resolve_seed(self.random_state)
 
     def _check_input_settings(self, spec: InputSpec) -> None:
-        """Settings that depend on the input: ``image_normalization``'s channels."""
+        """Settings that depend on the input: ``image_normalization``'s channels, and
+        ``module__*`` with the default encoders (only a text view's bag takes options)."""
+        nested = self._nested("module__")
+        if self.module is None and nested:
+            if not any(view.text for view in spec.views):
+                raise ValueError(
+                    f"module__* parameters ({', '.join(nested)}) go to a module class or "
+                    "factory, but module=None builds the default MLP: set its widths with "
+                    "hidden_layer_sizes, or pass module=YourEncoderClass")
+            unknown = sorted(set(nested) - set(TEXT_ENCODER_OPTIONS))
+            if unknown:
+                raise ValueError(
+                    f"module__* parameters {unknown} are not options of the default text "
+                    f"encoder (NgramBagEncoder), which takes {list(TEXT_ENCODER_OPTIONS)}")
         if self.image_normalization is None:
             return
         mean = np.atleast_1d(np.asarray(self.image_normalization[0], dtype=float))

@@ -47,7 +47,17 @@ CASES = {
     "rho, cached, supcon": {"selector": lambda: RhoLossSelector(
         16, 0.5, reference=reference_model(), selection_pass="cached", random_state=0),
         "supervised": True},
+    "text, sparse updates": {"selector": lambda: ShuffledBatchSelector(16), "text": True},
 }
+
+WORDS = ["red", "blue", "green", "cat", "dog", "sun", "moon", "star", "tree", "car",
+         "heart", "face", "hand", "fire", "snow"]
+
+
+def text_pairs(n=90):
+    """``n`` (name, variant) pairs of two-word names, the same in every process."""
+    names = [f"{a} {b}" for a in WORDS for b in WORDS if a != b][:n]
+    return [(name, name.upper() + "!") for name in names]
 
 
 @functools.cache
@@ -66,11 +76,14 @@ def fit(case: str, accelerator=None, max_epochs: int = 2, callbacks=None, plain=
     if "memory" in settings:
         settings["memory"] = clone(settings["memory"])
     kind = SupConEmbedder if settings.pop("supervised", False) else ContrastiveEmbedder
+    text = settings.pop("text", False)
     selector = settings.pop("selector")()
     est = kind(n_components=4, hidden_layer_sizes=(16,), max_epochs=max_epochs, lr=1e-2,
                selector=selector, random_state=0, device="cpu", accelerator=accelerator,
                callbacks=callbacks, **settings)
     X, y = make_paired_gaussians(90, 6, n_clusters=3, random_state=0)
+    if text:  # the default text bag, sparse gradients, LazyAdam
+        return est.fit(text_pairs())
     return est.fit(X[:, 0], y) if kind is SupConEmbedder else est.fit(X)
 
 
@@ -84,7 +97,9 @@ def summary(est) -> dict:
             "temperature": est.temperature_,
             "losses": [b["train_loss"] for epoch in est.history_ for b in epoch["batches"]],
             "kept": [b.get("kept") for epoch in est.history_ for b in epoch["batches"]],
-            "n_batches": list(est.history_[:, "n_batches"])}
+            "n_batches": list(est.history_[:, "n_batches"]),
+            "sparse": [m.sparse for m in est.net_.module_.modules()
+                       if isinstance(m, torch.nn.EmbeddingBag)]}
 
 
 if __name__ == "__main__":
