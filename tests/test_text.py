@@ -547,6 +547,47 @@ def test_the_weight_is_tuned_by_grid_search_without_retraining():
         indexed.set_params(weight=0.5).search(["red heart"])
 
 
+def test_auto_weight_is_the_best_recall_on_held_out_pairs_with_0_and_1_among_them():
+    from skcontrast.text import AUTO_WEIGHTS, HybridRetriever
+
+    assert AUTO_WEIGHTS[0] == 0.0 and AUTO_WEIGHTS[-1] == 1.0
+    est = ContrastiveEmbedder(**SMALL).fit(PAIRS[:6])
+    held_out = np.array([*PAIRS[6:], ("thumbs down", "daumen runter")])
+    hybrid = HybridRetriever(est, prefit=True).fit(PAIRS[:6], X_val=held_out)
+    for w, recall in hybrid.weight_scores_.items():  # each candidate, as score counts it
+        fixed = HybridRetriever(est, weight=w, prefit=True).fit(PAIRS[:6])
+        assert recall == pytest.approx(fixed.score(held_out))
+    best = max(hybrid.weight_scores_.values())
+    assert hybrid.weight_ == max(w for w, r in hybrid.weight_scores_.items() if r == best)
+    assert hybrid.index(["rotes herz"]).search(["red heart"], k=1)[1].shape == (1, 1)
+
+
+def test_auto_weight_holds_out_whole_groups_from_the_training_of_the_model(monkeypatch):
+    from skcontrast.text import HybridRetriever
+
+    seen = {}
+    original = ContrastiveEmbedder.fit
+
+    def spy(self, X, y=None, **kwargs):
+        seen["X"] = [tuple(row) for row in np.asarray(X)]
+        return original(self, X, y, **kwargs)
+
+    monkeypatch.setattr(ContrastiveEmbedder, "fit", spy)
+    pairs = [(a, b) for a, b in PAIRS for _ in range(2)] + [("sun", "sonne"), ("moon", "mond")]
+    hybrid = HybridRetriever(ContrastiveEmbedder(**SMALL), validation_fraction=0.3,
+                             random_state=0).fit(pairs)
+    trained = set(seen["X"])
+    held_out = {p for p in pairs if p not in trained}
+    assert held_out and len(trained) + len(held_out) == len(set(pairs))
+    assert not {a for a, _ in held_out} & {a for a, _ in trained}  # no query trained on
+    assert 0.0 <= hybrid.weight_ <= 1.0 and len(hybrid.weight_scores_) == 11
+    with pytest.raises(ValueError, match="prefit=True only you know which"):
+        HybridRetriever(hybrid.estimator_, prefit=True).fit(pairs)
+    with pytest.raises(ValueError, match=r"validation_fraction must lie in \(0, 1\)"):
+        HybridRetriever(ContrastiveEmbedder(**SMALL), validation_fraction=1.0).fit(pairs)
+    assert HybridRetriever().fit(pairs).weight_ == 1.0  # lexical alone
+
+
 # --------------------------------------------------------------------------------------
 # Hard-negative columns and the false-negative guard in a fit
 # --------------------------------------------------------------------------------------

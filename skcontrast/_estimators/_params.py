@@ -25,8 +25,8 @@ from ..losses import LOSSES, Loss, make_loss
 from ..memory import BaseMemory
 from ..selectors import BatchSelector
 from ._data import InputSpec
-from ._monitor import check_validation_fraction
 from ._modules import TEXT_ENCODER_OPTIONS
+from ._monitor import check_validation_fraction
 from ._optim import LazyAdam
 from ._schedule import WarmupCosine
 from ._step import PRECISIONS

@@ -14,7 +14,7 @@ top-k search), ``_mining`` (hard-negative mining) and ``_hybrid`` (hybrid retrie
 the public names are the ones below.
 """
 
-from ._hybrid import LEXICAL, HybridRetriever
+from ._hybrid import AUTO_WEIGHTS, LEXICAL, HybridRetriever
 from ._mining import mine_hard_negatives
 from ._search import top_k_search
 from ._tokenize import ANALYZERS, HashingNgramTokenizer, NgramBagEncoder
@@ -24,5 +24,5 @@ for _public in (HashingNgramTokenizer, NgramBagEncoder, HybridRetriever):
     _public.__module__ = __name__
 del _public
 
-__all__ = ["ANALYZERS", "LEXICAL", "HashingNgramTokenizer", "HybridRetriever",
+__all__ = ["ANALYZERS", "AUTO_WEIGHTS", "LEXICAL", "HashingNgramTokenizer", "HybridRetriever",
            "NgramBagEncoder", "mine_hard_negatives", "top_k_search"]

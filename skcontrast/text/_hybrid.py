@@ -14,6 +14,8 @@ from ._search import top_k_search
 from ._tokenize import _ngram_range
 
 LEXICAL = ("tfidf", "bm25")
+#: the weights ``weight='auto'`` chooses among: 0 (learned alone) to 1 (lexical alone)
+AUTO_WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
 
 
 class HybridRetriever(BaseEstimator):
@@ -29,7 +31,12 @@ class HybridRetriever(BaseEstimator):
     2009, with ``k1`` and ``b``; divided by each query's best score so that it lies in
     [0, 1]), on character n-grams (``analyzer='char_wb'``) or words. ``weight=1`` is the
     lexical search alone (the baseline a text user tries first), ``weight=0`` the learned
-    one alone; ``GridSearchCV`` tunes ``weight`` by :meth:`score`.
+    one alone. ``weight='auto'`` (the default) chooses it for the user, on pairs held out
+    from the training of the learned model (the model's own training pairs always favour
+    the learned side): the weight of :data:`AUTO_WEIGHTS`, 0 and 1 among them, with the
+    best recall@1 there (ties: the larger lexical share, the simpler search), reported as
+    ``weight_`` with every candidate's recall in ``weight_scores_``. ``GridSearchCV``
+    tunes a numeric ``weight`` by :meth:`score` too.
 
     Searches run in blocks of queries and documents (:func:`top_k_search`), so a corpus
     of 1,000,000 documents needs memory for its embeddings and its sparse lexical
@@ -38,9 +45,19 @@ class HybridRetriever(BaseEstimator):
     Parameters
     ----------
     estimator : fitted or unfitted skcontrast estimator, or None
-        The learned embedding; ``None``: lexical search alone (``weight`` must be 1).
-    weight : float in [0, 1], default=0.5
-        The lexical score's share.
+        The learned embedding; ``None``: lexical search alone (``weight`` must be 1 or
+        ``'auto'``).
+    weight : float in [0, 1] or 'auto', default='auto'
+        The lexical score's share. ``'auto'``: chosen in :meth:`fit` on held-out pairs:
+        ``X_val`` if given, else (for a model ``fit`` trains) a ``validation_fraction``
+        of ``X``, split by group (``y``, or the pairs' first texts, so that no held-out
+        query was trained on) and left out of the model's training. A ``prefit`` model
+        needs ``X_val``: only its user knows which pairs it never saw.
+    validation_fraction : float in (0, 1), default=0.1
+        The share of ``X`` held out to choose ``weight='auto'`` when ``fit`` trains the
+        model (and no ``X_val`` is given); the model trains on the rest.
+    random_state : int, numpy Generator or None, default=0
+        Draws that held-out split.
     lexical : {'tfidf', 'bm25'}, default='tfidf'
     analyzer : {'char_wb', 'char', 'word'}, default='char_wb'
     ngram_range : tuple, default=(2, 4)
@@ -63,9 +80,10 @@ class HybridRetriever(BaseEstimator):
     array([[0]])
     """
 
-    def __init__(self, estimator: Any = None, *, weight: float = 0.5, lexical: str = "tfidf",
+    def __init__(self, estimator: Any = None, *, weight: Any = "auto", lexical: str = "tfidf",
                  analyzer: str = "char_wb", ngram_range: tuple = (2, 4), prefit: bool = False,
-                 k1: float = 1.2, b: float = 0.75, query_chunk: int = 1024,
+                 validation_fraction: float = 0.1, random_state: Any = 0, k1: float = 1.2,
+                 b: float = 0.75, query_chunk: int = 1024,
                  document_chunk: int = 65536) -> None:
         store_params(self, locals())
 
@@ -79,35 +97,126 @@ class HybridRetriever(BaseEstimator):
         return type(self)(estimator=estimator, **params)
 
     def _check(self) -> float:
+        """The weight searches use: ``weight``, or the one ``fit`` chose for ``'auto'``."""
         from .._validation import check_real
 
-        weight = check_real(self.weight, "weight", low=0.0, high=1.0)
         check_choice(self.lexical, "lexical", LEXICAL)
         check_choice(self.analyzer, "analyzer", ("char_wb", "char", "word"))
+        if self.weight == "auto":
+            return float(getattr(self, "weight_", 1.0 if self.estimator is None else 0.5))
+        weight = check_real(self.weight, "weight", low=0.0, high=1.0)
         if self.estimator is None and weight != 1.0:
             raise ValueError(f"weight={self.weight} gives the learned similarity a share, but "
                              "estimator is None: give an estimator, or weight=1.0 for "
                              "lexical search alone")
         return weight
 
-    def fit(self, X: Any, y: Any = None) -> HybridRetriever:
+    def fit(self, X: Any, y: Any = None, X_val: Any = None,
+            y_val: Any = None) -> HybridRetriever:
         """Fit the learned part on the pairs ``X`` (unless ``prefit``) and the lexical
-        vocabulary (and document frequencies) on all their texts."""
+        vocabulary (and document frequencies) on all their texts; with ``weight='auto'``,
+        choose the weight on held-out pairs (see ``weight``).
+
+        Parameters
+        ----------
+        X : pairs of texts
+        y : array-like of shape (n,) or None
+            Groups of the pairs (pairs of one group are one concept: found when any of
+            them ranks first), passed on to the model's ``fit``.
+        X_val, y_val : held-out pairs and their groups, or None
+            Where ``weight='auto'`` is chosen (never pairs the model trained on).
+        """
         from sklearn.base import clone
-        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.utils.validation import check_is_fitted
+
+        from .._validation import check_real
 
         self._check()
+        if self.weight != "auto":
+            check_real(self.weight, "weight", low=0.0, high=1.0)
         table = text_table(X, "X")
-        if self.estimator is not None:
-            if self.prefit:
-                from sklearn.utils.validation import check_is_fitted
-
-                check_is_fitted(self.estimator)
-                self.estimator_ = self.estimator
-            else:
-                self.estimator_ = clone(self.estimator).fit(X, y)
-        else:
+        held_out = None if X_val is None else (text_table(X_val, "X_val"), y_val)
+        auto = self.weight == "auto" and self.estimator is not None
+        train, train_y = X, y
+        if self.estimator is None:
             self.estimator_ = None
+        elif self.prefit:
+            check_is_fitted(self.estimator)
+            if auto and held_out is None:
+                raise ValueError(
+                    "weight='auto' chooses the weight on pairs the model never trained on; "
+                    "with prefit=True only you know which: pass them, fit(X, X_val=...), "
+                    "or give a numeric weight")
+            self.estimator_ = self.estimator
+        else:
+            if auto and held_out is None:
+                kept, left = self._split(table, y)
+                train, train_y = table[kept], None if y is None else np.asarray(y)[kept]
+                held_out = (table[left], None if y is None else np.asarray(y)[left])
+            self.estimator_ = clone(self.estimator).fit(train, train_y)
+        self._fit_lexical(table)
+        if self.estimator is None:
+            self.weight_ = 1.0
+        elif auto:
+            assert held_out is not None
+            self.weight_scores_ = self._weight_scores(*held_out)
+            best = max(self.weight_scores_.values())
+            self.weight_ = max(w for w, r in self.weight_scores_.items() if r == best)
+        else:
+            self.weight_ = float(self.weight)
+        return self
+
+    def _split(self, table: np.ndarray, y: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Rows kept for training and rows held out, whole groups on one side."""
+        from sklearn.model_selection import GroupShuffleSplit
+
+        from .._validation import check_real
+
+        share = check_real(self.validation_fraction, "validation_fraction", low=0.0,
+                           high=1.0)
+        if not 0 < share < 1:
+            raise ValueError(f"validation_fraction must lie in (0, 1); got "
+                             f"{self.validation_fraction}")
+        groups = np.unique(table[:, 0], return_inverse=True)[1] if y is None \
+            else np.asarray(y)
+        if len(np.unique(groups)) < 2:
+            raise ValueError("weight='auto' holds out pairs of other groups than those it "
+                             "trains on, and X holds one group: pass X_val, or give a "
+                             "numeric weight")
+        seed = self.random_state if not isinstance(self.random_state, np.random.Generator) \
+            else int(self.random_state.integers(2**31))
+        split = GroupShuffleSplit(n_splits=1, test_size=share, random_state=seed)
+        kept, left = next(split.split(table, groups=groups))
+        return kept, left
+
+    def _weight_scores(self, table: np.ndarray, y: Any) -> dict[float, float]:
+        """Recall@1 of each weight of :data:`AUTO_WEIGHTS` on held-out pairs, as
+        :meth:`score` counts it, the two similarities computed once."""
+        groups = np.unique(table[:, 1], return_inverse=True)[1] if y is None \
+            else np.asarray(y)
+        queries, documents = list(table[:, 0]), list(table[:, 1])
+        learned_q = _unit(torch.from_numpy(self._learned(queries, 0, force=True)))
+        learned_d = _unit(torch.from_numpy(self._learned(documents, 1, force=True)))
+        lexical_q, lexical_d = self._lexical_queries(queries), \
+            self._lexical_documents(documents)
+        hits = np.zeros(len(AUTO_WEIGHTS))
+        for start in range(0, len(queries), int(self.query_chunk)):
+            rows = slice(start, start + int(self.query_chunk))
+            learned = (learned_q[rows] @ learned_d.T).double()
+            lexical = torch.from_numpy((lexical_q[rows] @ lexical_d.T).toarray())
+            if self.lexical == "bm25":
+                top = lexical.max(dim=1, keepdim=True).values
+                lexical = lexical / torch.where(top > 0, top, torch.ones_like(top))
+            own = torch.from_numpy(groups[rows])
+            for i, w in enumerate(AUTO_WEIGHTS):
+                first = ((1 - w) * learned + w * lexical).argmax(dim=1)
+                hits[i] += int((torch.from_numpy(groups)[first] == own).sum())
+        return {float(w): float(h / len(queries)) for w, h in zip(AUTO_WEIGHTS, hits,
+                                                                    strict=True)}
+
+    def _fit_lexical(self, table: np.ndarray) -> None:
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
         low, high = _ngram_range(self.ngram_range)
         self.vectorizer_ = TfidfVectorizer(
             analyzer=self.analyzer, ngram_range=(low, high), sublinear_tf=True,
@@ -118,12 +227,11 @@ class HybridRetriever(BaseEstimator):
             frequency = np.bincount(counts.indices, minlength=counts.shape[1])
             n = counts.shape[0]
             self.idf_ = np.log1p((n - frequency + 0.5) / (frequency + 0.5))
-        return self
 
     # -- the two similarities ------------------------------------------------------------
 
-    def _learned(self, texts: list[str], view: int) -> np.ndarray | None:
-        if self.estimator_ is None or self._check() == 1.0:  # lexical alone
+    def _learned(self, texts: list[str], view: int, force: bool = False) -> Any:
+        if self.estimator_ is None or (self._check() == 1.0 and not force):  # lexical alone
             return None
         est = self.estimator_
         if view == 1 and hasattr(est, "transform_view") and len(est.input_spec_.views) > 1:
