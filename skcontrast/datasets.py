@@ -407,6 +407,11 @@ class Compose:
 
 EMOJI_LANGUAGES = ("en", "es", "ja", "ko", "pt", "it", "fr", "de", "fa", "id", "zh", "ru",
                    "tr", "ar")
+#: English and the Latin-script languages of the ``emoji`` package: same-script pairs,
+#: where names share spellings (cognates, loanwords, proper names) with English
+SAME_SCRIPT_LANGUAGES = ("en", "es", "pt", "it", "fr", "de", "id", "tr")
+#: English against a Latin, a Cyrillic and a CJK script: mostly nothing to match letters on
+CROSS_SCRIPT_LANGUAGES = ("en", "de", "ru", "ja")
 
 
 def load_emoji_names(languages: Any = ("en", "de", "ru", "ja"), *, anchor: str = "en",
@@ -495,6 +500,47 @@ def load_emoji_names(languages: Any = ("en", "de", "ru", "ja"), *, anchor: str =
                  test_emoji=test, pairs_train=train_pairs, pairs_test=test_pairs,
                  groups_train=train_groups, groups_test=test_groups,
                  languages_train=train_langs, languages_test=test_langs, anchor=anchor)
+
+
+def add_typos(texts: Any, n_edits: int = 2, *, random_state: Any = 0) -> np.ndarray:
+    """Each text with ``n_edits`` random character edits (a deletion, an insertion or a
+    substitution of a lowercase letter, each equally likely), as a user mistypes a query:
+    data on which lexical search of character n-grams is strong.
+
+    Parameters
+    ----------
+    texts : sequence of str
+    n_edits : int, default=2
+    random_state : int, numpy Generator or None, default=0
+
+    Returns
+    -------
+    ndarray of object, shape (n,)
+
+    Examples
+    --------
+    >>> from skcontrast.datasets import add_typos
+    >>> add_typos(["thumbs up", "red heart"], random_state=0).shape
+    (2,)
+    """
+    check_int(n_edits, "n_edits", minimum=0)
+    rng = np.random.default_rng(random_state)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    out = []
+    for text in texts:
+        if not isinstance(text, str):
+            raise ValueError(f"texts must be strings; got {describe(text)}")
+        chars = list(text)
+        for _ in range(int(n_edits)):
+            i, kind = int(rng.integers(max(1, len(chars)))), int(rng.integers(3))
+            if kind == 0 and len(chars) > 1:
+                del chars[i]
+            elif kind == 1 or not chars:
+                chars.insert(i, letters[rng.integers(26)])
+            else:
+                chars[i] = letters[rng.integers(26)]
+        out.append("".join(chars))
+    return np.array(out, dtype=object)
 
 
 def _emoji_table(emoji: Any, languages: list[str]) -> dict[str, dict[str, str]]:

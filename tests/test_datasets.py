@@ -153,3 +153,26 @@ def test_emoji_names_pair_languages_and_split_by_emoji():
         load_emoji_names(["en", "xx"])
     with pytest.raises(ValueError, match="test_size must be a share"):
         load_emoji_names(["en", "de"], test_size=1.5)
+
+
+def _edit_distance(a, b):
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        previous, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (x != y))
+    return row[-1]
+
+
+def test_typos_are_at_most_n_edits_away_and_reproducible():
+    from skcontrast.datasets import add_typos
+
+    texts = ["thumbs up", "red heart", "a", "", "flag: united kingdom"]
+    typos = add_typos(texts, 2, random_state=3)
+    assert typos.dtype == object and len(typos) == len(texts)
+    assert all(_edit_distance(t, u) <= 2 for t, u in zip(texts, typos, strict=True))
+    assert sum(t != u for t, u in zip(texts, typos, strict=True)) >= 3
+    assert list(add_typos(texts, 2, random_state=3)) == list(typos)
+    assert list(add_typos(texts, 0)) == texts
+    with pytest.raises(ValueError, match="texts must be strings"):
+        add_typos(["ok", 3])
