@@ -1,4 +1,16 @@
-"""Hard-negative mining at scale: time and peak memory of :func:`mine_hard_negatives`.
+"""Text at scale: training throughput, hard-negative mining and hybrid search.
+
+Training (``--training``): pairs per second of ``ContrastiveEmbedder().fit(pairs)``, the
+defaults (the linear bag of hashed n-grams with sparse gradients and LazyAdam), beside
+sentence-transformers' static embedding model trained as its users train it
+(``StaticEmbedding`` over a WordPiece tokenizer trained on the texts,
+``MultipleNegativesRankingLoss``, no-duplicates batches; see ``_peers.py``), on the same
+pairs (same-script emoji names, about 22,000 pairs) at the same batch size, and
+skcontrast with the dense gradients and Adam a user would get without sparse updates.
+Each is timed at two fit lengths, so that set-up (tokenizer training, the first
+allocation) is apart: throughput is the pairs of the extra epochs over their seconds.
+
+Mining: time and peak memory of :func:`mine_hard_negatives`.
 
 Synthetic pairs (``n`` anchors, positives = anchors + noise, d = 64, the positives as the
 corpus: an ``n x n`` search), 4 negatives per anchor in the rank window (0, 30], below
@@ -10,6 +22,7 @@ fits, the dense search a user writes first: the whole ``n x n`` similarity matri
         [--queries 10000]  # a sample of the anchors against the whole corpus
     python benchmarks/bench_text.py --search 1000000 [--queries 1000]  # HybridRetriever
         # beside scikit-learn's TfidfVectorizer and a sparse product, as a user writes it
+    python benchmarks/bench_text.py --training [--batch-size 64] [--fit-lengths 1 3]
 
 Peak memory: resident memory added on the CPU, allocated GPU memory on a GPU (see
 ``_harness``).
@@ -143,8 +156,8 @@ def search_rows(n: int, queries: int) -> list[list[str]]:
     asked = np.arange(0, n, max(1, n // queries))[:queries]
     texts = [documents[i].rsplit(" ", 1)[0] for i in asked]
     pairs = [(documents[i].rsplit(" ", 1)[0], documents[i]) for i in range(min(n, 20_000))]
-    model = ContrastiveEmbedder(hidden_layer_sizes=(), max_epochs=1, random_state=0,
-                                optimizer_params={"fused": True}).fit(pairs)
+    model = ContrastiveEmbedder(hidden_layer_sizes=(), n_components=32, max_epochs=1,
+                                random_state=0, optimizer_params={"fused": True}).fit(pairs)
     rows = []
     for name, weight in (("TF-IDF alone", 1.0), ("hybrid, weight 0.5", 0.5)):
         hybrid = HybridRetriever(model, weight=weight, prefit=True).fit(pairs)
@@ -177,6 +190,44 @@ def search_rows(n: int, queries: int) -> list[list[str]]:
     return rows
 
 
+def training_rows(batch_size: int, lengths: tuple[int, int], threads: int) -> list[list[str]]:
+    """Pairs per second of each trainer, from two fit lengths (see the module docstring)."""
+    from _peers import static_embedding_fit
+
+    from skcontrast import ContrastiveEmbedder
+    from skcontrast.datasets import SAME_SCRIPT_LANGUAGES, load_emoji_names
+
+    torch.set_num_threads(threads)
+    pairs = load_emoji_names(list(SAME_SCRIPT_LANGUAGES), random_state=0).pairs_train
+
+    def ours(**settings: object):
+        def fit(epochs: int) -> float:
+            start = time.perf_counter()
+            ContrastiveEmbedder(max_epochs=epochs, batch_size=batch_size, random_state=0,
+                                **settings).fit(pairs)
+            return time.perf_counter() - start
+        return fit
+
+    def peer(epochs: int) -> float:
+        return static_embedding_fit(pairs, batch_size=batch_size, epochs=epochs)[2]
+
+    trainers = {"skcontrast defaults (sparse, LazyAdam)": ours(),
+                "sentence-transformers StaticEmbedding + MNRL": peer,
+                "skcontrast defaults, dense gradients (module__sparse=False)":
+                    ours(module__sparse=False)}
+    rows, rates = [], {}
+    for name, fit in trainers.items():
+        short, long = fit(lengths[0]), fit(lengths[1])
+        per_epoch = (long - short) / (lengths[1] - lengths[0])
+        rates[name] = len(pairs) / per_epoch
+        rows.append([name, f"{per_epoch:.1f} s", f"{short - lengths[0] * per_epoch:.1f} s",
+                     f"{rates[name]:,.0f}"])
+    peer_rate = rates["sentence-transformers StaticEmbedding + MNRL"]
+    for row, rate in zip(rows, rates.values(), strict=True):
+        row.append(f"{rate / peer_rate:.2f}x")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
@@ -187,7 +238,21 @@ def main(argv: list[str] | None = None) -> str:
                         help="search with this many anchors only (the corpus stays n)")
     parser.add_argument("--search", type=int, default=None,
                         help="instead: HybridRetriever over this many documents")
+    parser.add_argument("--training", action="store_true",
+                        help="instead: training throughput beside sentence-transformers")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--fit-lengths", type=int, nargs=2, default=[1, 3])
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
+    if args.training:
+        rows = training_rows(args.batch_size, tuple(args.fit_lengths), args.threads)
+        text = (f"Training on same-script emoji name pairs, batches of {args.batch_size}, CPU "
+                f"({args.threads} threads); per epoch from fits of {args.fit_lengths[0]} and "
+                f"{args.fit_lengths[1]} epochs, set-up what is left of the shorter\n"
+                + table(rows, ["trainer", "per epoch", "set-up", "pairs / s",
+                               "vs sentence-transformers"]))
+        print(text)
+        return text
     if args.search is not None:
         rows = search_rows(args.search, args.queries or 1000)
         text = ("Hybrid search (CPU): index the documents, then search them, peak memory of "

@@ -10,14 +10,16 @@ can hold the same anchor twice: a false negative.
 
 Rows, each at B = 32 and 128 rows per batch, 3 seeds, the same number of epochs. All
 but the first two train the linear bag of hashed n-grams (``hidden_layer_sizes=()``,
-32 dimensions) with fused Adam, four times cheaper per step than the default encoder:
+32 dimensions) with fused Adam and dense gradients, four times cheaper per step than
+0.2.0's default encoder:
 
 - ``TF-IDF (char 2-4)``: scikit-learn's ``TfidfVectorizer`` on character 2-4-grams,
   cosine search, no training: the baseline a text user tries first;
-- ``defaults (B=64)``: ``ContrastiveEmbedder(max_epochs=E).fit(pairs)``, strings in,
-  every other setting at its default (hashed n-gram tokenizer, a bag of width 128 and a
-  layer to 32 dimensions, symmetric InfoNCE, batches of 64): the same figures in both
-  columns;
+- ``0.2.0 defaults (B=64)``: ``ContrastiveEmbedder(max_epochs=E).fit(pairs)`` as
+  skcontrast 0.2.0 set it, strings in (hashed n-gram tokenizer, a bag of width 128 and a
+  layer to 32 dimensions with dense gradients and Adam, symmetric InfoNCE, batches of
+  64): the same figures in both columns (``examples/text_search_study.py`` measures
+  today's defaults);
 - ``shuffled``: the linear bag, shuffled batches of B;
 - ``label guard``: no two pairs of one emoji in a batch
   (``TemperedSelector(ShuffledBatchSelector(B), max_same_label=0)``, ``y`` = the emoji);
@@ -33,7 +35,7 @@ but the first two train the linear bag of hashed n-grams (``hidden_layer_sizes=(
   NV-Retriever's filter (below 0.95 x the positive's score; pairs left without a
   negative are left out, and the table says how many were kept);
   and with the in-loss guard;
-- ``hybrid``: the ``defaults`` (or the ``shuffled``) model's cosine fused with TF-IDF's,
+- ``hybrid``: the ``0.2.0 defaults`` (or the ``shuffled``) model's cosine fused with TF-IDF's,
   the weight chosen on the held-out training emoji (``HybridRetriever``).
 
     python examples/text_retrieval_study.py [--quick] [--epochs E] [--out DIR]
@@ -49,6 +51,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import torch
 from sklearn.decomposition import TruncatedSVD
 from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -65,6 +68,10 @@ from skcontrast.selectors import (
 from skcontrast.text import HashingNgramTokenizer, HybridRetriever, mine_hard_negatives
 
 LANGUAGES = ("de", "ru", "ja")
+#: the text model of skcontrast 0.2.0, which this study measured (dense gradients and
+#: Adam; ``examples/text_search_study.py`` compares it with today's defaults)
+DEFAULTS_020 = {"hidden_layer_sizes": (128,), "n_components": 32,
+                "optimizer": torch.optim.Adam}
 
 
 def load(quick):
@@ -178,16 +185,16 @@ def run(B, seed, epochs, runs, quick):
     if defaults not in runs:  # the defaults but the number of epochs: once per seed
         start = time.perf_counter()
         tokenizer = HashingNgramTokenizer(n_features=2**14) if quick else None
-        est = ContrastiveEmbedder(max_epochs=epochs, random_state=seed,
-                                  tokenizer=tokenizer).fit(pairs)
+        est = ContrastiveEmbedder(max_epochs=epochs, random_state=seed, tokenizer=tokenizer,
+                                  **DEFAULTS_020).fit(pairs)
         seconds = time.perf_counter() - start
         runs[defaults] = {**evaluate(model_search(est), data, test), "seconds": seconds}
         search, weight = hybrid_search(est, pairs, data, valid)
         runs[f"defaults hybrid | {seed}"] = {**evaluate(search, data, test),
                                              "weight": weight, "seconds": seconds}
         print(f"  {defaults}: {seconds:.0f} s", flush=True)
-    out["defaults (B=64)"] = runs[defaults]
-    out["hybrid (defaults + TF-IDF)"] = runs[f"defaults hybrid | {seed}"]
+    out["0.2.0 defaults (B=64)"] = runs[defaults]
+    out["hybrid (0.2.0 defaults + TF-IDF)"] = runs[f"defaults hybrid | {seed}"]
     lsa, _ = teacher(pairs)
     shuffled_model = None
     todo = [label for label in settings(B, lsa) if label not in out]
@@ -199,6 +206,7 @@ def run(B, seed, epochs, runs, quick):
         if "mined" in extra:
             X, y, kept = mined(pairs, groups, shuffled_model, extra.pop("mined"))
         params = {"max_epochs": epochs, "random_state": seed, "hidden_layer_sizes": (),
+                  "n_components": 32, "optimizer": torch.optim.Adam,
                   "optimizer_params": {"fused": True}, **extra}
         if quick:  # a smoke run: fewer hash buckets, the same code
             params["tokenizer"] = HashingNgramTokenizer(n_features=2**14)
@@ -221,10 +229,11 @@ def run(B, seed, epochs, runs, quick):
 
 def table(runs, sizes, seeds):
     rows = [s for s in runs[f"B={sizes[0]} | {seeds[0]}"] if s != "hybrid"]
-    rows.insert(2, rows.pop(rows.index("hybrid (defaults + TF-IDF)")))
+    rows.insert(1, rows.pop(rows.index("0.2.0 defaults (B=64)")))
+    rows.insert(2, rows.pop(rows.index("hybrid (0.2.0 defaults + TF-IDF)")))
     rows.append(rows.pop(rows.index("hybrid (shuffled + TF-IDF)")))
-    head = f"{'':<28}" + "".join(f"{'B=' + str(B):>52}" for B in sizes)
-    sub = f"{'setting':<28}" + "".join(
+    head = f"{'':<34}" + "".join(f"{'B=' + str(B):>52}" for B in sizes)
+    sub = f"{'setting':<34}" + "".join(
         f"{'R@1 ' + '/'.join(LANGUAGES):>20}{'mean R@1':>10}{'nDCG@10':>8}{'fit s':>6}"
         f"{'(std R@1)':>10}"
         for _ in sizes)
@@ -240,7 +249,7 @@ def table(runs, sizes, seeds):
             seconds = np.median([p["seconds"] for p in per])
             cells.append(f"{langs:>20}{np.mean(r1):>10.3f}{ndcg:>8.3f}{seconds:>6.0f}"
                          + f"  ±{np.std(r1):.3f}")
-        lines.append(f"{row:<28}" + "".join(cells))
+        lines.append(f"{row:<34}" + "".join(cells))
     for row in rows:
         kept = [runs[f"B={B} | {s}"][row].get("pairs kept", 1.0) for B in sizes for s in seeds]
         if min(kept) < 1.0:
