@@ -8,7 +8,8 @@ sentence-transformers' static embedding model trained as its users train it
 pairs (same-script emoji names, about 22,000 pairs) at the same batch size, and
 skcontrast with the dense gradients and Adam a user would get without sparse updates.
 Each is timed at two fit lengths, so that set-up (tokenizer training, the first
-allocation) is apart: throughput is the pairs of the extra epochs over their seconds.
+allocation) is apart: throughput is the pairs of the extra epochs over their seconds;
+peak memory is the longer fit's.
 
 Mining: time and peak memory of :func:`mine_hard_negatives`.
 
@@ -217,11 +218,12 @@ def training_rows(batch_size: int, lengths: tuple[int, int], threads: int) -> li
                     ours(module__sparse=False)}
     rows, rates = [], {}
     for name, fit in trainers.items():
-        short, long = fit(lengths[0]), fit(lengths[1])
-        per_epoch = (long - short) / (lengths[1] - lengths[0])
+        short, timed = fit(lengths[0]), {}
+        memory = peak_memory_mib(lambda fit=fit: timed.setdefault("long", fit(lengths[1])))
+        per_epoch = (timed["long"] - short) / (lengths[1] - lengths[0])
         rates[name] = len(pairs) / per_epoch
         rows.append([name, f"{per_epoch:.1f} s", f"{short - lengths[0] * per_epoch:.1f} s",
-                     f"{rates[name]:,.0f}"])
+                     f"{rates[name]:,.0f}", fmt_mib(memory)])
     peer_rate = rates["sentence-transformers StaticEmbedding + MNRL"]
     for row, rate in zip(rows, rates.values(), strict=True):
         row.append(f"{rate / peer_rate:.2f}x")
@@ -250,7 +252,7 @@ def main(argv: list[str] | None = None) -> str:
                 f"({args.threads} threads); per epoch from fits of {args.fit_lengths[0]} and "
                 f"{args.fit_lengths[1]} epochs, set-up what is left of the shorter\n"
                 + table(rows, ["trainer", "per epoch", "set-up", "pairs / s",
-                               "vs sentence-transformers"]))
+                               "peak memory", "vs sentence-transformers"]))
         print(text)
         return text
     if args.search is not None:

@@ -186,11 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="{demo,bench,synthetic}")
     defaults = argparse.ArgumentDefaultsHelpFormatter
     demo = sub.add_parser(
-        "demo", help="compare batch selectors on split-view digits (about a minute on two "
-             "CPU cores)",
+        "demo", help="compare batch selectors on split-view digits, SimCLR on the digit "
+             "images and text search (about two minutes on two CPU cores)",
         description="Train ContrastiveEmbedder with several batch selectors and "
                     "SupConEmbedder with and without batch-binding on sklearn's digits "
-                    "split into left/right halves; print a table and write figures.",
+                    "split into left/right halves, SimCLR on the digit images and a text "
+                    "search of emoji names; print a table and write figures.",
         formatter_class=defaults, parents=[threads])
     demo.add_argument("--quick", action="store_true", help="small budget (CI)")
     demo.add_argument("--out", default="skcontrast-demo", help="folder for figures")

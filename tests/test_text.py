@@ -558,8 +558,43 @@ def test_auto_weight_is_the_best_recall_on_held_out_pairs_with_0_and_1_among_the
         fixed = HybridRetriever(est, weight=w, prefit=True).fit(PAIRS[:6])
         assert recall == pytest.approx(fixed.score(held_out))
     best = max(hybrid.weight_scores_.values())
-    assert hybrid.weight_ == max(w for w, r in hybrid.weight_scores_.items() if r == best)
+    assert hybrid.weight_scores_[hybrid.weight_] == best
+    assert hybrid.weight_mrr_[hybrid.weight_] == max(
+        m for w, m in hybrid.weight_mrr_.items() if hybrid.weight_scores_[w] == best)
+    assert all(r <= m <= 1 for r, m in zip(hybrid.weight_scores_.values(),
+                                           hybrid.weight_mrr_.values(), strict=True))
     assert hybrid.index(["rotes herz"]).search(["red heart"], k=1)[1].shape == (1, 1)
+
+
+def test_auto_weight_tells_recall_ties_apart_by_reciprocal_rank_then_takes_the_middle():
+    from skcontrast.text._hybrid import _best_weight
+
+    recall = {0.0: 0.5, 0.1: 0.8, 0.2: 0.8, 0.3: 0.8, 0.4: 0.8, 0.5: 0.1}
+    # the reciprocal rank separates recall's ties
+    assert _best_weight(recall, {0.0: 0.6, 0.1: 0.85, 0.2: 0.9, 0.3: 0.85, 0.4: 0.8,
+                                 0.5: 0.2}) == 0.2
+    # tied on both (a plateau): its middle, never its edge
+    flat = {w: 0.85 if r == 0.8 else r for w, r in recall.items()}
+    assert _best_weight(recall, flat) == 0.2
+    assert _best_weight({0.0: 1.0}, {0.0: 1.0}) == 0.0
+
+
+def test_auto_weight_stays_off_the_lexical_edge_where_the_lexical_side_matches_nothing():
+    from skcontrast.text import HybridRetriever
+
+    # documents in another script: TF-IDF scores every pair 0, so every weight below 1
+    # ranks alike; the weight chosen is not 0.9, the last before lexical search alone
+    latin = ["red heart", "thumbs up", "dog face", "cat face", "sun", "moon", "star",
+             "tree", "fire", "car"]
+    cyrillic = ["красное сердце", "большой палец", "морда собаки", "морда кошки", "солнце",
+                "луна", "звезда", "дерево", "огонь", "машина"]
+    pairs = list(zip(latin, cyrillic, strict=True))
+    est = ContrastiveEmbedder(max_epochs=10, batch_size=5, lr=0.05, random_state=0).fit(pairs)
+    hybrid = HybridRetriever(est, prefit=True).fit(pairs, X_val=pairs)  # (seen pairs: a test)
+    assert hybrid.weight_scores_[0.0] > hybrid.weight_scores_[1.0]
+    tied = [w for w in hybrid.weight_scores_ if w < 1.0]
+    assert len({(hybrid.weight_scores_[w], hybrid.weight_mrr_[w]) for w in tied}) == 1
+    assert hybrid.weight_ == 0.4
 
 
 def test_auto_weight_holds_out_whole_groups_from_the_training_of_the_model(monkeypatch):

@@ -34,8 +34,11 @@ class HybridRetriever(BaseEstimator):
     one alone. ``weight='auto'`` (the default) chooses it for the user, on pairs held out
     from the training of the learned model (the model's own training pairs always favour
     the learned side): the weight of :data:`AUTO_WEIGHTS`, 0 and 1 among them, with the
-    best recall@1 there (ties: the larger lexical share, the simpler search), reported as
-    ``weight_`` with every candidate's recall in ``weight_scores_``. ``GridSearchCV``
+    best recall@1 there, reported as ``weight_`` with every candidate's recall in
+    ``weight_scores_``. Weights tied on recall@1 (where the lexical side matches nothing,
+    as across scripts, most of them tie) are told apart by the mean reciprocal rank of
+    each query's own document (``weight_mrr_``), and weights tied on both by the middle
+    one: not the edge of a plateau, which the test pairs may fall off. ``GridSearchCV``
     tunes a numeric ``weight`` by :meth:`score` too.
 
     Searches run in blocks of queries and documents (:func:`top_k_search`), so a corpus
@@ -70,6 +73,18 @@ class HybridRetriever(BaseEstimator):
         BM25's term-frequency saturation and length normalisation.
     query_chunk, document_chunk : int, default=1024, 65536
         Block sizes of the search.
+
+    Attributes
+    ----------
+    estimator_ : fitted estimator or None
+        The learned model (``estimator`` itself when ``prefit``).
+    weight_ : float
+        The lexical share searches use: ``weight``, or the one ``'auto'`` chose.
+    weight_scores_, weight_mrr_ : dict of float to float
+        With ``weight='auto'``: each candidate weight's recall@1 and mean reciprocal rank
+        on the held-out pairs.
+    vectorizer_ : sklearn.feature_extraction.text.TfidfVectorizer
+        The lexical side's vocabulary, fitted on every text of ``X``.
 
     Examples
     --------
@@ -159,9 +174,8 @@ class HybridRetriever(BaseEstimator):
             self.weight_ = 1.0
         elif auto:
             assert held_out is not None
-            self.weight_scores_ = self._weight_scores(*held_out)
-            best = max(self.weight_scores_.values())
-            self.weight_ = max(w for w, r in self.weight_scores_.items() if r == best)
+            self.weight_scores_, self.weight_mrr_ = self._weight_scores(*held_out)
+            self.weight_ = _best_weight(self.weight_scores_, self.weight_mrr_)
         else:
             self.weight_ = float(self.weight)
         return self
@@ -189,9 +203,13 @@ class HybridRetriever(BaseEstimator):
         kept, left = next(split.split(table, groups=groups))
         return kept, left
 
-    def _weight_scores(self, table: np.ndarray, y: Any) -> dict[float, float]:
+    def _weight_scores(self, table: np.ndarray,
+                       y: Any) -> tuple[dict[float, float], dict[float, float]]:
         """Recall@1 of each weight of :data:`AUTO_WEIGHTS` on held-out pairs, as
-        :meth:`score` counts it, the two similarities computed once."""
+        :meth:`score` counts it, and the mean reciprocal rank of each query's best
+        document of its own group (documents of other groups scoring as high or higher,
+        plus one),
+        the two similarities computed once."""
         groups = np.unique(table[:, 1], return_inverse=True)[1] if y is None \
             else np.asarray(y)
         queries, documents = list(table[:, 0]), list(table[:, 1])
@@ -199,7 +217,8 @@ class HybridRetriever(BaseEstimator):
         learned_d = _unit(torch.from_numpy(self._learned(documents, 1, force=True)))
         lexical_q, lexical_d = self._lexical_queries(queries), \
             self._lexical_documents(documents)
-        hits = np.zeros(len(AUTO_WEIGHTS))
+        hits, reciprocal = np.zeros(len(AUTO_WEIGHTS)), np.zeros(len(AUTO_WEIGHTS))
+        every = torch.from_numpy(groups)
         for start in range(0, len(queries), int(self.query_chunk)):
             rows = slice(start, start + int(self.query_chunk))
             learned = (learned_q[rows] @ learned_d.T).double()
@@ -208,11 +227,17 @@ class HybridRetriever(BaseEstimator):
                 top = lexical.max(dim=1, keepdim=True).values
                 lexical = lexical / torch.where(top > 0, top, torch.ones_like(top))
             own = torch.from_numpy(groups[rows])
+            same = every[None, :] == own[:, None]
             for i, w in enumerate(AUTO_WEIGHTS):
-                first = ((1 - w) * learned + w * lexical).argmax(dim=1)
-                hits[i] += int((torch.from_numpy(groups)[first] == own).sum())
-        return {float(w): float(h / len(queries)) for w, h in zip(AUTO_WEIGHTS, hits,
-                                                                    strict=True)}
+                fused = (1 - w) * learned + w * lexical
+                hits[i] += int((every[fused.argmax(dim=1)] == own).sum())
+                found = fused.masked_fill(~same, -torch.inf).amax(dim=1, keepdim=True)
+                above = ((fused >= found) & ~same).sum(dim=1)  # ties count against
+                reciprocal[i] += float((1.0 / (1.0 + above.double())).sum())
+        weights = [float(w) for w in AUTO_WEIGHTS]
+        return ({w: float(h / len(queries)) for w, h in zip(weights, hits, strict=True)},
+                {w: float(r / len(queries)) for w, r in zip(weights, reciprocal,
+                                                             strict=True)})
 
     def _fit_lexical(self, table: np.ndarray) -> None:
         from sklearn.feature_extraction.text import TfidfVectorizer
@@ -337,3 +362,11 @@ class HybridRetriever(BaseEstimator):
         groups = np.unique(table[:, 1], return_inverse=True)[1] if y is None else np.asarray(y)
         ranked = self._search(self._indexed(list(table[:, 1])), list(table[:, 0]), k=1)[1]
         return ranking_scores(ranked, groups, groups, k=1)["recall@1"]
+
+
+def _best_weight(recall: dict[float, float], mrr: dict[float, float]) -> float:
+    """The weight of the best recall@1, ties told apart by the mean reciprocal rank, and
+    weights tied on both by the middle one (the lower of two middles)."""
+    best = max((recall[w], mrr[w]) for w in recall)
+    tied = sorted(w for w in recall if (recall[w], mrr[w]) == best)
+    return tied[(len(tied) - 1) // 2]
