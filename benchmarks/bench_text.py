@@ -219,7 +219,8 @@ def training_rows(batch_size: int, lengths: tuple[int, int], threads: int) -> li
     rows, rates = [], {}
     for name, fit in trainers.items():
         short, timed = fit(lengths[0]), {}
-        memory = peak_memory_mib(lambda fit=fit: timed.setdefault("long", fit(lengths[1])))
+        memory = peak_memory_mib(
+            lambda fit=fit, timed=timed: timed.setdefault("long", fit(lengths[1])))
         per_epoch = (timed["long"] - short) / (lengths[1] - lengths[0])
         rates[name] = len(pairs) / per_epoch
         rows.append([name, f"{per_epoch:.1f} s", f"{short - lengths[0] * per_epoch:.1f} s",

@@ -210,7 +210,7 @@ def run_demo(out: str | Path = "skcontrast-demo", *, quick: bool = False, seed: 
     report(f"[{total}/{total}] Text: ContrastiveEmbedder on English-German emoji names, "
            "strings in ...")
     try:
-        result.text_rows = text_demo(3 if quick else 5, seed, report)
+        result.text_rows = text_demo(1 if quick else 5, seed, report)
     except ImportError as exc:
         report(f"      skipped: {exc}")
     result.figures = _figures(result, X_train, X_test, y_test, out)

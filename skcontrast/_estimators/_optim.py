@@ -93,8 +93,7 @@ class LazyAdam(torch.optim.Adam):
             raise ValueError("LazyAdam does not take amsgrad=True with sparse gradients "
                              "(an embedding built with sparse=True)")
         assert p.grad is not None
-        grad = p.grad.coalesce()  # one entry per row, summed
-        rows, values = grad.indices()[0], grad.values()
+        rows, values = _row_sums(p.grad)
         state = self.state[p]
         if not state:
             state["step"] = torch.tensor(0.0, dtype=torch.float32)
@@ -115,6 +114,19 @@ class LazyAdam(torch.optim.Adam):
         exp_avg_sq.index_copy_(0, rows, v)
         denominator = v.sqrt_().div_(math.sqrt(1 - beta2 ** step)).add_(eps)
         p.index_add_(0, rows, m.div_(denominator), alpha=-lr / (1 - beta1 ** step))
+
+
+def _row_sums(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows a sparse gradient touches (ascending) and each row's summed gradient.
+
+    What ``grad.coalesce()`` gives, without its sort of the whole ``(nnz, d)`` entries
+    (which took 40% of a text step): a unique of the row ids and one ``index_add_``."""
+    if grad.is_coalesced():
+        return grad.indices()[0], grad.values()
+    rows, where = torch.unique(grad._indices()[0], sorted=True, return_inverse=True)
+    values = grad._values()
+    sums = values.new_zeros((len(rows), *values.shape[1:])).index_add_(0, where, values)
+    return rows, sums
 
 
 def takes_sparse_gradients(optimizer: Any) -> bool:
