@@ -158,6 +158,13 @@ def first_non_finite(tensors: Mapping[str, Any]) -> str | None:
              if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())]
     if not named:
         return None
+    # a finite sum means every entry is finite (NaN or infinity makes it NaN or
+    # infinite), and reads each tensor once without a boolean copy; a sum that overflows
+    # falls back to the entry-wise test
+    sums = torch.stack([t.detach().sum().abs().double().to(named[0][1].device)
+                        for _, t in named])
+    if bool(torch.isfinite(sums).all()):
+        return None
     finite = torch.stack([torch.isfinite(t).all().to(named[0][1].device) for _, t in named])
     if bool(finite.all()):
         return None

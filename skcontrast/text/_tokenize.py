@@ -166,8 +166,11 @@ class NgramBagEncoder(nn.Module):
             raise ValueError(f"sparse must be True, False or 'auto'; got {describe(sparse)}")
         self.sparse = sparse
         widths = [int(w) for w in hidden_layer_sizes] + [int(n_out)]
+        # the table is drawn once (EmbeddingBag's own N(0, 1) draw of 2^18 rows would take
+        # as long again)
         self.bag = nn.EmbeddingBag(int(vocabulary_size), widths[0], mode="sum",
-                                   sparse=sparse is True)
+                                   sparse=sparse is True,
+                                   _weight=torch.empty(int(vocabulary_size), widths[0]))
         nn.init.normal_(self.bag.weight, std=widths[0] ** -0.5)
         #: each id's weight in the bag (its IDF once :meth:`fit_prior` has run)
         self.register_buffer("id_weights", torch.ones(int(vocabulary_size)))
