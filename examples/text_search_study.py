@@ -88,7 +88,7 @@ class Task:
         cut = len(train) // 10
         fit, valid, test = np.sort(train[cut:]), np.sort(train[:cut]), data.test_emoji
         if quick:
-            fit, valid, test = fit[:200], valid[:40], test[:80]
+            fit, valid, test = fit[:100], valid[:30], test[:60]
         en = data.names["en"]
         if name == "typos":
             def pairs(emoji, seed):  # three mistyped queries per name

@@ -494,7 +494,10 @@ def _table_values(X: Any, columns: dict, kind: str) -> Any:
 
 def _probe(estimator: Any) -> Any:
     """A stand-in that ``validate_data`` can record the input on: the estimator's class
-    name and tags, none of its state (the estimator itself is set after a fit succeeds)."""
+    name and tags, none of its state (the estimator itself is set after a fit succeeds).
+    It holds the tags, not the estimator: a class is a reference cycle, which would keep
+    a fitted model's tensors until Python's next full garbage collection."""
+    tags = estimator.__sklearn_tags__()
     probe_class = type(type(estimator).__name__, (BaseEstimator,),
-                       {"__sklearn_tags__": lambda self: estimator.__sklearn_tags__()})
+                       {"__sklearn_tags__": lambda self: tags})
     return probe_class()
