@@ -29,7 +29,7 @@ random projection's):
 - ``defaults, IDF prior``: the same with ``module__weighting='idf'``;
 - ``0.2.0's defaults``: the encoder of the previous release (a bag of 128, a layer to
   32 dimensions, dense gradients and Adam), for comparison (one seed: it trains about
-  ten times slower);
+  15 to 18 times slower);
 - ``hybrid (auto)``: the ``defaults`` model fused with TF-IDF,
   ``HybridRetriever(weight='auto')`` choosing the weight on the held-out training emoji;
 - ``label guard``, ``in-loss guard``, ``HCL``: the defaults with no two pairs of one
@@ -193,8 +193,8 @@ ROWS = ("TF-IDF", "BM25", "sentence-transformers static", "untrained (the lexica
         "defaults", "defaults, IDF prior", "0.2.0's defaults", "hybrid (auto)",
         "label guard", "in-loss guard", "HCL")
 SEEDLESS = ("TF-IDF", "BM25")
-#: rows run once: the seedless ones, and 0.2.0's dense model (a reference point, ten
-#: times slower to train than the rest)
+#: rows run once: the seedless ones, and 0.2.0's dense model (a reference point, 15 to
+#: 18 times slower to train than the rest)
 ONE_SEED = (*SEEDLESS, "0.2.0's defaults")
 VARIANTS = ("label guard", "in-loss guard", "HCL")
 
