@@ -66,3 +66,20 @@ class RecordingSelector(BatchSelector):
 
     def _n_batches(self, n, y):
         return self.inner.get_n_splits(n, y)
+
+
+def pytest_collection_finish(session):
+    """Start the examples' quick runs in the background as soon as the session is known
+    to test them (``tests/test_examples.py``): they run beside the tests before theirs."""
+    if any(Path(str(item.fspath)).name == "test_examples.py" for item in session.items):
+        import test_examples
+
+        test_examples.STARTED.append(test_examples.ExampleRuns())
+
+
+def pytest_sessionfinish(session):
+    import sys
+
+    module = sys.modules.get("test_examples")
+    for runs in getattr(module, "STARTED", []):
+        runs.stop()

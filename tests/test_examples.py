@@ -2,8 +2,10 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -38,27 +40,55 @@ print(json.dumps(results))
 """
 
 
+class ExampleRuns:
+    """The examples' quick runs in two background processes of one thread each, started
+    as soon as the session knows it will test them (``conftest.py``), so that they run
+    beside the tests before them rather than after; each process writes its results
+    to a file."""
+
+    def __init__(self) -> None:
+        self.out = Path(tempfile.mkdtemp(prefix="skcontrast-examples-"))
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self.running = []
+        for i in range(2):
+            share = {s.name: str(s) for s in EXAMPLES[i::2]}
+            stdout = open(self.out / f"stdout-{i}.txt", "w")  # noqa: SIM115 (closed in wait)
+            stderr = open(self.out / f"stderr-{i}.txt", "w")  # noqa: SIM115
+            process = subprocess.Popen(
+                [sys.executable, "-c", RUNNER, json.dumps(share), str(self.out)],
+                stdout=stdout, stderr=stderr, text=True, cwd=ROOT, env=env)
+            self.running.append((process, stdout, stderr, i))
+
+    def wait(self) -> dict:
+        results = {}
+        for process, stdout, stderr, i in self.running:
+            code = process.wait(timeout=1200)
+            stdout.close()
+            stderr.close()
+            assert code == 0, (self.out / f"stderr-{i}.txt").read_text()[-3000:]
+            printed = (self.out / f"stdout-{i}.txt").read_text()
+            results.update(json.loads(printed.strip().splitlines()[-1]))
+        return results
+
+    def stop(self) -> None:
+        for process, stdout, stderr, _ in self.running:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            stdout.close()
+            stderr.close()
+        shutil.rmtree(self.out, ignore_errors=True)
+
+
+#: the session's runs (set by conftest.py when examples are among the tests)
+STARTED: list[ExampleRuns] = []
+
+
 @pytest.fixture(scope="module")
-def example_runs(tmp_path_factory):
-    """Every example's printout and error, from two processes of one thread each that
-    share the examples (small models gain little from a second thread, and the two
-    processes take the machine's two cores)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    out = str(tmp_path_factory.mktemp("examples"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-    def run(share):
-        return subprocess.run(
-            [sys.executable, "-c", RUNNER, json.dumps({s.name: str(s) for s in share}), out],
-            capture_output=True, text=True, cwd=ROOT, timeout=1200, env=env)
-
-    results = {}
-    with ThreadPoolExecutor(2) as pool:
-        for done in pool.map(run, [EXAMPLES[i::2] for i in range(2)]):
-            assert done.returncode == 0, done.stderr[-3000:]
-            results.update(json.loads(done.stdout.strip().splitlines()[-1]))
-    return results
+def example_runs():
+    if not STARTED:  # this module imported another way: start them now
+        STARTED.append(ExampleRuns())
+    return STARTED[0].wait()
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)
