@@ -9,6 +9,7 @@ import torch
 from hypothesis import HealthCheck, settings
 
 import skcontrast
+from skcontrast.datasets import make_paired_embeddings
 from skcontrast.selectors import BatchSelector
 
 # Bounded, derandomised examples keep CI fast and free of flakiness; use
@@ -66,6 +67,26 @@ class RecordingSelector(BatchSelector):
 
     def _n_batches(self, n, y):
         return self.inner.get_n_splits(n, y)
+
+
+def random_data(n=192, d=8, seed=0):
+    """Random pairs ``(n, 2, d)`` and labels of 6 classes: data with no structure."""
+    X = np.random.default_rng(seed).normal(size=(n, 2, d)).astype(np.float32)
+    return X, np.random.default_rng(seed + 1).integers(6, size=n)
+
+
+def clustered_data(n=192, d=8, seed=0):
+    """Pairs in 6 clusters and their cluster labels: data with structure to find."""
+    return make_paired_embeddings(n, d, n_groups=6, noise=0.5, random_state=seed)
+
+
+def brute_top(X, m):
+    """Each row's m nearest other rows by cosine similarity, in float64 with a full sort."""
+    u = X[:, 0].astype(np.float64)
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    sims = u @ u.T
+    np.fill_diagonal(sims, -np.inf)
+    return np.argsort(-sims, axis=1, kind="stable")[:, :m]
 
 
 def pytest_collection_finish(session):

@@ -3,9 +3,9 @@ selector, keep compliant batches and refuse what they cannot guard, by name."""
 
 import numpy as np
 import pytest
+from conftest import brute_top, clustered_data, random_data
 from sklearn.base import clone
 
-from skcontrast.datasets import make_paired_embeddings
 from skcontrast.selectors import (
     BcSSelector,
     CommunityBatchSelector,
@@ -19,15 +19,6 @@ from skcontrast.selectors import (
 from skcontrast.selectors._guards import GuardError
 
 B = 16
-
-
-def random_data(n=192, d=8, seed=0):
-    X = np.random.default_rng(seed).normal(size=(n, 2, d)).astype(np.float32)
-    return X, np.random.default_rng(seed + 1).integers(6, size=n)
-
-
-def clustered_data(n=192, d=8, seed=0):
-    return make_paired_embeddings(n, d, n_groups=6, noise=0.5, random_state=seed)
 
 
 DATA = {"random": random_data, "clustered": clustered_data}
@@ -44,15 +35,6 @@ def adaptive_selectors():
         "walk": RandomWalkBatchSelector(batch_size=B, n_candidates=60, n_neighbours=10,
                                         random_state=0),
     }
-
-
-def brute_top(X, m):
-    """Each row's m nearest other rows by cosine similarity, in float64 with a full sort."""
-    u = X[:, 0].astype(np.float64)
-    u /= np.linalg.norm(u, axis=1, keepdims=True)
-    sims = u @ u.T
-    np.fill_diagonal(sims, -np.inf)
-    return np.argsort(-sims, axis=1, kind="stable")[:, :m]
 
 
 @pytest.mark.parametrize("data", DATA)

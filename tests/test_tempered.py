@@ -5,6 +5,7 @@ warm-up and refresh, a teacher in place of the embeddings, and exact resumption.
 import numpy as np
 import pytest
 import torch
+from conftest import brute_top, clustered_data, random_data
 from sklearn.base import clone
 
 from skcontrast import ContrastiveEmbedder
@@ -51,24 +52,6 @@ def test_a_tempered_refresh_period_resumes_exactly(adaptive):
 
 
 B = 16
-
-
-def random_data(n=192, d=8, seed=0):
-    X = np.random.default_rng(seed).normal(size=(n, 2, d)).astype(np.float32)
-    return X, np.random.default_rng(seed + 1).integers(6, size=n)
-
-
-def clustered_data(n=192, d=8, seed=0):
-    return make_paired_embeddings(n, d, n_groups=6, noise=0.5, random_state=seed)
-
-
-def brute_top(X, m):
-    """Each row's m nearest other rows by cosine similarity, in float64 with a full sort."""
-    u = X[:, 0].astype(np.float64)
-    u /= np.linalg.norm(u, axis=1, keepdims=True)
-    sims = u @ u.T
-    np.fill_diagonal(sims, -np.inf)
-    return np.argsort(-sims, axis=1, kind="stable")[:, :m]
 
 
 def test_zero_share_is_the_selector_and_the_share_sets_the_hardness():

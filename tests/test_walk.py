@@ -3,8 +3,8 @@ seed-for-seed plain-loop version of their definition."""
 
 import numpy as np
 import pytest
+from conftest import clustered_data, random_data
 
-from skcontrast.datasets import make_paired_embeddings
 from skcontrast.selectors import (
     RandomWalkBatchSelector,
     ShuffledBatchSelector,
@@ -16,15 +16,6 @@ from skcontrast.selectors._graph import (
 from skcontrast.selectors._walk import PATIENCE, batch_sizes, walk_batches
 
 B = 16
-
-
-def random_data(n=192, d=8, seed=0):
-    X = np.random.default_rng(seed).normal(size=(n, 2, d)).astype(np.float32)
-    return X, np.random.default_rng(seed + 1).integers(6, size=n)
-
-
-def clustered_data(n=192, d=8, seed=0):
-    return make_paired_embeddings(n, d, n_groups=6, noise=0.5, random_state=seed)
 
 
 def reference_walks(graph, sizes, restart, rng):
