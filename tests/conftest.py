@@ -92,7 +92,7 @@ def brute_top(X, m):
 def pytest_collection_finish(session):
     """Start the examples' quick runs in the background as soon as the session is known
     to test them (``tests/test_examples.py``): they run beside the tests before theirs."""
-    if any(Path(str(item.fspath)).name == "test_examples.py" for item in session.items):
+    if any(item.path.name == "test_examples.py" for item in session.items):
         import test_examples
 
         test_examples.STARTED.append(test_examples.ExampleRuns())

@@ -207,9 +207,8 @@ class HybridRetriever(BaseEstimator):
                        y: Any) -> tuple[dict[float, float], dict[float, float]]:
         """Recall@1 of each weight of :data:`AUTO_WEIGHTS` on held-out pairs, as
         :meth:`score` counts it, and the mean reciprocal rank of each query's best
-        document of its own group (documents of other groups scoring as high or higher,
-        plus one),
-        the two similarities computed once."""
+        document of its own group (its rank: documents of other groups scoring as high or
+        higher, plus one), the two similarities computed once."""
         groups = np.unique(table[:, 1], return_inverse=True)[1] if y is None \
             else np.asarray(y)
         queries, documents = list(table[:, 0]), list(table[:, 1])
