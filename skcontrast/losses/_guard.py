@@ -94,16 +94,23 @@ class FalseNegativeGuard(BaseEstimator):
           sequences;
         - an array or tensor ``(n, ...)`` (numbers, or padded ids of one tokenizer
           call): equal rows, among columns of one width and dtype (other shapes never
-          hold the same content).
+          hold the same content);
+        - a dict of views (no ``input_ids``): equal content in every view, views matched
+          by name.
+
+        Content is compared exactly, never through a cast that rounds: strings as Python
+        strings (numpy's fixed-width ``'<U'`` strings would drop trailing NULs), integers
+        as int64, floating-point numbers by their bits (``-0.0`` as ``0.0``), each view of
+        a dict in its own dtype.
         """
         n: int | None = None
-        keyed: list[tuple[Any, Any]] = []  # (kind, (n, w) rows or n strings) per column
+        keyed: list[tuple[Any, Any]] = []  # (kind, rows: _content_rows) per column
         for column in columns:
             kind, rows = _content_rows(column)
-            if n is not None and len(rows) != n:
+            if n is not None and _entries(rows) != n:
                 raise ValueError(f"content columns must hold one entry per item; got {n} "
-                                 f"and {len(rows)}")
-            n = len(rows)
+                                 f"and {_entries(rows)}")
+            n = _entries(rows)
             keyed.append((kind, rows))
         if n is None:
             raise ValueError("content_ids needs at least one column")
@@ -111,16 +118,7 @@ class FalseNegativeGuard(BaseEstimator):
         offset = 0
         for kind in dict.fromkeys(k for k, _ in keyed):
             alike = [i for i, (k, _) in enumerate(keyed) if k == kind]
-            if kind == "strings":
-                inverse = np.unique(np.concatenate([keyed[i][1] for i in alike]),
-                                    return_inverse=True)[1]
-                codes = torch.from_numpy(inverse.astype(np.int64)).reshape(len(alike), n)
-            else:
-                width = max(keyed[i][1].shape[1] for i in alike)
-                stack = torch.cat([torch.nn.functional.pad(
-                    keyed[i][1], (0, width - keyed[i][1].shape[1]), value=-1) for i in alike])
-                codes = torch.unique(stack, dim=0, return_inverse=True)[1].reshape(len(alike),
-                                                                                    n)
+            codes = _codes(kind, [keyed[i][1] for i in alike], n)
             ids[:, alike] = codes.T + offset
             offset += int(codes.max()) + 1 if codes.numel() else 0
         return ids
@@ -194,13 +192,24 @@ class FalseNegativeGuard(BaseEstimator):
 
 
 def _content_rows(column: Any) -> tuple[Any, Any]:
-    """A column as ``(kind, rows)``: equal rows of one kind are equal content. Token
-    sequences become int64 rows padded with -1 (kind ``'tokens'``); strings an array of
-    them (``'strings'``); other arrays their flattened rows (kind: dtype and width)."""
+    """A column as ``(kind, rows)``: equal rows of one kind are equal content. Strings
+    become an object array of them (``'strings'``); token sequences int64 rows of their
+    length, then their ids, padded with -1 (``'tokens'``, so that rows of other lengths
+    never compare equal); other arrays their flattened rows, exactly as int64
+    (:func:`_exact_rows`; kind: dtype and width); a dict of views the tuple of its views'
+    rows, by name (kind: each view's name and kind)."""
     if isinstance(column, Mapping):
         if "input_ids" not in column:
-            values = [_content_rows(v)[1].double() for v in column.values()]
-            return ("mapping", len(values)), torch.cat(values, dim=1)
+            names = sorted(column, key=str)
+            views = [_content_rows(column[name]) for name in names]
+            lengths = {str(name): _entries(rows) for name, (_, rows)
+                       in zip(names, views, strict=True)}
+            if len(set(lengths.values())) != 1:
+                raise ValueError(f"the views of a content column (a dict) must hold one "
+                                 f"entry per item each; got {lengths or 'no view'}")
+            return (("mapping", tuple((str(name), kind) for name, (kind, _)
+                                      in zip(names, views, strict=True))),
+                    tuple(rows for _, rows in views))
         ids = torch.as_tensor(column["input_ids"]).cpu().long()
         if "offsets" in column:  # flat ids of all rows, each row from its offset
             starts = torch.as_tensor(column["offsets"]).cpu().long().reshape(-1)
@@ -210,26 +219,61 @@ def _content_rows(column: Any) -> tuple[Any, Any]:
             rows = torch.full((len(starts), len(keep)), -1, dtype=torch.long)
             present = keep[None, :] < lengths[:, None]
             rows[present] = ids[(starts[:, None] + keep[None, :])[present]]
-            return "tokens", rows
+            return "tokens", torch.cat([lengths[:, None], rows], dim=1)
         ids = ids.reshape(len(ids), -1)
         mask = column.get("attention_mask")
         if mask is None:
-            return "tokens", ids
+            return "tokens", torch.cat([torch.full((len(ids), 1), ids.shape[1]), ids], dim=1)
         mask = torch.as_tensor(mask).cpu().bool().reshape(ids.shape)
         # the unmasked ids first, in order; -1 after them (padding on either side)
         order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)
         rows = torch.where(mask.gather(1, order), ids.gather(1, order), -1)
-        return "tokens", rows
+        return "tokens", torch.cat([mask.sum(1, keepdim=True), rows], dim=1)
     if isinstance(column, list | tuple) or (isinstance(column, np.ndarray)
                                             and column.dtype.kind in "USO"):
         texts = np.asarray(column, dtype=object).reshape(-1)
         if not all(isinstance(t, str) for t in texts):
             raise ValueError(f"a content column is a list of strings, token ids or an "
                              f"array; got {describe(column)}")
-        return "strings", texts.astype(str)
+        return "strings", texts  # Python strings: '<U' would drop trailing NULs
     rows = torch.as_tensor(np.asarray(column) if not isinstance(column, torch.Tensor)
                            else column).cpu()
     rows = rows.reshape(len(rows), -1)
+    return (rows.dtype, rows.shape[1]), _exact_rows(rows)
+
+
+def _entries(rows: Any) -> int:
+    """The number of items of a column's rows (a dict's: of its first view's)."""
+    return _entries(rows[0]) if isinstance(rows, tuple) else len(rows)
+
+
+def _exact_rows(rows: torch.Tensor) -> torch.Tensor:
+    """Rows of numbers as int64 rows, equal exactly where the values are (within one
+    dtype): integers as they are, floating-point numbers by their bits (``-0.0`` as
+    ``0.0``), complex ones by their parts' bits. No cast through a float, which rounds
+    integers beyond 2**53."""
+    if rows.is_complex():
+        rows = torch.view_as_real(rows).reshape(len(rows), -1)
     if rows.is_floating_point():
-        rows = rows + 0.0  # -0.0 as 0.0
-    return (rows.dtype, rows.shape[1]), rows
+        bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+        return (rows + 0.0).contiguous().view(bits[rows.element_size()]).long()
+    if rows.dtype == torch.uint64:  # its bits: values beyond 2**63 stay apart
+        return rows.view(torch.int64)
+    return rows.long()
+
+
+def _codes(kind: Any, parts: list[Any], n: int) -> torch.Tensor:
+    """``(len(parts), n)`` int64 codes of columns of one ``kind`` (their rows as
+    :func:`_content_rows` gives them): equal codes exactly for equal content."""
+    if kind == "strings":  # np.unique on Python strings: every character counts
+        inverse = np.unique(np.concatenate(parts), return_inverse=True)[1]
+        return torch.from_numpy(inverse.astype(np.int64)).reshape(len(parts), n)
+    if isinstance(kind, tuple) and kind[0] == "mapping":  # each view's codes, side by side
+        stack = torch.stack([_codes(view_kind, [part[v] for part in parts], n)
+                             for v, (_, view_kind) in enumerate(kind[1])], dim=-1)
+        rows = stack.reshape(len(parts) * n, -1)
+    else:
+        width = max(part.shape[1] for part in parts)
+        rows = torch.cat([torch.nn.functional.pad(part, (0, width - part.shape[1]), value=-1)
+                          for part in parts])
+    return torch.unique(rows, dim=0, return_inverse=True)[1].reshape(len(parts), n)
