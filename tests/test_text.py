@@ -590,13 +590,15 @@ def test_auto_weight_stays_off_the_lexical_edge_where_the_lexical_side_matches_n
                 "луна", "звезда", "дерево", "огонь", "машина"]
     pairs = list(zip(latin, cyrillic, strict=True))
     est = ContrastiveEmbedder(max_epochs=10, batch_size=5, lr=0.05, random_state=0).fit(pairs)
-    hybrid = HybridRetriever(est, prefit=True).fit(pairs, X_val=pairs)  # (seen pairs: a test)
+    with pytest.warns(UserWarning, match="10 of 10 held-out pairs"):  # seen pairs: a test
+        hybrid = HybridRetriever(est, prefit=True).fit(pairs, X_val=pairs)
     assert hybrid.weight_scores_[0.0] > hybrid.weight_scores_[1.0]
     tied = [w for w in hybrid.weight_scores_ if w < 1.0]
     assert len({(hybrid.weight_scores_[w], hybrid.weight_mrr_[w]) for w in tied}) == 1
     assert hybrid.weight_ == 0.4
 
 
+@pytest.mark.filterwarnings("ignore:weight='auto' chose weight_=")  # tiny: may tie
 def test_auto_weight_holds_out_whole_groups_from_the_training_of_the_model(monkeypatch):
     from skcontrast.text import HybridRetriever
 
@@ -621,6 +623,72 @@ def test_auto_weight_holds_out_whole_groups_from_the_training_of_the_model(monke
     with pytest.raises(ValueError, match=r"validation_fraction must lie in \(0, 1\)"):
         HybridRetriever(ContrastiveEmbedder(**SMALL), validation_fraction=1.0).fit(pairs)
     assert HybridRetriever().fit(pairs).weight_ == 1.0  # lexical alone
+
+
+@pytest.mark.parametrize(("prefit", "X_val", "y_val", "message"), [
+    (True, PAIRS[6:], [0, 1, 2], r"y_val must hold one group per pair of X_val, 2 of "
+                                 r"them; got \[0, 1, 2\] \(3 entries\)"),
+    (True, PAIRS[6:], [0], r"y_val must hold one group per pair of X_val, 2 of them; got "
+                           r"\[0\] \(1 entry\)"),
+    (True, PAIRS[6:], np.zeros((2, 2)), r"y_val must hold one group per pair of X_val, 2 of "
+                                        r"them; got ndarray of shape \(2, 2\)"),
+    (False, ["cat face", "dog face"], None, r"X_val must hold held-out pairs, rows of two "
+                                            r"texts \(query, document\); got 2 single texts "
+                                            r"\(X_val\[0\] = 'cat face'\)"),
+    (False, [], None, "X_val must hold held-out pairs.*; got no row"),
+    (True, None, [0, 1], r"y_val gives the groups of held-out pairs, but X_val is None"),
+])
+def test_held_out_pairs_and_their_groups_are_refused_up_front(monkeypatch, prefit, X_val,
+                                                              y_val, message):
+    # a y_val longer or shorter than X_val failed inside the search with torch's "size of
+    # tensor a (2) must match" or an IndexError; single texts with an IndexError
+    from skcontrast.text import HybridRetriever
+
+    est = ContrastiveEmbedder(**SMALL).fit(PAIRS[:6])
+    if not prefit:  # refused before anything trains
+        monkeypatch.setattr(ContrastiveEmbedder, "fit", lambda *a, **k: pytest.fail("fit"))
+    retriever = HybridRetriever(est if prefit else ContrastiveEmbedder(**SMALL),
+                                prefit=prefit)
+    with pytest.raises(ValueError, match=message):
+        retriever.fit(PAIRS[:6], X_val=X_val, y_val=y_val)
+    with pytest.raises(ValueError, match=r"y must hold one group per pair of X, 6 of them; "
+                                         r"got \[0, 1\] \(2 entries\)"):
+        retriever.fit(PAIRS[:6], y=[0, 1])
+
+
+def test_auto_weight_warns_when_one_held_out_pair_ties_every_weight():
+    from skcontrast.text import HybridRetriever
+
+    est = ContrastiveEmbedder(**SMALL).fit(PAIRS[:6])
+    with pytest.warns(UserWarning, match=r"weight='auto' chose weight_=0.5 among tied "
+                                         r"weights: one held-out pair"):
+        hybrid = HybridRetriever(est, prefit=True).fit(PAIRS[:6], X_val=PAIRS[6:7])
+    assert len(set(hybrid.weight_scores_.values())) == 1 and hybrid.weight_ == 0.5
+    with _no_warning():  # weights told apart: no word
+        told = HybridRetriever(est, prefit=True).fit(
+            PAIRS[:6], X_val=[*PAIRS[6:], ("thumbs down", "daumen runter")])
+    assert len({(told.weight_scores_[w], told.weight_mrr_[w])
+                for w in told.weight_scores_}) > 1
+
+
+def test_auto_weight_warns_on_held_out_pairs_the_model_trained_on():
+    # the retriever trains the model on X: pairs of X_val repeated in X are pairs it
+    # trained on; a prefit model keeps no record of its training pairs, so X stands for
+    # them
+    from skcontrast.text import HybridRetriever
+
+    with pytest.warns(UserWarning, match=r"3 of 4 held-out pairs \(X_val\) are pairs the "
+                                         r"model trained on \(pairs of X\)"):
+        HybridRetriever(ContrastiveEmbedder(**SMALL)).fit(
+            PAIRS[:6], X_val=[*PAIRS[3:6], ("thumbs down", "daumen runter")])
+    est = ContrastiveEmbedder(**SMALL).fit(PAIRS[:6])
+    with pytest.warns(UserWarning, match=r"2 of 2 held-out pairs \(X_val\) are pairs of X, "
+                                         r"which a prefit model is taken to have trained on"):
+        HybridRetriever(est, prefit=True).fit(PAIRS[:6], X_val=PAIRS[4:6])
+    with _no_warning():  # a pair's texts in other pairs are not the pair
+        HybridRetriever(est, prefit=True).fit(
+            PAIRS[:6], X_val=[("red heart", "daumen hoch"), ("thumbs up", "rotes herz"),
+                              PAIRS[6]])
 
 
 # --------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator
 
-from .._validation import check_choice, store_params, text_table
+from .._validation import check_choice, describe, store_params, text_table
 from ._mining import _unit
 from ._search import top_k_search
 from ._tokenize import _ngram_range
@@ -38,8 +38,10 @@ class HybridRetriever(BaseEstimator):
     ``weight_scores_``. Weights tied on recall@1 (where the lexical side matches nothing,
     as across scripts, most of them tie) are told apart by the mean reciprocal rank of
     each query's own document (``weight_mrr_``), and weights tied on both by the middle
-    one: not the edge of a plateau, which the test pairs may fall off. ``GridSearchCV``
-    tunes a numeric ``weight`` by :meth:`score` too.
+    one: not the edge of a plateau, which the test pairs may fall off. A warning says
+    when every weight ties (one held-out pair always does: its document is the only one
+    searched) and when held-out pairs are pairs the model trained on (see ``X_val`` in
+    :meth:`fit`). ``GridSearchCV`` tunes a numeric ``weight`` by :meth:`score` too.
 
     Searches run in blocks of queries and documents (:func:`top_k_search`), so a corpus
     of 1,000,000 documents needs memory for its embeddings and its sparse lexical
@@ -68,7 +70,8 @@ class HybridRetriever(BaseEstimator):
     prefit : bool, default=False
         ``True``: ``estimator`` is fitted already and :meth:`fit` fits the lexical part
         only (``clone`` keeps the fitted estimator, so a grid search over ``weight`` does
-        not retrain it).
+        not retrain it). Pass the model's training pairs as ``X``: an estimator keeps no
+        record of them, so ``X`` stands for them when ``weight='auto'`` checks ``X_val``.
     k1, b : float, default=1.2, 0.75
         BM25's term-frequency saturation and length normalisation.
     query_chunk, document_chunk : int, default=1024, 65536
@@ -137,9 +140,20 @@ class HybridRetriever(BaseEstimator):
         X : pairs of texts
         y : array-like of shape (n,) or None
             Groups of the pairs (pairs of one group are one concept: found when any of
-            them ranks first), passed on to the model's ``fit``.
-        X_val, y_val : held-out pairs and their groups, or None
-            Where ``weight='auto'`` is chosen (never pairs the model trained on).
+            them ranks first), one per pair, passed on to the model's ``fit``.
+        X_val : rows of two texts (query, document), or None
+            Held-out pairs where ``weight='auto'`` is chosen, at least one (further
+            columns, hard negatives, are not searched); never pairs the model trained on.
+            A warning names how many are: pairs of ``X`` (both texts equal), which the
+            model trains on, or, with ``prefit=True``, which stand for its training pairs.
+            Another warning says when every weight ties on them (always for one pair).
+        y_val : array-like of shape (n_val,) or None
+            Groups of the held-out pairs, one per pair of ``X_val``; ``None``: pairs with
+            equal documents are one group.
+
+        Returns
+        -------
+        self : HybridRetriever
         """
         from sklearn.base import clone
         from sklearn.utils.validation import check_is_fitted
@@ -150,24 +164,31 @@ class HybridRetriever(BaseEstimator):
         if self.weight != "auto":
             check_real(self.weight, "weight", low=0.0, high=1.0)
         table = text_table(X, "X")
-        held_out = None if X_val is None else (text_table(X_val, "X_val"), y_val)
+        groups = _groups(y, len(table), "y", "X")
+        held_out = _held_out(X_val, y_val)
         auto = self.weight == "auto" and self.estimator is not None
-        train, train_y = X, y
-        if self.estimator is None:
-            self.estimator_ = None
-        elif self.prefit:
+        if self.prefit and self.estimator is not None:
             check_is_fitted(self.estimator)
-            if auto and held_out is None:
+        train, train_y, trained = X, y, table
+        if auto and held_out is None:
+            if self.prefit:
                 raise ValueError(
                     "weight='auto' chooses the weight on pairs the model never trained on; "
                     "with prefit=True only you know which: pass them, fit(X, X_val=...), "
                     "or give a numeric weight")
+            kept, left = self._split(table, groups)
+            train, train_y = table[kept], None if groups is None else groups[kept]
+            held_out = (table[left], None if groups is None else groups[left])
+            trained = table[kept]
+        if auto:
+            assert held_out is not None
+            _warn_trained_on(held_out[0], trained, "X_val" if X_val is not None else None,
+                             self.prefit)
+        if self.estimator is None:
+            self.estimator_ = None
+        elif self.prefit:
             self.estimator_ = self.estimator
         else:
-            if auto and held_out is None:
-                kept, left = self._split(table, y)
-                train, train_y = table[kept], None if y is None else np.asarray(y)[kept]
-                held_out = (table[left], None if y is None else np.asarray(y)[left])
             self.estimator_ = clone(self.estimator).fit(train, train_y)
         self._fit_lexical(table)
         if self.estimator is None:
@@ -176,11 +197,14 @@ class HybridRetriever(BaseEstimator):
             assert held_out is not None
             self.weight_scores_, self.weight_mrr_ = self._weight_scores(*held_out)
             self.weight_ = _best_weight(self.weight_scores_, self.weight_mrr_)
+            _warn_if_tied(self.weight_scores_, self.weight_mrr_, len(held_out[0]),
+                          self.weight_)
         else:
             self.weight_ = float(self.weight)
         return self
 
-    def _split(self, table: np.ndarray, y: Any) -> tuple[np.ndarray, np.ndarray]:
+    def _split(self, table: np.ndarray, y: np.ndarray | None
+               ) -> tuple[np.ndarray, np.ndarray]:
         """Rows kept for training and rows held out, whole groups on one side."""
         from sklearn.model_selection import GroupShuffleSplit
 
@@ -191,8 +215,7 @@ class HybridRetriever(BaseEstimator):
         if not 0 < share < 1:
             raise ValueError(f"validation_fraction must lie in (0, 1); got "
                              f"{self.validation_fraction}")
-        groups = np.unique(table[:, 0], return_inverse=True)[1] if y is None \
-            else np.asarray(y)
+        groups = np.unique(table[:, 0], return_inverse=True)[1] if y is None else y
         if len(np.unique(groups)) < 2:
             raise ValueError("weight='auto' holds out pairs of other groups than those it "
                              "trains on, and X holds one group: pass X_val, or give a "
@@ -361,6 +384,79 @@ class HybridRetriever(BaseEstimator):
         groups = np.unique(table[:, 1], return_inverse=True)[1] if y is None else np.asarray(y)
         ranked = self._search(self._indexed(list(table[:, 1])), list(table[:, 0]), k=1)[1]
         return ranking_scores(ranked, groups, groups, k=1)["recall@1"]
+
+
+def _groups(y: Any, n: int, name: str, of: str) -> np.ndarray | None:
+    """The groups ``y`` of the ``n`` pairs of ``of``, one per pair, or ``None``."""
+    if y is None:
+        return None
+    groups = np.asarray(y)
+    if groups.ndim != 1 or len(groups) != n:
+        size = f"{len(groups)} entr{'y' if len(groups) == 1 else 'ies'}" \
+            if groups.ndim == 1 else f"{groups.ndim}-D"
+        raise ValueError(f"{name} must hold one group per pair of {of}, {n} of them; got "
+                         f"{describe(y)} ({size})")
+    return groups
+
+
+def _held_out(X_val: Any, y_val: Any) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """``X_val`` as a table of held-out pairs (columns beyond the second, hard
+    negatives, are not searched) with their groups ``y_val``, refused here, naming the
+    argument, when they are not pairs or the groups do not match them: inside the
+    search they failed with torch's and numpy's index errors."""
+    if X_val is None:
+        if y_val is not None:
+            raise ValueError(f"y_val gives the groups of held-out pairs, but X_val is None; "
+                             f"got y_val={describe(y_val)}: pass X_val with it, or leave "
+                             "y_val out")
+        return None
+    table = text_table(X_val, "X_val")
+    if table.shape[1] < 2 or not len(table):
+        form = "no row" if not len(table) else \
+            f"{len(table)} single texts (X_val[0] = {table[0, 0]!r})"
+        raise ValueError(f"X_val must hold held-out pairs, rows of two texts (query, "
+                         f"document); got {form}: pass X_val=[(query, document), ...]")
+    return table, _groups(y_val, len(table), "y_val", "X_val")
+
+
+def _warn_trained_on(held_out: np.ndarray, trained: np.ndarray, name: str | None,
+                     prefit: bool) -> None:
+    """Warn when held-out pairs (both texts) are pairs the model trained on: those
+    ``fit`` trains it on, or, for a ``prefit`` model, whose estimator keeps no record of
+    its training pairs, the pairs of ``X``. ``name``: ``'X_val'``, or ``None`` for the
+    pairs held out of ``X``."""
+    import warnings
+
+    seen = set(map(tuple, trained[:, :2].tolist()))
+    repeated = sum(tuple(row) in seen for row in held_out[:, :2].tolist())
+    if not repeated:
+        return
+    source = f"held-out pairs ({name})" if name else "pairs held out of X"
+    whose = ("pairs of X, which a prefit model is taken to have trained on (an estimator "
+             "keeps no record of its training pairs; if this one never saw them, the "
+             "warning does not apply)" if prefit else
+             "pairs the model trained on (pairs of X)")
+    warnings.warn(f"{repeated} of {len(held_out)} {source} are {whose}: weight='auto' "
+                  "chosen on them favours the learned side, which has seen them. Hold "
+                  "them out of X, or give a numeric weight", UserWarning, stacklevel=3)
+
+
+def _warn_if_tied(recall: dict[float, float], mrr: dict[float, float], n: int,
+                  chosen: float) -> None:
+    """Warn when every candidate weight ties on the ``n`` held-out pairs: the weight
+    chosen is then the middle one by rule, not by the data."""
+    import warnings
+
+    scores = {(recall[w], mrr[w]) for w in recall}
+    if len(scores) > 1:
+        return
+    (r, m), = scores
+    why = "one held-out pair, whose document is the only one searched and ranks first " \
+        "for every weight" if n == 1 else f"{n} held-out pairs that every weight ranks alike"
+    warnings.warn(f"weight='auto' chose weight_={chosen} among tied weights: {why} "
+                  f"(recall@1 {r:.3f}, mean reciprocal rank {m:.3f} for each), so the data "
+                  "did not choose it; hold out more (or harder) pairs (X_val, or a larger "
+                  "validation_fraction), or give a numeric weight", UserWarning, stacklevel=3)
 
 
 def _best_weight(recall: dict[float, float], mrr: dict[float, float]) -> float:
