@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, settings
 import skcontrast
 from skcontrast.datasets import make_paired_embeddings
 from skcontrast.selectors import BatchSelector
+from skcontrast.text import HashingNgramTokenizer
 
 # Bounded, derandomised examples keep CI fast and free of flakiness; use
 # HYPOTHESIS_PROFILE=dev locally for a deeper search.
@@ -87,6 +88,19 @@ def brute_top(X, m):
     sims = u @ u.T
     np.fill_diagonal(sims, -np.inf)
     return np.argsort(-sims, axis=1, kind="stable")[:, :m]
+
+
+@pytest.fixture(scope="session")
+def text_pairs():
+    """48 (text, its upper-case variant) pairs of 12 short texts: the text model's data."""
+    words = ["red heart", "cat face", "thumbs up", "blue car", "green tree", "sun",
+             "moon", "star", "rain cloud", "snow man", "fire", "water wave"]
+    return [(w, w.upper() + "!") for w in words * 4]
+
+
+#: A small, reproducible fit of the default text model (a 2^12-id bag).
+TEXT_FIT = {"max_epochs": 2, "batch_size": 8, "random_state": 0, "device": "cpu",
+            "tokenizer": HashingNgramTokenizer(n_features=2**12)}
 
 
 def pytest_collection_finish(session):

@@ -8,7 +8,10 @@ import copy
 import numpy as np
 import pytest
 import torch
+from conftest import TEXT_FIT
+from skorch.callbacks import Callback
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from skcontrast import ContrastiveEmbedder, LazyAdam
 from skcontrast.text import HashingNgramTokenizer, NgramBagEncoder
@@ -36,13 +39,47 @@ def train(net, optimizer, data):
         optimizer.step()
 
 
-@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
-def test_dense_gradients_train_exactly_as_adam(weight_decay):
+ADAM_OPTIONS = [{}, {"weight_decay": 0.1}, {"amsgrad": True}, {"maximize": True},
+                {"foreach": True}, {"foreach": False}, {"fused": True},
+                {"weight_decay": 0.1, "decoupled_weight_decay": True},
+                {"lr": torch.tensor(0.05), "foreach": False},
+                {"betas": (0.5, 0.7), "eps": 1e-3, "amsgrad": True, "weight_decay": 0.1}]
+
+
+@pytest.mark.parametrize("options", ADAM_OPTIONS, ids=repr)
+def test_dense_gradients_train_exactly_as_adam(options):
     a, b = model(sparse=False), model(sparse=False)
-    train(a, LazyAdam(a.parameters(), lr=0.05, weight_decay=weight_decay), batches())
-    train(b, torch.optim.Adam(b.parameters(), lr=0.05, weight_decay=weight_decay), batches())
+    lazy = LazyAdam(a.parameters(), **{"lr": 0.05, **options})
+    adam = torch.optim.Adam(b.parameters(), **{"lr": 0.05, **options})
+    train(a, lazy, batches())
+    train(b, adam, batches())
     for p, q in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.equal(p, q)
+    for mine, theirs in zip(lazy.state_dict()["state"].values(),
+                            adam.state_dict()["state"].values(), strict=True):
+        assert mine.keys() == theirs.keys()
+        for key, value in mine.items():  # the step count's dtype and device too
+            assert value.dtype == theirs[key].dtype and value.device == theirs[key].device
+            assert torch.equal(value, theirs[key])
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_step_hooks_run_once_a_step_whatever_other_optimizers_exist(sparse):
+    # torch wraps Adam.step with the hooks once any Adam exists; LazyAdam.step reached
+    # it through super() and ran every hook twice
+    torch.optim.Adam(model(sparse=False).parameters())
+    net = model(sparse=sparse)
+    optimizer = LazyAdam(net.parameters(), lr=0.05)
+    calls = []
+    optimizer.register_step_pre_hook(lambda *_: calls.append("pre"))
+    optimizer.register_step_post_hook(lambda *_: calls.append("post"))
+    handle = register_optimizer_step_post_hook(
+        lambda o, *_: calls.append("global") if o is optimizer else None)
+    try:
+        train(net, optimizer, batches(4))
+    finally:
+        handle.remove()
+    assert calls == ["pre", "post", "global"] * 4
 
 
 def test_sparse_rows_follow_sparse_adam_and_dense_ones_adam():
@@ -74,14 +111,18 @@ def test_a_row_in_every_step_follows_dense_adam():
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
 
-def reference_lazy_adam(weight, steps, lr, betas, eps, weight_decay):
+def reference_lazy_adam(weight, steps, lr, betas, eps, weight_decay, decoupled=False):
     """The lazy rule in float64, one row at a time: ``steps`` is a list of
-    {row: gradient} dicts (rows summed)."""
+    {row: gradient} dicts (rows summed); ``decoupled``: AdamW's decay of the row."""
     w = weight.double().clone()
     m, v = torch.zeros_like(w), torch.zeros_like(w)
     for t, grads in enumerate(steps, 1):
         for r, g in grads.items():
-            g = g.double() + weight_decay * w[r]
+            if decoupled:
+                w[r] *= 1 - lr * weight_decay
+                g = g.double()
+            else:
+                g = g.double() + weight_decay * w[r]
             m[r] = betas[0] * m[r] + (1 - betas[0]) * g
             v[r] = betas[1] * v[r] + (1 - betas[1]) * g * g
             denominator = (v[r] / (1 - betas[1] ** t)).sqrt() + eps
@@ -89,12 +130,13 @@ def reference_lazy_adam(weight, steps, lr, betas, eps, weight_decay):
     return w
 
 
-def test_the_lazy_rule_with_weight_decay_and_repeated_rows_against_a_float64_loop():
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_the_lazy_rule_with_weight_decay_and_repeated_rows_against_a_float64_loop(decoupled):
     torch.manual_seed(0)
     table = nn.Embedding(10, 4, sparse=True).double()
     start = table.weight.detach().clone()
     optimizer = LazyAdam(table.parameters(), lr=0.1, betas=(0.8, 0.9), eps=1e-6,
-                         weight_decay=0.05)
+                         weight_decay=0.05, decoupled_weight_decay=decoupled)
     steps = []
     for ids in (torch.tensor([1, 3, 3]), torch.tensor([3, 7]), torch.tensor([0, 1, 9, 9])):
         optimizer.zero_grad()
@@ -106,7 +148,7 @@ def test_the_lazy_rule_with_weight_decay_and_repeated_rows_against_a_float64_loo
             grads[r] = grads.get(r, 0) + coefficients[i]
         steps.append(grads)
         optimizer.step()
-    want = reference_lazy_adam(start, steps, 0.1, (0.8, 0.9), 1e-6, 0.05)
+    want = reference_lazy_adam(start, steps, 0.1, (0.8, 0.9), 1e-6, 0.05, decoupled)
     torch.testing.assert_close(table.weight.detach(), want, rtol=1e-12, atol=1e-12)
     untouched = [2, 4, 5, 6, 8]
     assert torch.equal(table.weight.detach()[untouched], start[untouched])
@@ -138,33 +180,61 @@ def test_amsgrad_is_refused_for_sparse_gradients():
         optimizer.step()
 
 
-@pytest.fixture(scope="module")
-def text_pairs():
-    words = ["red heart", "cat face", "thumbs up", "blue car", "green tree", "sun",
-             "moon", "star", "rain cloud", "snow man", "fire", "water wave"]
-    return [(w, w.upper() + "!") for w in words * 4]
+class FirstWeights(Callback):
+    """Keeps the module's weights as training begins."""
+
+    def on_train_begin(self, net, **kwargs):
+        self.weights_ = {n: p.detach().clone() for n, p in net.module_.named_parameters()}
 
 
-@pytest.mark.parametrize(("optimizer", "sparse", "kind"),
-                         [("adam", True, "LazyAdam"), ("sgd", True, "SGD"),
-                          ("adamw", False, "AdamW")])
-def test_the_default_text_encoder_is_sparse_where_the_optimizer_allows(
-        text_pairs, optimizer, sparse, kind):
-    est = ContrastiveEmbedder(**{**TEXT_FIT, "max_epochs": 1},
-                              optimizer=optimizer).fit(text_pairs)
-    assert type(est.net_.optimizer_).__name__ == kind
-    assert est.net_.module_.encoders[0].bag.sparse is sparse
+#: Every optimizer name the estimators take (and Adagrad, a class that takes sparse
+#: gradients), with and without weight decay and momentum, and whether the default text
+#: bag then trains with sparse gradients.
+TEXT_OPTIMIZERS = [
+    ("adam", {}, True), ("adam", {"weight_decay": 1e-4}, True),
+    ("adam", {"weight_decay": 1e-4, "decoupled_weight_decay": True}, True),
+    ("adam", {"amsgrad": True}, False),
+    ("adamw", {}, False), ("adamw", {"weight_decay": 0}, False),
+    ("sgd", {}, True), ("sgd", {"weight_decay": 1e-4}, False),
+    ("sgd", {"momentum": 0.9}, False), ("sgd", {"momentum": 0.9, "nesterov": True}, False),
+    ("sgd", {"momentum": 0.9, "weight_decay": 1e-4}, False),
+    (torch.optim.Adagrad, {}, True), (torch.optim.Adagrad, {"weight_decay": 1e-4}, False),
+]
 
 
-def test_a_users_sparse_table_with_an_optimizer_that_cannot_take_it_is_named():
+@pytest.mark.parametrize(("optimizer", "settings", "sparse"), TEXT_OPTIMIZERS, ids=str)
+def test_every_optimizer_and_its_settings_train_the_default_text_model(
+        text_pairs, optimizer, settings, sparse):
+    # the bag was made sparse by the optimizer's class alone: SGD and Adagrad with weight
+    # decay crashed in torch, SGD's sparse momentum buffer grew every step
+    first = FirstWeights()
+    est = ContrastiveEmbedder(**{**TEXT_FIT, "max_epochs": 1, "n_components": 16},
+                              optimizer=optimizer, lr=0.05, callbacks=[first],
+                              **{f"optimizer__{k}": v for k, v in settings.items()}
+                              ).fit(text_pairs)
+    bag = est.net_.module_.encoders[0].bag
+    assert bag.sparse is sparse
+    assert np.isfinite(est.transform([a for a, _ in text_pairs])).all()
+    for name, weight in est.net_.module_.named_parameters():
+        assert torch.isfinite(weight).all()
+        assert not torch.equal(weight, first.weights_[name]), name
+
+
+@pytest.mark.parametrize(("optimizer", "settings", "named"), [
+    ("adamw", {}, "AdamW"), ("sgd", {"momentum": 0.9}, r"SGD with momentum=0\.9"),
+    ("adam", {"amsgrad": True}, "LazyAdam with amsgrad=True"),
+    (torch.optim.Adagrad, {"weight_decay": 0.1}, r"Adagrad with weight_decay=0\.1")])
+def test_a_users_sparse_table_with_settings_that_cannot_take_it_is_named(
+        optimizer, settings, named):
     X = np.random.default_rng(0).integers(1, 40, size=(32, 2, 5))
 
     def encoder(n_in, n_out):
         return nn.Sequential(nn.EmbeddingBag(40, n_out, sparse=True))
 
-    with pytest.raises(ValueError, match=r"'encoders.0.0' has sparse=True.*AdamW"):
-        ContrastiveEmbedder(module=encoder, optimizer="adamw", max_epochs=1,
-                            batch_size=8).fit(X)
+    with pytest.raises(ValueError, match=rf"'encoders.0.0' has sparse=True, and the "
+                                         rf"optimizer {named} does not update sparse"):
+        ContrastiveEmbedder(module=encoder, optimizer=optimizer, max_epochs=1, batch_size=8,
+                            **{f"optimizer__{k}": v for k, v in settings.items()}).fit(X)
     est = ContrastiveEmbedder(module=encoder, max_epochs=1, batch_size=8).fit(X)
     assert est.net_.module_.encoders[0][0].weight.grad is None or \
         est.net_.module_.encoders[0][0].sparse
@@ -183,10 +253,6 @@ def test_sparse_and_dense_text_fits_agree_for_sgd(text_pairs):
     texts = [a for a, _ in text_pairs[:6]]
     np.testing.assert_allclose(fit(True).transform(texts), fit(False).transform(texts),
                                rtol=1e-5, atol=1e-6)
-
-
-TEXT_FIT = {"max_epochs": 2, "batch_size": 8, "random_state": 0, "device": "cpu",
-            "tokenizer": HashingNgramTokenizer(n_features=2**12)}
 
 
 @pytest.mark.parametrize("resume", ["warm start", "save and load", "pickle"])

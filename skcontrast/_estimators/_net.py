@@ -187,10 +187,12 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
         return torch.device(self.device)
 
     def initialize_optimizer(self, *args: Any, **kwargs: Any) -> SelectorNet:
-        """skorch's optimizer, after the default text encoders are given sparse gradients
-        if it takes them (:func:`~._optim.use_sparse_gradients`)."""
-        use_sparse_gradients(self.module_, self.optimizer)
-        return super().initialize_optimizer(*args, **kwargs)
+        """skorch's optimizer; then the default text encoders get sparse gradients where
+        its settings for them (``optimizer__*``, a param group's own) update them
+        (:func:`~._optim.use_sparse_gradients`)."""
+        super().initialize_optimizer(*args, **kwargs)
+        use_sparse_gradients(self.module_, self.optimizer_)
+        return self
 
     def fit_priors(self, data: Any) -> None:
         """Encoders that start from statistics of the training data (the text bag's IDF

@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.optim.adam import adam
 
-__all__ = ["LazyAdam", "takes_sparse_gradients", "use_sparse_gradients"]
+__all__ = ["SPARSE_OPTIMIZERS", "LazyAdam", "sparse_refusal", "use_sparse_gradients"]
 
 
 class LazyAdam(torch.optim.Adam):
@@ -38,11 +39,18 @@ class LazyAdam(torch.optim.Adam):
 
     (Kingma and Ba 2015, https://arxiv.org/abs/1412.6980, Algorithm 1, applied to the
     rows a step touched). Rows outside the gradient keep their moments: unlike dense
-    Adam, a row's moments do not decay while it is unused. ``weight_decay`` (Adam's L2
-    term) applies to the touched rows. Every dense gradient goes through
-    ``torch.optim.Adam``'s own step, so a model without sparse gradients trains exactly
-    as with Adam, and the state (``step``, ``exp_avg``, ``exp_avg_sq`` per parameter)
-    has Adam's form: a saved Adam state loads into it.
+    Adam, a row's moments do not decay while it is unused. ``weight_decay`` applies to
+    the touched rows: Adam's L2 term, or with ``decoupled_weight_decay=True`` AdamW's
+    decay of the rows' values (Loshchilov and Hutter 2019,
+    https://arxiv.org/abs/1711.05101, Algorithm 2). Every dense gradient goes through
+    Adam's own update, ``torch.optim.adam.adam`` (the functional form of
+    ``torch.optim.Adam.step``), on state made as Adam makes it, so a model without
+    sparse gradients trains exactly as with Adam, with every option, and the state
+    (``step``, ``exp_avg``, ``exp_avg_sq`` per parameter) has Adam's form: a saved Adam
+    state loads into it. ``step`` does not call ``Adam.step`` (torch wraps it with the
+    step hooks of :meth:`~torch.optim.Optimizer.register_step_pre_hook` and
+    :meth:`~torch.optim.Optimizer.register_step_post_hook` once any Adam exists): each
+    hook runs once a step.
 
     The estimators use it for ``optimizer='adam'`` (the default) and then give the
     default text encoder sparse gradients; a user's ``sparse=True`` embedding trains
@@ -67,46 +75,75 @@ class LazyAdam(torch.optim.Adam):
     [3, 7]
     """
 
-    @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One update: Adam's on the dense gradients, the lazy rule on the sparse ones."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        sparse = [(group, p) for group in self.param_groups for p in group["params"]
-                  if p.grad is not None and p.grad.is_sparse]
-        held = [p.grad for _, p in sparse]
-        for _, p in sparse:
-            p.grad = None  # Adam skips a parameter without a gradient
-        try:
-            super().step()
-        finally:
-            for (_, p), grad in zip(sparse, held, strict=True):
-                p.grad = grad
-        for group, p in sparse:
-            self._sparse_step(group, p)
+        for group in self.param_groups:
+            with_grad = [p for p in group["params"] if p.grad is not None]
+            dense = [p for p in with_grad if not p.grad.is_sparse]
+            if dense:
+                self._dense_step(group, dense)
+            for p in with_grad:
+                if p.grad.is_sparse:
+                    self._sparse_step(group, p)
         return loss
 
+    def _adam_state(self, group: dict, p: torch.Tensor) -> dict:
+        """``p``'s state, made on its first step as ``torch.optim.Adam`` makes it (the
+        step count on the CPU, in the default float type, unless ``capturable`` or
+        ``fused`` keep it, in float32, beside the parameter)."""
+        state = self.state[p]
+        if not state:
+            beside = group["capturable"] or group["fused"]
+            wide = torch.get_default_dtype() == torch.float64 and not group["fused"]
+            state["step"] = torch.zeros((), dtype=torch.float64 if wide else torch.float32,
+                                        device=p.device if beside else "cpu")
+            moments = ["exp_avg", "exp_avg_sq"] + ["max_exp_avg_sq"] * bool(group["amsgrad"])
+            for name in moments:
+                state[name] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return state
+
+    def _dense_step(self, group: dict, params: list[torch.Tensor]) -> None:
+        """Adam's update of ``params``, whose gradients are dense, under ``group``'s
+        settings: what ``torch.optim.Adam.step`` computes, by the same function."""
+        states = [self._adam_state(group, p) for p in params]
+        beta1, beta2 = group["betas"]
+        with torch.set_grad_enabled(bool(self.defaults["differentiable"])):
+            adam(
+                params, [p.grad for p in params], [s["exp_avg"] for s in states],
+                [s["exp_avg_sq"] for s in states],
+                [s["max_exp_avg_sq"] for s in states] if group["amsgrad"] else [],
+                [s["step"] for s in states], foreach=group["foreach"],
+                capturable=group["capturable"], differentiable=group["differentiable"],
+                fused=group["fused"], grad_scale=getattr(self, "grad_scale", None),
+                found_inf=getattr(self, "found_inf", None),
+                has_complex=any(torch.is_complex(p) for p in params),
+                decoupled_weight_decay=group["decoupled_weight_decay"],
+                amsgrad=group["amsgrad"], beta1=beta1, beta2=beta2, lr=group["lr"],
+                weight_decay=group["weight_decay"], eps=group["eps"],
+                maximize=group["maximize"])
+
+    @torch.no_grad()
     def _sparse_step(self, group: dict, p: torch.Tensor) -> None:
         if group["amsgrad"]:
             raise ValueError("LazyAdam does not take amsgrad=True with sparse gradients "
                              "(an embedding built with sparse=True)")
         assert p.grad is not None
         rows, values = _row_sums(p.grad)
-        state = self.state[p]
-        if not state:
-            state["step"] = torch.tensor(0.0, dtype=torch.float32)
-            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        state = self._adam_state(group, p)
         state["step"] += 1
         step = float(state["step"])
         beta1, beta2 = group["betas"]
-        lr, eps = float(group["lr"]), float(group["eps"])
+        lr, eps, decay = float(group["lr"]), float(group["eps"]), group["weight_decay"]
         if group["maximize"]:
             values = -values
-        if group["weight_decay"]:
-            values = values + group["weight_decay"] * p[rows]
+        if decay and group["decoupled_weight_decay"]:
+            p.index_copy_(0, rows, p[rows].mul_(1 - lr * decay))
+        elif decay:
+            values = values + decay * p[rows]
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
         m = exp_avg[rows].mul_(beta1).add_(values, alpha=1 - beta1)
         v = exp_avg_sq[rows].mul_(beta2).addcmul_(values, values, value=1 - beta2)
@@ -129,13 +166,31 @@ def _row_sums(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return rows, sums
 
 
-def takes_sparse_gradients(optimizer: Any) -> bool:
-    """Whether an optimizer class (or instance) updates parameters with sparse
-    gradients: :class:`LazyAdam`, ``torch.optim.SparseAdam``, ``SGD`` and ``Adagrad``."""
-    kind = optimizer if isinstance(optimizer, type) else \
-        type(getattr(optimizer, "optimizer", optimizer))  # accelerate wraps optimizers
-    return issubclass(kind, LazyAdam | torch.optim.SparseAdam | torch.optim.SGD
-                      | torch.optim.Adagrad)
+#: The optimizers that update sparse gradients, each with the settings that must be off
+#: (0, False or None) for it to. SGD's momentum buffer of a sparse gradient is sparse
+#: and torch never coalesces it: it grows by the gradient's entries every step, past the
+#: dense table (a 2^18 x 64 bag, 1,920 entries a step: 576k entries and 0.9 s a step
+#: after 300 steps, against 16 ms for the first). SGD's and Adagrad's weight decay adds
+#: the dense parameter to the sparse gradient, which torch refuses; their fused kernels
+#: take no sparse gradients; LazyAdam has no lazy AMSGrad.
+SPARSE_OPTIMIZERS: dict[type, tuple[str, ...]] = {
+    LazyAdam: ("amsgrad",),
+    torch.optim.SparseAdam: (),
+    torch.optim.SGD: ("momentum", "weight_decay", "fused"),
+    torch.optim.Adagrad: ("weight_decay", "fused"),
+}
+
+
+def sparse_refusal(optimizer: torch.optim.Optimizer, group: dict) -> str | None:
+    """Why ``optimizer`` with the settings of its param group ``group`` cannot update a
+    sparse gradient (its name and the settings in the way), or ``None`` where it can
+    (:data:`SPARSE_OPTIMIZERS`)."""
+    kind = type(optimizer)
+    for base, off in SPARSE_OPTIMIZERS.items():
+        if issubclass(kind, base):
+            on = [f"{name}={group[name]!r}" for name in off if group.get(name)]
+            return f"{kind.__name__} with {', '.join(on)}" if on else None
+    return kind.__name__
 
 
 def sparse_tables(module: nn.Module) -> Iterable[tuple[str, nn.Module]]:
@@ -145,21 +200,27 @@ def sparse_tables(module: nn.Module) -> Iterable[tuple[str, nn.Module]]:
 
 
 def use_sparse_gradients(module: nn.Module, optimizer: Any) -> None:
-    """Give the default text encoders of ``module`` sparse gradients where ``optimizer``
-    takes them (dense otherwise), and refuse, naming it, a table a user built with
-    ``sparse=True`` for an optimizer that cannot update it."""
+    """Give each default text encoder of ``module`` sparse gradients where the settings
+    ``optimizer`` trains its bag with update them (:func:`sparse_refusal`), dense
+    otherwise, and refuse, naming it and those settings, a table a user built with
+    ``sparse=True`` for settings that cannot update it."""
     from ..text import NgramBagEncoder
 
-    sparse = takes_sparse_gradients(optimizer)
+    optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps optimizers
+    groups = {id(p): group for group in optimizer.param_groups for p in group["params"]}
+
+    def refusal(table: nn.Module) -> str | None:
+        group = groups.get(id(table.weight))
+        return None if group is None else sparse_refusal(optimizer, group)
+
     for m in module.modules():
         if isinstance(m, NgramBagEncoder) and m.sparse == "auto":
-            m.bag.sparse = sparse
-    if not sparse:
-        name = next((name for name, _ in sparse_tables(module)), None)
-        if name is not None:
-            kind = optimizer if isinstance(optimizer, type) else \
-                type(getattr(optimizer, "optimizer", optimizer))
+            m.bag.sparse = id(m.bag.weight) in groups and refusal(m.bag) is None
+    for name, table in sparse_tables(module):
+        why = refusal(table)
+        if why is not None:
             raise ValueError(
-                f"the module's embedding {name!r} has sparse=True, and the optimizer "
-                f"{kind.__name__} does not take sparse gradients: use optimizer='adam' "
-                "(skcontrast.LazyAdam) or 'sgd', or build the embedding with sparse=False")
+                f"the module's embedding {name!r} has sparse=True, and the optimizer {why} "
+                "does not update sparse gradients: use optimizer='adam' (skcontrast.LazyAdam, "
+                "without amsgrad) or 'sgd' without momentum and weight decay, or build the "
+                "embedding with sparse=False")

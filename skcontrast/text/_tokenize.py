@@ -137,10 +137,11 @@ class NgramBagEncoder(nn.Module):
         training texts; every id weighs 1 until then).
     sparse : bool or 'auto', default='auto'
         Sparse gradients for the bag (``nn.EmbeddingBag(sparse=True)``): a step updates
-        only the rows its batch holds, with an optimizer that takes sparse gradients
-        (:class:`skcontrast.LazyAdam`, SGD). ``'auto'`` starts dense, and the estimators
-        make it sparse when their optimizer takes sparse gradients (the default
-        ``optimizer='adam'`` does).
+        only the rows its batch holds, with an optimizer whose settings update sparse
+        gradients (:class:`skcontrast.LazyAdam` without ``amsgrad``, SGD without momentum
+        or weight decay, Adagrad without weight decay). ``'auto'`` starts dense, and the
+        estimators make it sparse when their optimizer's settings update sparse
+        gradients (the default ``optimizer='adam'`` does).
 
     Examples
     --------
