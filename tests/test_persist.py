@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import requires_cuda
+from conftest import TEXT_FIT, requires_cuda
 from skorch.callbacks import Callback
 from torch import nn
 
 import skcontrast
 from skcontrast import ContrastiveEmbedder, SupConEmbedder, WarmupCosine
-from skcontrast._estimators._persist import allowed_objects
+from skcontrast._estimators._persist import _encode, allowed_objects
 from skcontrast.datasets import (
     GaussianNoise,
     digit_cnn,
@@ -32,7 +32,7 @@ from skcontrast.losses import (
     DCL,
     SymmetricInfoNCE,
 )
-from skcontrast.memory import SogCLRMemory
+from skcontrast.memory import CrossBatchMemory, SogCLRMemory
 from skcontrast.selectors import (
     ClassBalancedSelector,
     OSGDSelector,
@@ -274,6 +274,33 @@ def test_a_warm_start_after_load_continues_as_one_uninterrupted_fit(pairs, tmp_p
     np.testing.assert_allclose(again.transform(X), uninterrupted.transform(X), atol=1e-6)
 
 
+@pytest.mark.parametrize(("optimizer", "settings"), [
+    ("sgd", {"momentum": 0.9}), ("sgd", {"momentum": 0.9, "weight_decay": 1e-4}),
+    ("adam", {"amsgrad": True}), (torch.optim.Adagrad, {})], ids=str)
+def test_every_optimizer_state_of_a_text_fit_saves_and_continues(text_pairs, tmp_path,
+                                                                 optimizer, settings):
+    # SGD's momentum buffer of the sparse bag was a sparse tensor, which save could not
+    # write ("unsupported memory format option Contiguous")
+    params = {**TEXT_FIT, "n_components": 16, "optimizer": optimizer, "lr": 0.05,
+              **{f"optimizer__{k}": v for k, v in settings.items()}}
+    whole = ContrastiveEmbedder(**{**params, "max_epochs": 4}).fit(text_pairs)
+    half = ContrastiveEmbedder(**params).fit(text_pairs)
+    again = skcontrast.load(half.save(tmp_path / "m"))
+    again.set_params(warm_start=True).fit(text_pairs)
+    texts = [a for a, _ in text_pairs]
+    np.testing.assert_allclose(again.transform(texts), whole.transform(texts), atol=1e-6)
+
+
+def test_optimizer_state_a_file_cannot_hold_is_refused_by_name(pairs, tmp_path):
+    X, _ = pairs
+    est = ContrastiveEmbedder(**{**SMALL, "max_epochs": 1},
+                              optimizer=torch.optim.LBFGS).fit(X)
+    with pytest.raises(ValueError, match=r"cannot save the LBFGS state '\w+': it holds "
+                                         r"(list|NoneType), which a saved file does not hold"):
+        est.save(tmp_path / "m")
+    assert not (tmp_path / "m").exists()
+
+
 def test_the_librarys_own_digit_augmentation_is_restored(tmp_path):
     pytest.importorskip("kornia")
     from skcontrast.datasets import digit_augmentation
@@ -415,6 +442,45 @@ def test_declared_memory_sizes_are_compared_before_anything_is_built(pairs, tmp_
     (tmp_path / "m" / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=match):
         skcontrast.load(tmp_path / "m", module=_ReadsValues)
+
+
+@pytest.mark.parametrize("memory", [SogCLRMemory(), CrossBatchMemory(32)],
+                         ids=["SogCLR", "cross-batch"])
+def test_a_declared_memory_the_file_does_not_hold_is_refused_before_anything_is_built(
+        pairs, tmp_path, monkeypatch, memory):
+    # a memory added to the configuration of a model saved without one was built
+    # (2**33 samples: 64 GB) before load found its state missing
+    X, _ = pairs
+    ContrastiveEmbedder(**SMALL, loss="dcl", batch_size=8).fit(X).save(tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    config["params"]["memory"] = _encode(memory)
+    config["fitted"]["n_samples"] = 2**33
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+
+    def build_net(*args, **kwargs):
+        raise AssertionError("load built the net")
+
+    monkeypatch.setattr(ContrastiveEmbedder, "build_net", build_net)
+    with pytest.raises(ValueError, match=r"the saved parameters build 'criterion\.memory_state"
+                                         r"\.\w+'.*, which the saved model does not hold"):
+        skcontrast.load(tmp_path / "m")
+
+
+@pytest.mark.parametrize(("dtype", "values", "encoding"), [
+    ("<U5000000", ["a", "b", "c"], None), ("<U1", ["ab", "cde"], None),
+    ("|S5000000", [b"a", b"bc"], "hex")])
+def test_saved_strings_are_read_at_their_own_width(saved, tmp_path, dtype, values, encoding):
+    # '<U5000000' for three one-letter names allocated 57 MiB: 40 bytes of a file could
+    # ask for gigabytes ('<U1' cut longer values short)
+    def edit(config, folder):
+        items = [v.hex() for v in values] if encoding else values
+        config["fitted"]["attributes"]["feature_names_in_"] = {
+            "array": items, "dtype": dtype, "encoding": encoding}
+
+    folder, _ = _planted(saved, tmp_path, edit)
+    names = skcontrast.load(folder).feature_names_in_
+    assert names.tolist() == values
+    assert names.dtype.itemsize == max(map(len, values)) * (1 if encoding else 4)
 
 
 SMALL_FIT = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
@@ -614,6 +680,20 @@ def test_load_refuses_optimizer_state_of_the_wrong_shape(saved_model, tmp_path):
     with pytest.raises(ValueError, match=r"saved optimizer state 'optimizer\.\d+\.exp_avg' "
                                          r"has shape"):
         skcontrast.load(_copy(folder, tmp_path, weights=reshape))
+
+
+def test_optimizer_groups_declaring_more_parameters_than_the_file_holds_are_refused(
+        saved_model, tmp_path):
+    # a group's declared size became a list of that many indices before any check
+    _, folder = saved_model
+
+    def edit(config):
+        config["fitted"]["optimizer"]["param_groups"][0]["size"] = 10**6
+
+    with pytest.raises(ValueError, match=r"the optimizer's param groups declare 1000000 or "
+                                         r"more parameters, but the saved model holds \d+ "
+                                         r"tensors"):
+        skcontrast.load(_copy(folder, tmp_path, edit))
 
 
 @pytest.mark.parametrize("edit", [

@@ -104,7 +104,8 @@ class NetBuilder(ParameterChecks):
         it remembers, and every tensor's shape with the one the parameters give it,
         each part (the loss module with its memory, the network) built on torch's
         ``meta`` device (nothing allocated), so that a configuration declaring other
-        layer or memory sizes is refused. The loss module is always compared; a network
+        layer or memory sizes, or state the file does not hold (a memory added to a model
+        saved without one), is refused. The loss module is always compared; a network
         that cannot be built there (code of your own that reads its tensors' values) is
         compared when it is built for real, after the loss module has passed."""
 
@@ -112,8 +113,10 @@ class NetBuilder(ParameterChecks):
             return ContrastiveCriterion(self._loss(), structure=self._structure(
                 spec.items_paired), memory=self.memory, n_samples=n_samples)
 
-        for part, make, required in (("criterion", criterion, True),
-                                     ("module", self._factory(spec, shared), False)):
+        learned = tuple(ContrastiveCriterion.PARAMETERS.values())  # a net's own start
+        for part, make, required, optional in (
+                ("criterion", criterion, True, learned),
+                ("module", self._factory(spec, shared), False, ())):
             try:
                 with torch.device("meta"), warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # the fit said them already
@@ -122,7 +125,7 @@ class NetBuilder(ParameterChecks):
                 if required:
                     raise
                 continue
-            _compare_saved(part, module.state_dict(), state[part])
+            _compare_saved(part, module.state_dict(), state[part], optional)
         # the counter a memory keeps beside its buffers (no buffer shows it)
         counters = state["criterion"].get("memory_state._extra_state")
         if isinstance(counters, dict) and counters.get("n_samples") != n_samples:
@@ -237,12 +240,21 @@ class NetBuilder(ParameterChecks):
         return callbacks + extra + list(self.callbacks or [])
 
 
-def _compare_saved(part: str, built: dict, saved: dict) -> None:
-    """Refuse a saved tensor whose shape differs from the one the parameters build."""
+def _compare_saved(part: str, built: dict, saved: dict, optional: tuple[str, ...]) -> None:
+    """Refuse a saved tensor whose shape differs from the one the parameters build, and
+    state the parameters build that the file does not hold (but for ``optional`` keys):
+    building it would allocate what the configuration declares before ``load`` could
+    say it is missing."""
     for key, value in built.items():
         stored = saved.get(key)
+        if stored is None and key not in optional:
+            shape = f" of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else ""
+            raise ValueError(
+                f"the saved parameters build '{part}.{key}'{shape}, which the saved model "
+                "does not hold: the configuration does not describe these weights (edited "
+                "or damaged); nothing was built")
         if not isinstance(stored, torch.Tensor) or value.numel() == 0:
-            continue  # missing keys are named when loading; empty ones grow
+            continue  # empty ones grow
         if tuple(stored.shape) != tuple(value.shape):
             raise ValueError(
                 f"the saved tensor '{part}.{key}' has shape {tuple(stored.shape)}, but the "

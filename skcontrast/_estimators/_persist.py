@@ -302,6 +302,10 @@ def _decode_array(value: dict, entry: str) -> np.ndarray:
             _expect(v, bytes | str | int | float, entry)
         out = np.empty(len(items), dtype=object)
         out[:] = items
+    elif dtype.kind in "US":
+        # strings at their own width: the declared one is never allocated (a 40-byte edit
+        # could ask for gigabytes) nor allowed to cut a value short
+        out = np.asarray(items, dtype=dtype.kind)
     else:
         out = np.asarray(items, dtype=dtype)
     shape = value.get("shape")
@@ -406,8 +410,8 @@ def training_state_files(state: dict) -> tuple[dict, dict]:
     optimizer = state["optimizer"]
     for index, values in optimizer["state"].items():
         for key, value in values.items():
-            tensors[f"optimizer.{index}.{key}"] = torch.as_tensor(value).detach().cpu() \
-                .contiguous()
+            tensors[f"optimizer.{index}.{key}"] = _optimizer_tensor(
+                value, f"the {state['optimizer_class'].__name__} state {key!r}")
     groups = [{k: v for k, v in g.items() if k not in _GROUP_DATA} | {"size": len(g["params"])}
               for g in optimizer["param_groups"]]
     selection = {"selector": state["selector_state"], "net": state.get("selection")}
@@ -421,6 +425,20 @@ def training_state_files(state: dict) -> tuple[dict, dict]:
               "history": _plain_json(state["history"], "the training history"),
               "extra_state": extra}
     return tensors, fitted
+
+
+def _optimizer_tensor(value: Any, where: str) -> torch.Tensor:
+    """An entry of an optimizer's per-parameter state as the tensor the file stores: a
+    dense tensor, or a number (``SparseAdam``'s step count, read back as a tensor)."""
+    if isinstance(value, torch.Tensor) and value.layout == torch.strided:
+        return value.detach().cpu().contiguous()
+    if isinstance(value, bool | int | float):
+        return torch.as_tensor(value)
+    kind = f"a {value.layout} tensor" if isinstance(value, torch.Tensor) else \
+        type(value).__name__
+    raise ValueError(f"cannot save {where}: it holds {kind}, which a saved file does not "
+                     "hold (dense tensors and numbers only); pickle the estimator instead "
+                     "(trusted sources only)")
 
 
 #: How a tensor inside a selector's or the selection's state is named in the JSON: the
@@ -771,7 +789,11 @@ def _optimizer_state(tensors: dict, saved: dict) -> dict:
     groups, start = [], 0
     for group in _expect(saved.get("param_groups"), list, "param_groups"):
         group = dict(_expect(group, dict, "a param group"))
-        size = _expect(group.pop("size"), int, "a param group's size")
+        size = _natural(group.pop("size", None), "a param group's size")
+        if start + size > len(tensors):  # each parameter the optimizer trains is stored
+            raise ValueError(f"malformed saved configuration: the optimizer's param groups "
+                             f"declare {start + size} or more parameters, but the saved "
+                             f"model holds {len(tensors)} tensors; nothing was built")
         groups.append({**group, "params": list(range(start, start + size))})
         start += size
     state: dict[int, dict] = {}
