@@ -85,7 +85,7 @@ class LazyAdam(torch.optim.Adam):
             with_grad = [p for p in group["params"] if p.grad is not None]
             dense = [p for p in with_grad if not p.grad.is_sparse]
             if dense:
-                self._dense_step(group, dense)
+                self._dense_step(group, dense, [p.grad for p in dense])
             for p in with_grad:
                 if p.grad.is_sparse:
                     self._sparse_step(group, p)
@@ -106,14 +106,16 @@ class LazyAdam(torch.optim.Adam):
                 state[name] = torch.zeros_like(p, memory_format=torch.preserve_format)
         return state
 
-    def _dense_step(self, group: dict, params: list[torch.Tensor]) -> None:
-        """Adam's update of ``params``, whose gradients are dense, under ``group``'s
-        settings: what ``torch.optim.Adam.step`` computes, by the same function."""
+    def _dense_step(self, group: dict, params: list[torch.Tensor],
+                    grads: list[torch.Tensor]) -> None:
+        """Adam's update of ``params`` by their dense gradients ``grads`` under
+        ``group``'s settings: what ``torch.optim.Adam.step`` computes, by the same
+        function."""
         states = [self._adam_state(group, p) for p in params]
         beta1, beta2 = group["betas"]
         with torch.set_grad_enabled(bool(self.defaults["differentiable"])):
             adam(
-                params, [p.grad for p in params], [s["exp_avg"] for s in states],
+                params, grads, [s["exp_avg"] for s in states],
                 [s["exp_avg_sq"] for s in states],
                 [s["max_exp_avg_sq"] for s in states] if group["amsgrad"] else [],
                 [s["step"] for s in states], foreach=group["foreach"],
