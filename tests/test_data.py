@@ -387,3 +387,76 @@ def test_grid_search_on_image_pairs_dicts_and_datasets(digit_images):
     sliced = SliceDataset(PairDataset(images), idx=slice(None))
     search = GridSearchCV(est, grid, cv=2).fit(sliced)
     assert np.isfinite(search.cv_results_["mean_test_score"]).all()
+
+
+@pytest.mark.parametrize(("make", "where"), [
+    (lambda X: X.reshape(len(X), -1), r"X\[3, 5\]"),
+    (lambda X: X, r"X\[3, 1, 1\]"),
+    (lambda X: X.reshape(len(X), 2, 2, 2), r"X\[3\] \(value 5 of the row\)"),
+    (lambda X: {"a": X[:, 0], "b": X[:, 1]}, r"X\['b'\]\[3\] \(value 1 of the row\)"),
+])
+def test_a_value_beyond_float32_is_refused_naming_its_row(make, where):
+    """A float64 1e39 passed the input check: transform returned NaN rows, and fit blamed
+    the learning rate for a divergence."""
+    X = np.random.default_rng(0).normal(size=(16, 2, 4))
+    est = ContrastiveEmbedder(**SMALL).fit(make(X))
+    X[3, 1, 1] = -1e39
+    message = where + r" is -1e\+39, beyond the float32 range"
+    with pytest.raises(ValueError, match=message):
+        ContrastiveEmbedder(**SMALL).fit(make(X))
+    with pytest.raises(ValueError, match=message):
+        est.transform(make(X))
+
+
+def test_a_value_beyond_float32_is_named_by_its_column_and_in_hard_negatives():
+    pd = pytest.importorskip("pandas")
+    X = np.random.default_rng(0).normal(size=(16, 4))
+    X[2, 3] = 1e39
+    with pytest.raises(ValueError, match=r"X\[2, 3\] \(column 'd'\) is 1e\+39, beyond"):
+        ContrastiveEmbedder(**SMALL).fit(pd.DataFrame(X, columns=list("abcd")))
+    triplets = np.random.default_rng(0).normal(size=(16, 3, 2))
+    triplets[4, 2, 1] = 1e39
+    with pytest.raises(ValueError, match=r"X\[4, 2, 1\] \(a hard-negative column\) is "
+                                         r"1e\+39, beyond"):
+        ContrastiveEmbedder(**SMALL).fit(triplets)
+
+
+def test_the_rows_digest_sees_every_row():
+    """It read 64 rows: with 130 rows, 5 replaced or 2 swapped went unseen, and a cached
+    selection pass selected on the old rows' embeddings."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from skcontrast._estimators._data import TensorViews
+
+    X = torch.randn(130, 2, 3)
+    digest = TensorViews((X[:, 0], X[:, 1])).fingerprint()
+    assert TensorViews((X[:, 0].clone(), X[:, 1].clone())).fingerprint() == digest
+
+    @given(st.integers(0, 129), st.integers(0, 129), st.integers(0, 1))
+    def changed(i, j, view):
+        Y = X.clone()
+        if i == j:
+            Y[i, view, 0] += 1
+        else:
+            Y[[i, j]] = Y[[j, i]]
+        assert TensorViews((Y[:, 0], Y[:, 1])).fingerprint() != digest
+
+    changed()
+
+
+def test_a_cached_selection_warm_start_on_other_rows_embeds_them_afresh():
+    X = np.random.default_rng(0).normal(size=(130, 2, 4)).astype(np.float32)
+
+    def warm_start_refreshes(Y):
+        est = ContrastiveEmbedder(selector=OSGDSelector(batch_size=16, k=2, q=1,
+                                                        random_state=0),
+                                  selection_pass="cached", warm_start=True,
+                                  **{**SMALL, "max_epochs": 1}).fit(X)
+        est.fit(Y)
+        return est.net_.sampler_.refreshes  # full embedding passes of the second fit
+
+    assert warm_start_refreshes(X.copy()) == 0  # the same rows: the cache carries over
+    swapped = X.copy()
+    swapped[[1, 3]] = swapped[[3, 1]]
+    assert warm_start_refreshes(swapped) == 1

@@ -223,7 +223,11 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
         if old is not None:
             self._check_warm_start(old, factory, loss, len(data))
         seed = old.seed if old is not None else self._seed()
-        rows_digest = data.fingerprint()
+        # what a warm start compares before it reuses the selection embeddings of the
+        # training rows; a selector that looks at no embedding keeps none
+        selector = self.selector
+        rows_digest = data.fingerprint() if selector is not None and (
+            selector.needs_embeddings or selector.curates) else None
         check_monitors(self.callbacks, held_out is not None, self.scoring is not None)
         scoring = self._scorer(held_out)
         data = with_labels(self._place(data, device), loss_labels)

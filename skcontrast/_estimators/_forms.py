@@ -26,6 +26,7 @@ The forms, in the order they are recognised:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -34,6 +35,15 @@ import torch
 from sklearn.base import BaseEstimator
 from torch.utils.data import Dataset
 
+from .._tables import (
+    is_series,
+    is_table,
+    order_columns,
+    series_values,
+    table_columns,
+    table_kind,
+    text_rows,
+)
 from .._validation import describe, is_text, is_view_dict
 from ._data import (
     InputSpec,
@@ -117,16 +127,21 @@ class TextForm(InputForm):
 
 
 class TableForm(InputForm):
-    """A pandas ``DataFrame`` or a Hugging Face ``datasets.Dataset``, read by column.
+    """A table of columns (:mod:`skcontrast._tables`): a pandas ``DataFrame``, a Hugging
+    Face ``datasets.Dataset`` in any format, or a list of row dicts, read by column name.
 
     Text columns (every value a string) are text views, by name: the first two the
     views (one for single views), further ones hard-negative columns, as in the dict
-    form. Numeric columns are scikit-learn's features in a DataFrame (its
-    ``feature_names_in_``), and in a ``datasets.Dataset`` each column of per-row arrays
-    is a view (its first two) or a hard-negative column, as in the dict form (a
-    ``datasets.Dataset`` of scalar columns is read as a feature matrix). A table mixing
-    text and numeric columns, or a column of missing or mixed values, is refused naming
-    the column; so is a label column (pass the labels as ``y``).
+    form. Numeric columns are scikit-learn's features (``feature_names_in_``), and
+    columns of per-row arrays are views (the first two) and hard-negative columns, as
+    in the dict form. A table mixing text and numeric columns, or a column of missing,
+    mixed or ragged values, is refused naming the column; so is a label column (pass
+    the labels as ``y``). After ``fit`` a table is read by the column names seen in fit,
+    in any order (:func:`~skcontrast._tables.order_columns`; the views' columns without
+    the hard-negative ones, or the first view's alone, for ``transform``); a missing,
+    unseen or renamed column is refused naming it. A model fitted without column names
+    (lists, arrays, a table whose names are not strings) reads a table by position,
+    with scikit-learn's warning.
     """
 
     name = "table"
@@ -138,14 +153,12 @@ class TableForm(InputForm):
     def fit(self, estimator: Any, X: Any, *, single: bool, labelled: bool,
             view_split: Any) -> tuple[ViewData, InputSpec, dict]:
         columns = table_columns(X)
-        kind = _table_kind(columns)
+        kind = table_kind(columns)
         if kind == "text":
             if single and len(columns) != 1:
                 raise ValueError(f"{type(estimator).__name__} takes single texts: a table "
                                  f"of one text column; got columns {list(columns)}")
-            rows = list(zip(*columns.values(), strict=True)) if len(columns) > 1 else \
-                list(next(iter(columns.values())))
-            return TEXT.fit(estimator, rows, single=single, labelled=labelled,
+            return TEXT.fit(estimator, text_rows(columns), single=single, labelled=labelled,
                             view_split=view_split, names=list(columns))
         form = FLAT if kind == "features" else DICT
         return form.fit(estimator, _table_values(X, columns, kind), single=single,
@@ -153,23 +166,33 @@ class TableForm(InputForm):
 
     def read(self, estimator: Any, X: Any, spec: InputSpec) -> ViewData:
         columns = table_columns(X)
+        kind = table_kind(columns)
+        if (kind == "text") != (spec.form == "text") or spec.form not in (
+                "text", "flat", "dict"):
+            fitted = "text" if spec.form == "text" else f"{spec.form} input, not text"
+            raise ValueError(f"{type(estimator).__name__} was fitted on {fitted}; got a "
+                             f"table of {'text' if kind == 'text' else 'numeric'} columns "
+                             f"{list(columns)}")
+        fitted = _fitted_columns(estimator, spec)
+        if fitted is None:
+            _warn_unnamed(estimator, columns)
+        elif spec.form == "flat":
+            columns = order_columns(columns, fitted)
+            X = None  # the columns in the fit's order
+        else:
+            negatives = list(spec.negative_names)
+            columns = order_columns(columns, fitted, leading=True, expected=(
+                f"the {'text' if spec.form == 'text' else 'view'} columns seen in fit, "
+                f"{fitted[:len(spec.views)]}"
+                + (f", then optionally the hard-negative columns {negatives}"
+                   if negatives else "") + " (or their first ones), in any order"))
         if spec.form == "text":
-            known = [v.name for v in spec.views] + list(spec.negative_names)
-            wanted = known[:len(columns)]
-            if list(columns) != wanted:
-                raise ValueError(f"X must have the text columns seen in fit, in order: "
-                                 f"{known[:len(spec.views)]}"
-                                 + (f", then optionally the hard-negative columns "
-                                    f"{list(spec.negative_names)}" if spec.negative_names
-                                    else "")
-                                 + f" (or their first ones); got {list(columns)}")
-            rows = list(zip(*columns.values(), strict=True)) if len(columns) > 1 else \
-                list(next(iter(columns.values())))
-            return TEXT.read(estimator, rows, spec)
-        kind = _table_kind(columns)
-        if kind == "text":
-            raise ValueError(f"{type(estimator).__name__} was fitted on {spec.form} input, "
-                             f"not text; got a table of text columns {list(columns)}")
+            return TEXT.read(estimator, text_rows(columns), spec)
+        if fitted is None and spec.form == "dict":  # by position
+            if len(columns) > len(fitted_views(spec)):
+                raise ValueError(f"X has {len(columns)} columns; the model was fitted on "
+                                 f"{len(fitted_views(spec))}: {fitted_views(spec)}")
+            columns = dict(zip(fitted_views(spec), columns.values(), strict=False))
         return form_named(spec.form).read(estimator, _table_values(X, columns, kind), spec)
 
     def read_view(self, X: Any, view: View, name: str, tokenizer: Any) -> ViewData:
@@ -177,8 +200,9 @@ class TableForm(InputForm):
         if len(columns) != 1:
             raise ValueError(f"{name} for {view.describe()} must be a table of one column; "
                              f"got columns {list(columns)}")
+        if isinstance(view.name, str):
+            order_columns(columns, [view.name], name)
         (values,) = columns.values()
-        values = list(values) if view.text else np.asarray(values)
         return read_view(values, view, name, tokenizer)
 
 
@@ -259,8 +283,8 @@ class ArrayForm(InputForm):
         if tuple(x.shape[1:]) != view.shape:
             raise ValueError(f"{name} for view {view.name!r} must have shape (n, "
                              f"{', '.join(map(str, view.shape))}); got {describe(x)}")
-        return TensorViews((_conform(x, _array_view(x, view.name, view, name),
-                                     lambda: name),))
+        return TensorViews((_conform(x, _array_view(x, view.name, view, name), name,
+                                     lambda row, at: f"{name}[{row}] (value {at} of the row)"),))
 
 
 class FlatForm(ArrayForm):
@@ -298,8 +322,10 @@ FORMS: tuple[InputForm, ...] = (TEXT, TABLE, DICT, DATASET, ARRAY, FLAT)
 
 
 def spelled_array(X: Any) -> Any:
-    """Nested lists or tuples that no form reads as such (only the catch-all flat form
-    would) are the array they spell."""
+    """A pandas ``Series`` is the sequence of its values; nested lists or tuples that no
+    form reads as such (only the catch-all flat form would) are the array they spell."""
+    if is_series(X):
+        X = series_values(X)
     if isinstance(X, list | tuple) and not any(form.detect(X) for form in FORMS[:-1]):
         return np.asarray(X)
     return X
@@ -387,14 +413,6 @@ def is_dataset(X: Any) -> bool:
     return isinstance(X, Dataset | SliceDataset)
 
 
-def is_table(X: Any) -> bool:
-    """A pandas ``DataFrame`` or a Hugging Face ``datasets.Dataset`` (recognised without
-    importing either)."""
-    module = type(X).__module__.split(".")[0]
-    return (module == "pandas" and hasattr(X, "columns") and hasattr(X, "iloc")) or (
-        module == "datasets" and hasattr(X, "column_names") and hasattr(X, "features"))
-
-
 def _whole_numbers(X: np.ndarray | torch.Tensor) -> bool:
     """Integer or byte values: ``(n, 2, L)`` token ids keep their integers (as in the
     dict form) and ``(n, 2, d)`` bytes are images, not scikit-learn's float features."""
@@ -418,78 +436,42 @@ def form_of(X: Any) -> str:
 # Tables of columns
 # --------------------------------------------------------------------------------------
 
-LABEL_COLUMNS = ("label", "labels")
+def fitted_views(spec: InputSpec) -> list:
+    """The names of the views and then of the hard-negative columns a fit saw."""
+    return [v.name for v in spec.views] + list(spec.negative_names)
 
 
-def table_columns(X: Any, name: str = "X") -> dict[Any, Any]:
-    """The columns of a DataFrame or ``datasets.Dataset``, in order, by name: an array of
-    a DataFrame's, a list of a ``datasets.Dataset``'s. A label column is refused (the
-    labels go in ``y``)."""
-    names = list(X.columns) if hasattr(X, "iloc") else list(X.column_names)
-    if len(set(names)) != len(names):
-        raise ValueError(f"{name} has repeated column names {names}")
-    label = [c for c in names if str(c).lower() in LABEL_COLUMNS]
-    if label:
-        raise ValueError(f"{name} has a label column {label[0]!r}: pass the labels (or "
-                         "groups) as y, and X with the views' columns only")
-    if not names:
-        raise ValueError(f"{name} has no columns")
-    if hasattr(X, "iloc"):
-        return {c: X[c].to_numpy() for c in names}
-    return {c: X[c] for c in names}
+def _fitted_columns(estimator: Any, spec: InputSpec) -> list | None:
+    """The column names a table given after fit must have, ``None`` for a fit without
+    names (scikit-learn records string names only)."""
+    if spec.form == "flat":
+        names = getattr(estimator, "feature_names_in_", None)
+        return None if names is None else list(names)
+    names = fitted_views(spec)
+    return names if all(isinstance(c, str) for c in names) else None
 
 
-def _column_kind(values: Any, column: Any) -> str:
-    """``'text'`` (every value a string), ``'scalar'`` (numbers) or ``'rows'`` (one
-    array per row), or an error naming the column."""
-    array = values if isinstance(values, np.ndarray) else None
-    first = values[0] if len(values) else None
-    strings = [isinstance(v, str | np.str_) for v in values] if array is None or \
-        array.dtype.kind == "O" else [array.dtype.kind in "US"] * len(values)
-    if any(strings):
-        bad = strings.index(False) if not all(strings) else None
-        if bad is not None:
-            value = values[bad]
-            what = "a missing value" if value is None or (
-                isinstance(value, float) and np.isnan(value)) else describe(value)
-            raise ValueError(f"column {column!r} mixes strings with {what} (row {bad}); a "
-                             "text column holds one string per row")
-        return "text"
-    if array is not None and array.dtype.kind in "biuf":
-        return "scalar"
-    if first is not None and np.ndim(first) >= 1:
-        return "rows"
-    if all(isinstance(v, int | float | np.number) and not isinstance(v, bool)
-           for v in values):
-        return "scalar"
-    bad = next((i for i, v in enumerate(values) if v is None or (isinstance(v, float)
-                and np.isnan(v))), 0)
-    raise ValueError(f"column {column!r} holds {describe(values[bad])} at row {bad}: a "
-                     "column is text (strings), numbers, or one array per row")
-
-
-def _table_kind(columns: dict) -> str:
-    """``'text'``, ``'features'`` (scalar columns) or ``'views'`` (columns of per-row
-    arrays); a table mixing text with numbers is refused naming the column."""
-    kinds = {c: _column_kind(v, c) for c, v in columns.items()}
-    first = next(iter(columns))
-    for column, kind in kinds.items():
-        if (kind == "text") != (kinds[first] == "text"):
-            raise ValueError(f"column {column!r} is {'text' if kind == 'text' else 'numeric'}"
-                             f" but column {first!r} is {kinds[first]}: a table is all text "
-                             "columns (views by name) or all numeric")
-    if kinds[first] == "text":
-        return "text"
-    return "views" if any(k == "rows" for k in kinds.values()) else "features"
+def _warn_unnamed(estimator: Any, columns: dict) -> None:
+    warnings.warn(f"X has column names {list(columns)}, but {type(estimator).__name__} "
+                  "was fitted without column names: its columns are read by position",
+                  UserWarning, stacklevel=5)
 
 
 def _table_values(X: Any, columns: dict, kind: str) -> Any:
-    """A numeric table as the form that reads it: a DataFrame itself (scikit-learn's
-    features, with its column names), a matrix of scalar columns, or a dict of views."""
-    if kind == "features":
-        return X if hasattr(X, "iloc") else np.column_stack(
-            [np.asarray(v) for v in columns.values()])
-    return {c: np.stack([np.asarray(r) for r in v]) for c, v in columns.items()}
+    """A numeric table as the form that reads it: a DataFrame of scalar columns
+    (scikit-learn's features, with their names: ``X`` itself if it is one, else made of
+    ``columns``) or a dict of views."""
+    if kind == "views":
+        return columns
+    if X is not None and hasattr(X, "iloc"):
+        return X
+    try:
+        import pandas as pd
+    except ImportError as exc:
+        raise ValueError("a table of numeric columns other than a DataFrame is read as "
+                         "scikit-learn's features with their names, which needs pandas: "
+                         "install it, or pass the matrix as an array") from exc
+    return pd.DataFrame(columns)
 
 
 def _probe(estimator: Any) -> Any:
