@@ -202,11 +202,11 @@ def _content_rows(column: Any) -> tuple[Any, Any]:
         if "input_ids" not in column:
             names = sorted(column, key=str)
             views = [_content_rows(column[name]) for name in names]
-            lengths = {str(name): _entries(rows) for name, (_, rows)
+            entries = {str(name): _entries(rows) for name, (_, rows)
                        in zip(names, views, strict=True)}
-            if len(set(lengths.values())) != 1:
+            if len(set(entries.values())) != 1:
                 raise ValueError(f"the views of a content column (a dict) must hold one "
-                                 f"entry per item each; got {lengths or 'no view'}")
+                                 f"entry per item each; got {entries or 'no view'}")
             return (("mapping", tuple((str(name), kind) for name, (kind, _)
                                       in zip(names, views, strict=True))),
                     tuple(rows for _, rows in views))
