@@ -30,7 +30,10 @@ from skcontrast.datasets import (
 )
 from skcontrast.losses import (
     DCL,
+    FunctionLoss,
+    HardNegativeNCE,
     SymmetricInfoNCE,
+    info_nce,
 )
 from skcontrast.memory import CrossBatchMemory, SogCLRMemory
 from skcontrast.selectors import (
@@ -402,6 +405,26 @@ def test_each_restored_slot_takes_only_its_kind_of_object(saved, tmp_path, slot,
     with pytest.raises(ValueError, match=rf"malformed saved configuration: {slot} holds "):
         skcontrast.load(folder)
     assert not mark.exists()
+
+
+@pytest.mark.parametrize(("loss", "former"), [
+    (HardNegativeNCE(beta=0.5), "skcontrast.losses._objects.HardNegativeNCE"),
+    (FunctionLoss(info_nce, temperature=0.2), "skcontrast.losses._infonce.info_nce"),
+])
+def test_a_file_naming_a_loss_by_its_module_in_0_2_loads(pairs, tmp_path, loss, former):
+    # skcontrast 0.2.0 kept the loss classes in losses/_objects.py and the functions in a
+    # module per family (_infonce, _hard, ...); each loss is now one module of its own
+    X, _ = pairs
+    est = ContrastiveEmbedder(**SMALL, loss=loss).fit(X)
+    est.save(tmp_path / "m")
+    named = loss.function if isinstance(loss, FunctionLoss) else type(loss)
+    config = tmp_path / "m" / "config.json"
+    text = config.read_text()
+    assert f"{named.__module__}.{named.__qualname__}" in text
+    config.write_text(text.replace(f"{named.__module__}.{named.__qualname__}", former))
+    loaded = skcontrast.load(tmp_path / "m")
+    assert loaded.get_params()["loss"].get_params() == loss.get_params()
+    np.testing.assert_array_equal(loaded.transform(X), est.transform(X))
 
 
 class _ReadsValues(nn.Module):

@@ -57,6 +57,19 @@ def path_of(obj: Any) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
 
+#: The modules that held the losses in skcontrast 0.2.0, whose saved files name them by
+#: those paths (each loss is now one module of its own): such a file still loads.
+LOSS_MODULES_0_2 = {
+    "_objects": ("InfoNCE", "SymmetricInfoNCE", "NTXent", "DCL", "DHEL", "KCL", "SigLIP",
+                 "HardNegativeNCE", "DebiasedNCE", "SupCon", "ContrastiveMargin"),
+    "_infonce": ("info_nce", "symmetric_info_nce", "nt_xent", "dcl", "dhel"),
+    "_kernel": ("kcl",),
+    "_sigmoid": ("siglip",),
+    "_hard": ("hard_negative_nce", "debiased_nce"),
+    "_supervised": ("supcon", "contrastive_margin"),
+}
+
+
 @functools.cache
 def allowed_objects() -> dict[str, Any]:
     """Every class and function :func:`load` may name or construct, by its path.
@@ -91,7 +104,10 @@ def allowed_objects() -> dict[str, Any]:
     chosen += [obj for obj in vars(torch.optim).values()
                if isinstance(obj, type) and issubclass(obj, torch.optim.Optimizer)
                and obj is not torch.optim.Optimizer]
-    return {path_of(obj): obj for obj in chosen}
+    paths = {path_of(obj): obj for obj in chosen}
+    paths.update({f"skcontrast.losses.{module}.{name}": getattr(losses, name)
+                  for module, names in LOSS_MODULES_0_2.items() for name in names})
+    return paths
 
 
 def _allowed(path: Any, entry: str) -> Any:

@@ -41,10 +41,10 @@ from ._batch import STRUCTURES, LossBatch, LossInputs, loss_inputs
 from ._batched import pair_affinity, pairwise_lower_bound
 from ._core import LossTerms
 from ._guard import FalseNegativeGuard
-from ._hard import debiased_nce, hard_negative_nce
+from ._hard_negative_nce import debiased_nce, hard_negative_nce
 from ._incremental import GrowingBatches
-from ._infonce import dcl, dhel, info_nce, nt_xent, symmetric_info_nce
-from ._kernel import kcl
+from ._info_nce import dcl, dhel, info_nce, nt_xent, symmetric_info_nce
+from ._kcl import kcl
 from ._objects import (
     DCL,
     DHEL,
@@ -71,8 +71,8 @@ from ._registry import (
     get_label_loss,
     get_pair_loss,
 )
-from ._sigmoid import siglip, sigmoid_pair_losses
-from ._supervised import contrastive_margin, supcon
+from ._siglip import siglip, sigmoid_pair_losses
+from ._supcon import contrastive_margin, supcon
 
 __all__ = [
     "DCL",

@@ -55,17 +55,17 @@ from ._core import (
     reduce_terms,
     scale_terms,
 )
-from ._hard import NEGATIVES, debiased_nce, hard_negative_nce
-from ._infonce import DIRECTION_MODES, dcl, dhel, info_nce, nt_xent, symmetric_info_nce
-from ._kernel import KERNELS, kcl
+from ._hard_negative_nce import NEGATIVES, debiased_nce, hard_negative_nce
+from ._info_nce import DIRECTION_MODES, dcl, dhel, info_nce, nt_xent, symmetric_info_nce
+from ._kcl import KERNELS, kcl
 from ._references import (
     AVERAGING_MODES,
     average_margin_terms,
     margin_pair_terms,
     reference_softmax_terms,
 )
-from ._sigmoid import siglip, sigmoid_pair_losses
-from ._supervised import DISTANCES, NO_POSITIVE_CONVENTIONS, contrastive_margin, supcon
+from ._siglip import siglip, sigmoid_pair_losses
+from ._supcon import DISTANCES, NO_POSITIVE_CONVENTIONS, contrastive_margin, supcon
 
 #: A learned temperature stays above this (CLIP caps its inverse at 100).
 MIN_LEARNED_TEMPERATURE = 0.01

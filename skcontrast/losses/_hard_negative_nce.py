@@ -36,7 +36,7 @@ from ._core import (
     finish,
     reduce_terms,
 )
-from ._infonce import _with_negatives, self_logsumexp
+from ._info_nce import _with_negatives, self_logsumexp
 from ._negatives import CandidateMask, candidate_logsumexp, check_extras
 from ._tiled import resolve_chunk_size
 
