@@ -1,6 +1,10 @@
 """The repository's promises: the README's commands are the ones CI runs."""
 
 import ast
+import doctest
+import importlib
+import importlib.metadata
+import pkgutil
 import re
 import subprocess
 import sys
@@ -78,6 +82,62 @@ def test_the_suite_tests_the_installed_package_unless_it_is_an_editable_install(
         pytest.skip("an editable install (the inner loop): the source tree is the package")
     assert not Path(skcontrast.__file__).resolve().is_relative_to(ROOT / "skcontrast")
     assert (Path(skcontrast.__file__).parent / "py.typed").is_file()
+
+
+def package_modules():
+    """Every module of the imported package (under CI the installed wheel, not the source
+    tree), but ``__main__``, which runs the command line when it is imported."""
+    import skcontrast
+
+    return ["skcontrast", *(info.name for info in
+                            pkgutil.walk_packages(skcontrast.__path__, "skcontrast.")
+                            if info.name.rpartition(".")[2] != "__main__")]
+
+
+def extra_installing(module):
+    """The extra of skcontrast's metadata that installs the top-level ``module`` (a
+    feature's extra rather than ``test``, which lists them all), or ``None``."""
+    wanted = module.split(".")[0].replace("_", "-").lower()
+    extras = []
+    for requirement in importlib.metadata.requires("skcontrast") or []:
+        name = re.split(r"[^A-Za-z0-9._-]", requirement, maxsplit=1)[0]
+        extra = re.search(r'extra == "([^"]+)"', requirement)
+        if extra and name.replace("_", "-").lower() == wanted:
+            extras.append(extra.group(1))
+    return next((e for e in extras if e != "test"), extras[0] if extras else None)
+
+
+def test_a_missing_optional_dependency_is_told_by_its_extra():
+    assert extra_installing("igraph") == "graph"
+    assert extra_installing("sentence_transformers.losses") == "sentence-transformers"
+    assert extra_installing("numpy") is None  # required: its absence is a failure
+
+
+@pytest.mark.parametrize("name", package_modules())
+def test_every_docstring_example_runs(name):
+    """The ``>>>`` examples of every docstring of the package show what they give. A
+    module that needs an optional dependency which is not installed is skipped, saying
+    which extra installs it; any other import error fails."""
+    import torch
+
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        extra = extra_installing(error.name or "")
+        if extra is None:
+            raise
+        pytest.skip(f"{name} needs {error.name}, which skcontrast[{extra}] installs")
+    runner, report = doctest.DocTestRunner(), []
+    threads = torch.get_num_threads()
+    # the examples are tiny: a pool of threads only waits on shared cores (one example
+    # took 23 s with two threads on a busy two-core machine, 1 s with one)
+    torch.set_num_threads(1)
+    try:
+        for test in doctest.DocTestFinder().find(module, name):
+            runner.run(test, out=report.append)
+    finally:
+        torch.set_num_threads(threads)
+    assert not runner.failures, "".join(report)
 
 
 def import_graph(package: Path) -> dict[str, set[str]]:

@@ -71,8 +71,8 @@ class FixedBatchSelector(_RandomPartition):
     >>> first = [b.tolist() for b in sel.split(np.zeros((7, 2, 4)))]
     >>> first == [b.tolist() for b in sel.split(np.zeros((7, 2, 4)))]
     True
-    >>> [len(b) for b in first]
-    [3, 3, 1]
+    >>> [len(b) for b in first]  # a remainder of one joins the batch before it
+    [3, 4]
     """
 
     def _permutation_rng(self, rng: np.random.Generator) -> np.random.Generator:
