@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import requires_cuda
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
@@ -19,6 +20,7 @@ from skcontrast.losses import (
     SymmetricInfoNCE,
 )
 from skcontrast.selectors import (
+    BatchSelector,
     OSGDSelector,
     SelectorSampler,
     ShuffledBatchSelector,
@@ -144,6 +146,112 @@ def test_bad_input_is_refused_by_name(X):
         SelectorSampler(ShuffledBatchSelector(4), 8, num_replicas=2)
     with pytest.raises(ValueError, match=r"indices must lie in \[0, 8\)"):
         SelectorSampler(ShuffledBatchSelector(4), 8).update([9], np.zeros((1, 3)))
+
+
+def test_update_refuses_indices_outside_the_table_for_tensors_too():
+    sampler = SelectorSampler(ShuffledBatchSelector(4), 8)
+    sampler.update(np.arange(8), np.zeros((8, 3)))
+    for bad in (torch.tensor([-1]), torch.tensor([8]), np.array([-1])):
+        with pytest.raises(ValueError, match=r"indices must lie in \[0, 8\); got .*\(a "
+                                             r"negative index does not count from the end"):
+            sampler.update(bad, torch.ones(1, 3))
+    for bad in (torch.tensor([1.0]), np.array([1.5]), torch.tensor([True])):
+        with pytest.raises(ValueError, match="indices must be integer sample indices"):
+            sampler.update(bad, torch.ones(1, 3))
+    assert not sampler.embeddings.any(), "no row was written"
+    sampler.update([], np.zeros((0, 3)))  # an empty update is nothing to refuse
+
+
+def test_an_index_outside_the_table_on_a_device_is_refused_when_the_table_is_read(monkeypatch):
+    """On a GPU the check stays on the device (no wait at every step): the table is
+    refused where the sampler reads it back, at the next selection at the latest."""
+    from skcontrast.selectors import _sampler
+
+    monkeypatch.setattr(_sampler, "_reads_at_once", lambda device: False)
+    sampler = SelectorSampler(OSGDSelector(4, k=2, q=1, random_state=0), 8)
+    sampler.update(torch.arange(8), torch.zeros(8, 3))
+    assert sampler.embeddings.shape == (8, 3)
+    sampler.update(torch.tensor([2, -1]), torch.ones(2, 3))
+    for read in (lambda: sampler.embeddings, sampler.embedding_state, lambda: list(sampler)):
+        with pytest.raises(ValueError, match=r"update was given indices outside \[0, 8\)"):
+            read()
+
+
+@requires_cuda
+@pytest.mark.gpu
+def test_an_index_tensor_on_the_gpu_outside_the_table_is_refused_at_the_next_selection():
+    sampler = SelectorSampler(OSGDSelector(4, k=2, q=1, random_state=0), 8)
+    sampler.update(torch.arange(8, device="cuda"), torch.zeros(8, 3, device="cuda"))
+    sampler.update(torch.tensor([-1, 8], device="cuda"), torch.ones(2, 3, device="cuda"))
+    with pytest.raises(ValueError, match=r"update was given indices outside \[0, 8\) on cuda"):
+        list(sampler)
+
+
+class OwnSelector(BatchSelector):
+    """A selector of one's own: the batches it is given, every epoch."""
+
+    def __init__(self, batches=(), disjoint=True):
+        self.batches = batches
+        self.disjoint = disjoint
+
+    @property
+    def partitions(self):
+        return self.disjoint
+
+    def _select(self, X, y, groups, rng):
+        return list(self.batches)
+
+    def _n_batches(self, n, y):
+        return len(self.batches)
+
+
+@pytest.mark.parametrize("batches, message", [
+    ([], r"OwnSelector made no batch for epoch 0 of n=10 samples: an epoch needs at least "
+         "one batch of two samples"),
+    ([[0], [1]], r"OwnSelector made 2 batch\(es\) of fewer than two samples for epoch 0"),
+    ([[0, 1], [2, 3, 2, 4]], r"batch 1 of OwnSelector's epoch 0 repeats sample\(s\) \[2\]"),
+    ([[0, 1], [4, 10]], r"batch 1 of OwnSelector's epoch 0 holds indices outside \[0, 10\): "
+                        r"\[4, 10\]$"),
+    ([[-1, 2]], r"batch 0 of OwnSelector's epoch 0 holds indices outside \[0, 10\): "
+                r"\[-1, 2\] \(a negative index does not count from the end\)"),
+    ([np.array([0.0, 1.0])], r"batch 0 of OwnSelector's epoch 0 must be a 1-D array of "
+                             r"integer sample indices; got ndarray .*float64 \(floats are not"),
+    ([np.array([[0, 1]])], r"batch 0 of OwnSelector's epoch 0 must be a 1-D array"),
+], ids=["empty epoch", "only lone batches", "repeat", "beyond n", "negative", "float",
+        "2-D"])
+def test_the_sampler_checks_the_batches_of_a_selector_of_ones_own(batches, message):
+    with pytest.raises(ValueError, match=message):
+        list(SelectorSampler(OwnSelector(batches), 10))
+
+
+def test_a_selector_that_says_its_batches_overlap_may_repeat_a_sample():
+    batches = [[0, 1, 1, 2], [2, 3]]  # as ClassBalancedSelector(small_classes='repeat')
+    assert list(SelectorSampler(OwnSelector(batches, disjoint=False), 4)) == batches
+    assert list(SelectorSampler(OwnSelector([[0, 1], [1, 2]]), 4)) == [[0, 1], [1, 2]]
+
+
+def test_a_fit_names_the_batch_a_selector_of_ones_own_got_wrong():
+    from skcontrast import ContrastiveEmbedder
+
+    X, _ = make_paired_gaussians(10, 4, random_state=0)
+    est = ContrastiveEmbedder(n_components=2, hidden_layer_sizes=(4,), max_epochs=1,
+                              selector=OwnSelector([[0, 1, 2], [3, 4, 12]]))
+    with pytest.raises(ValueError, match=r"batch 1 of OwnSelector's epoch 0 holds indices "
+                                         r"outside \[0, 10\)"):
+        est.fit(X)
+
+
+def test_a_loop_of_ones_own_skips_lone_batches_and_hears_of_low_coverage_once(X):
+    sampler = SelectorSampler(OwnSelector([[0, 1, 2], [3], []]), len(X))
+    with pytest.warns(UserWarning) as seen:
+        epochs = [list(sampler) for _ in range(2)]
+    assert epochs == [[[0, 1, 2]]] * 2
+    messages = [str(w.message) for w in seen]
+    assert len(messages) == 2
+    assert "OwnSelector made 2 batch(es) of a single sample (or none) in epoch 0 of n=64" \
+        in messages[0]
+    assert "OwnSelector's batches of this epoch cover 3 of the 64 training samples" \
+        in messages[1]
 
 
 # --------------------------------------------------------------------------------------

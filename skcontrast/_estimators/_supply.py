@@ -16,7 +16,6 @@ epoch. The datasets (:mod:`._data`) fetch a whole batch with one ``__getitems__`
 from __future__ import annotations
 
 import time
-import warnings
 import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -85,9 +84,7 @@ class DeviceBatches:
         return self.net.selector.get_n_splits(len(self.data), self.net.labels)
 
     def __iter__(self) -> Iterator[Batch]:
-        batches = self.net.epoch_batches()
-        if not batches:
-            return
+        batches = self.net.epoch_batches()  # never empty: the sampler refuses that
         rows = [self.net.local_part(b) for b in batches]
         sliced = any(r is not b for r, b in zip(rows, batches, strict=True))
         flat = torch.from_numpy(np.concatenate(batches + rows if sliced else batches))
@@ -115,8 +112,6 @@ class BatchSupply(_Net):
     training_data: Any
     sampler_: Any  # the fit's SelectorSampler
     _pending_selection: Any  # embeddings a previous fit left, for the next sampler
-    _warned_lone: bool
-    _warned_coverage: bool
 
     def _on_gpu(self) -> bool:
         return self.compute_device.type == "cuda"
@@ -198,47 +193,18 @@ class BatchSupply(_Net):
         return self._loader(data, [part.tolist() for part in parts])
 
     def epoch_batches(self) -> list[np.ndarray]:
-        """The selector's batches of the next epoch; records the time spent choosing."""
+        """The sampler's batches of the next epoch (checked, lone batches skipped, a low
+        coverage said: :meth:`SelectorSampler.epoch_batches`); records the time spent
+        choosing."""
         start = time.perf_counter()
         if self.selector.needs_embeddings:
             # the training loss as it is now: its learned temperature, weights, options
             self.sampler_.loss = self.criterion_.live_loss()
         batches = self.sampler_.epoch_batches()
-        lone = [b for b in batches if len(b) < 2]
-        if lone:
-            batches = [b for b in batches if len(b) >= 2]
-            if not self._warned_lone:
-                self._warned_lone = True
-                warnings.warn(
-                    f"the selector made {len(lone)} batch(es) of a single sample in an epoch "
-                    f"of n={len(self.training_data)} samples: one pair has nothing to "
-                    "contrast, so such batches are skipped. The built-in selectors let a "
-                    "remainder of one sample join the batch before it; a selector of your "
-                    "own can do the same (skcontrast.selectors.BatchSelector's partition "
-                    "rule), or leave it out (drop_last)", UserWarning, stacklevel=2)
         if self.history:
             self.history.record("select_time", time.perf_counter() - start)
             self.history.record("n_batches", len(batches))
-        self._warn_coverage(batches)
         return batches
-
-    def _warn_coverage(self, batches: list[np.ndarray]) -> None:
-        """Say so, once per fit, when an epoch's batches leave most samples out."""
-        n = len(self.training_data)
-        if self._warned_coverage or not batches or n == 0:
-            return
-        covered = np.zeros(n, dtype=bool)  # a mask, not np.unique: no sort every epoch
-        covered[np.concatenate(batches)] = True
-        seen = int(np.count_nonzero(covered))
-        if seen < n / 2:
-            self._warned_coverage = True
-            note = self.selector.coverage()
-            detail = f" ({note})" if note else ""
-            warnings.warn(
-                f"{type(self.selector).__name__}'s batches of this epoch cover {seen} of the "
-                f"{n} training samples ({seen / n:.0%}){detail}: an epoch trains on a fraction "
-                "of the data, so compare selectors at equal steps (history 'n_batches'), "
-                "not equal epochs, or raise the fraction kept", UserWarning, stacklevel=3)
 
     @torch.no_grad()
     def embed(self, data: ViewData, view: int | None = None, augment: Any = None,

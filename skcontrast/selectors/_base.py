@@ -21,27 +21,52 @@ def views(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return X, X
 
 
+def index_arrays(batches: Any, n: int, *, name: str = "batches[{}]",
+                 distinct: bool = True) -> tuple[list[np.ndarray], np.ndarray]:
+    """Index batches as 1-D ``int64`` arrays, and their concatenation, checked over the
+    whole epoch at once: every index an integer in ``[0, n)`` and, with ``distinct``, no
+    sample twice in one batch. The checks run with numpy on the concatenated indices (a
+    sort only when some sample is in two places), so an epoch of a million samples costs
+    milliseconds. ``name`` formats a batch's position for the messages."""
+    arrays = []
+    for i, batch in enumerate(batches):
+        array = np.asarray(batch.cpu() if isinstance(batch, torch.Tensor) else batch)
+        if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+            floats = " (floats are not truncated silently)" if array.dtype.kind == "f" else ""
+            raise ValueError(f"{name.format(i)} must be a 1-D array of integer sample "
+                             f"indices; got {describe(array)}{floats}")
+        arrays.append(array if array.dtype == np.int64 else array.astype(np.int64))
+    sizes = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
+    flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
+    if flat.size and (flat.min() < 0 or flat.max() >= n):
+        first = int(np.argmax((flat < 0) | (flat >= n)))
+        i = int(np.searchsorted(np.cumsum(sizes), first, side="right"))
+        batch = arrays[i]
+        shown = batch.tolist() if len(batch) <= 20 else \
+            f"{batch[(batch < 0) | (batch >= n)][:10].tolist()} among its {len(batch)}"
+        hint = " (a negative index does not count from the end)" if batch.min() < 0 else ""
+        raise ValueError(f"{name.format(i)} holds indices outside [0, {n}): {shown}{hint}")
+    if distinct and flat.size and np.bincount(flat, minlength=n).max() > 1:
+        # some sample is in two places: in two batches (allowed) or twice in one
+        key = np.sort(np.repeat(np.arange(len(arrays), dtype=np.int64), sizes) * n + flat)
+        twice = key[1:][key[1:] == key[:-1]]
+        if len(twice):
+            i = int(twice[0] // n)
+            repeated = np.unique(twice[twice // n == i] % n).tolist()
+            raise ValueError(f"{name.format(i)} repeats sample(s) {repeated}: a sample "
+                             "would be its own negative")
+    return arrays, flat
+
+
 def check_index_batches(batches: Any, n: int, *, min_size: int = 0) -> list[np.ndarray]:
     """User-given index batches as 1-D ``int64`` arrays: at least one batch, each of
     ``min_size`` or more distinct samples, every index an integer in ``[0, n)``."""
-    out = []
-    for i, b in enumerate(batches):
-        array = np.asarray(b.cpu() if isinstance(b, torch.Tensor) else b).ravel()
-        if array.size and array.dtype.kind not in "iu":
-            raise ValueError(f"batches[{i}] must hold integer indices; got {describe(array)}"
-                             " (floats are not truncated silently)")
-        out.append(array.astype(np.int64))
+    out, _ = index_arrays(batches, n)
     if not out:
         raise ValueError("batches is empty; expected at least one index batch")
     for i, b in enumerate(out):
         if len(b) < min_size:
             raise ValueError(f"batches[{i}] has {len(b)} sample(s); a batch needs >= {min_size}")
-        if b.size and (b.min() < 0 or b.max() >= n):
-            raise ValueError(f"batches[{i}] holds indices outside [0, {n}): {b.tolist()}")
-        values, counts = np.unique(b, return_counts=True)
-        if (counts > 1).any():
-            raise ValueError(f"batches[{i}] repeats sample(s) {values[counts > 1].tolist()}: "
-                             "a sample would be its own negative")
     return out
 
 

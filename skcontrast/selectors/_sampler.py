@@ -11,7 +11,12 @@ import torch
 from torch.utils.data import Sampler
 
 from .._validation import as_numpy, check_int, describe
-from ._base import BatchSelector
+from ._base import BatchSelector, index_arrays
+
+
+def _reads_at_once(device: torch.device) -> bool:
+    """Whether a tensor on ``device`` is read on the host without waiting for a device."""
+    return device.type == "cpu"
 
 
 def _world() -> tuple[int, int]:
@@ -69,6 +74,16 @@ class SelectorSampler(Sampler[list[int]]):
     process: each process embeds the super-batch (or a slice of it, gathered), calls
     ``selector.curate`` (same seed, same embeddings: the same kept rows everywhere) and
     trains on :meth:`rank_slice` of the kept rows.
+
+    **Every epoch's batches are checked here**, whichever selector made them and
+    whichever loop iterates them (the estimators' or yours): each is a 1-D array of
+    integer indices in ``[0, n_samples)`` (no float truncated, no negative index counted
+    from the end) and, for a selector whose batches are disjoint
+    (:attr:`~skcontrast.selectors.BatchSelector.partitions`), holds no sample twice; an
+    error names the selector, the epoch and the batch. A batch of fewer than two samples
+    has nothing to contrast: it is skipped, with a warning (once). An epoch left without
+    a batch is refused, and one whose batches cover fewer than half of the samples is
+    said (once). The checks cost milliseconds on an epoch of a million samples.
 
     It pickles (into ``DataLoader`` workers, or with a checkpoint): the embeddings and the
     selector's epoch travel; ``embed`` must itself be picklable to be kept. For a
@@ -146,7 +161,9 @@ class SelectorSampler(Sampler[list[int]]):
             raise ValueError(f"even must be True or False; got {describe(even)}")
         self.even = even
         self._check_batch_size(self._replicas()[0])
-        self._warned_padding = False
+        self._warned_padding = self._warned_lone = self._warned_coverage = False
+        # whether an update on an accelerator held an index outside [0, n), on its device
+        self._bad_update: torch.Tensor | None = None
         self._table: torch.Tensor | None = None  # one embedding per sample, on its device
         self._known: torch.Tensor = torch.zeros(self.n_samples, dtype=torch.bool)
         self._pushed: torch.Tensor = torch.zeros(self.n_samples, dtype=torch.bool)
@@ -225,35 +242,87 @@ class SelectorSampler(Sampler[list[int]]):
         self.selector.load_state_dict(state.get("selector", {}))
 
     def epoch_batches(self) -> list[np.ndarray]:
-        """The global batches of the next epoch (every process gets the same)."""
+        """The global batches of the next epoch (every process gets the same), checked:
+        ``int64`` arrays of two samples or more (see the class's description)."""
+        epoch = self.epoch
         if not self.selector.needs_embeddings:
             placeholder = np.zeros((self.n_samples, 1), dtype=np.float32)
-            return self.selector.epoch_batches(placeholder, self.labels)
-        X = self._current_embeddings(self.epoch)
-        return self.selector.epoch_batches(X, self.labels, loss=self.loss)
+            batches = self.selector.epoch_batches(placeholder, self.labels)
+        else:
+            X = self._current_embeddings(epoch)
+            batches = self.selector.epoch_batches(X, self.labels, loss=self.loss)
+        return self._checked(batches, epoch)
+
+    def _checked(self, batches: Any, epoch: int) -> list[np.ndarray]:
+        """``batches`` checked, without those of fewer than two samples (a warning says
+        so, once); an epoch left without a batch is refused."""
+        name = type(self.selector).__name__
+        n = self.n_samples
+        arrays, flat = index_arrays(batches, n, distinct=self.selector.partitions,
+                                    name=f"batch {{}} of {name}'s epoch {epoch}")
+        kept = [a for a in arrays if len(a) >= 2]
+        if len(kept) < len(arrays) and kept and not self._warned_lone:
+            self._warned_lone = True
+            warnings.warn(
+                f"{name} made {len(arrays) - len(kept)} batch(es) of a single sample (or "
+                f"none) in epoch {epoch} of n={n} samples: one sample has nothing to "
+                "contrast, so such batches are skipped. The built-in selectors let a "
+                "remainder of one sample join the batch before it; a selector of your "
+                "own can do the same (skcontrast.selectors.BatchSelector's partition "
+                "rule), or leave it out (drop_last)", UserWarning, stacklevel=3)
+        if not kept:
+            made = f"{len(arrays)} batch(es) of fewer than two samples" if arrays else \
+                "no batch"
+            raise ValueError(f"{name} made {made} for epoch {epoch} of n={n} samples: an "
+                             "epoch needs at least one batch of two samples or more to "
+                             "train on")
+        if not self._warned_coverage:
+            self._warn_coverage(flat if len(kept) == len(arrays) else np.concatenate(kept))
+        return kept
+
+    def _warn_coverage(self, flat: np.ndarray) -> None:
+        """Say so, once, when an epoch's batches (their concatenated indices ``flat``)
+        leave most samples out."""
+        n = self.n_samples
+        covered = np.zeros(n, dtype=bool)  # a mask, not np.unique: no sort every epoch
+        covered[flat] = True
+        seen = int(np.count_nonzero(covered))
+        if seen < n / 2:
+            self._warned_coverage = True
+            note = self.selector.coverage()
+            detail = f" ({note})" if note else ""
+            warnings.warn(
+                f"{type(self.selector).__name__}'s batches of this epoch cover {seen} of the "
+                f"{n} training samples ({seen / n:.0%}){detail}: an epoch trains on a fraction "
+                "of the data, so compare selectors at equal steps (an estimator's history "
+                "'n_batches'), not equal epochs, or raise the fraction kept", UserWarning,
+                stacklevel=4)
 
     # -- embeddings -------------------------------------------------------------------
 
     @property
     def embeddings(self) -> np.ndarray | None:
         """One embedding per sample (zeros where none is known yet), or ``None``."""
+        self._check_updates()
         return None if self._table is None else self._table.cpu().numpy()
 
     def update(self, indices: Any, embeddings: Any, *, pushed: bool = True) -> None:
         """Record the embeddings of the samples ``indices`` (e.g. those a training step
         computed), for the next epoch's selection. A tensor stays on its device (no copy
         to the host, no wait on a GPU). ``pushed=False``: embeddings of ``embed`` (which
-        ``refresh_every=None`` renews for the samples never pushed)."""
-        index = torch.as_tensor(indices.detach() if isinstance(indices, torch.Tensor)
-                                else as_numpy(indices, "indices")).long().reshape(-1)
+        ``refresh_every=None`` renews for the samples never pushed).
+
+        ``indices`` must be integers in ``[0, n_samples)`` (a negative index does not
+        count from the end). Indices on the host are checked here; an index tensor on a
+        GPU is checked on the GPU, and the result read where the sampler next reads its
+        embeddings back (the next epoch's selection, :attr:`embeddings`,
+        :meth:`embedding_state`), which then refuse them: reading it here would make every
+        training step wait for the GPU."""
+        index = self._index(indices)
         values = embeddings.detach().float() if isinstance(embeddings, torch.Tensor) else \
             torch.from_numpy(as_numpy(embeddings, "embeddings").astype(np.float32))
         if len(values) != len(index):
             raise ValueError(f"update got {len(index)} indices but {len(values)} embeddings")
-        if not isinstance(embeddings, torch.Tensor) and len(index) and (
-                int(index.min()) < 0 or int(index.max()) >= self.n_samples):
-            raise ValueError(f"indices must lie in [0, {self.n_samples}); got "
-                             f"{int(index.min())}..{int(index.max())}")
         if self._table is None or self._table.shape[1:] != values.shape[1:]:
             self._table = values.new_zeros((self.n_samples, *values.shape[1:]))
             self._known = torch.zeros(self.n_samples, dtype=torch.bool, device=values.device)
@@ -268,6 +337,47 @@ class SelectorSampler(Sampler[list[int]]):
         if pushed:
             self._pushed[index] = True
 
+    def _index(self, indices: Any) -> torch.Tensor:
+        """``indices`` as a flat ``int64`` tensor on its device, refused unless they are
+        integers in ``[0, n_samples)``: at once on the host, through
+        :meth:`_check_updates` on an accelerator (an index outside is clamped meanwhile,
+        so that the write stays inside the table, which is then refused)."""
+        if isinstance(indices, torch.Tensor):
+            index = indices.detach().reshape(-1)
+            integral = not (index.is_floating_point() or index.is_complex()
+                            or index.dtype == torch.bool)
+        else:
+            array = as_numpy(indices, "indices").reshape(-1)
+            integral = array.dtype.kind in "iu"
+            index = torch.as_tensor(array if integral else np.zeros(len(array)))
+        if len(index) and not integral:
+            raise ValueError(f"indices must be integer sample indices; got "
+                             f"{describe(indices)} (floats are not truncated silently)")
+        index, n = index.long(), self.n_samples
+        if not len(index):
+            return index
+        if _reads_at_once(index.device):
+            low, high = int(index.min()), int(index.max())
+            if low < 0 or high >= n:
+                raise ValueError(f"indices must lie in [0, {n}); got {low}..{high} (a "
+                                 "negative index does not count from the end)")
+            return index
+        clamped = index.clamp(0, n - 1)
+        outside = (clamped != index).any()
+        self._bad_update = outside if self._bad_update is None else self._bad_update | outside
+        return clamped
+
+    def _check_updates(self) -> None:
+        """Refuse the embeddings once an update on an accelerator held an index outside
+        ``[0, n_samples)`` (see :meth:`update`)."""
+        if self._bad_update is not None and bool(self._bad_update):
+            raise ValueError(
+                f"sampler.update was given indices outside [0, {self.n_samples}) on "
+                f"{self._bad_update.device} (a negative index does not count from the "
+                "end), so the embeddings it holds are not those of their samples. Indices "
+                "on a GPU are checked when the sampler next reads its embeddings, not at "
+                "every step; pass the dataset indices of each batch")
+
     def refresh(self) -> None:
         """Embed every sample now with ``embed``."""
         if self.embed is None:
@@ -280,6 +390,7 @@ class SelectorSampler(Sampler[list[int]]):
         """The embeddings the sampler holds (a copy, tensors on the CPU) and whether the
         first refresh was made: what a checkpoint keeps so that a resumed run selects on
         the same numbers (see :meth:`load_embedding_state`)."""
+        self._check_updates()
         return {"embeddings": None if self._table is None else self._table.cpu().clone(),
                 "known": self._known.cpu().clone(), "pushed": self._pushed.cpu().clone(),
                 "refreshed": self._refreshed_at}
