@@ -604,6 +604,110 @@ def test_batch_interaction_graph_edges():
     assert (g == g.T).all() and not g.diagonal().any()
 
 
+def test_binding_bounds_its_batches_with_one_binding_example_per_class():
+    # batches of 8 grow by up to 3 binding examples: a bound of 8 let a memory of 8
+    # rows through the check before fit, to fail at a step
+    y = np.repeat([0, 1, 2], 8)
+    sel = BindingSelector(FixedBatchSelector(8, random_state=0), random_state=0)
+    largest = sel.largest_batch_size(24, y)
+    sizes = [len(b) for _ in range(3) for b in sel.split(np.zeros((24, 2)), y)]
+    assert max(sizes) > 8 and largest == 11 >= max(sizes)
+    with pytest.raises(ValueError, match="largest_batch_size needs the labels y"):
+        sel.largest_batch_size(24)
+
+
+def test_a_memory_too_small_for_the_binding_examples_is_refused_before_fit():
+    from skcontrast import SupConEmbedder
+    from skcontrast.memory import CrossBatchMemory
+
+    X, y = np.random.default_rng(0).normal(size=(48, 4)), np.repeat([0, 1, 2], 16)
+    est = SupConEmbedder(n_components=2, hidden_layer_sizes=(4,), max_epochs=1,
+                         batch_size=8, random_state=0, memory=CrossBatchMemory(size=8),
+                         selector=BindingSelector(ShuffledBatchSelector()))
+    with pytest.raises(ValueError, match=r"size=8\) cannot hold one batch: a batch adds 11"):
+        est.fit(X, y)
+
+
+def test_class_balanced_bounds_the_samples_it_repeats():
+    # 12 samples, but the class of one sample is drawn again: 13 = 3 x 4 + 1, and the
+    # lone pooled sample joins a batch of 4
+    y = np.array([0, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3])
+    sel = ClassBalancedSelector(4, 2, small_classes="repeat", random_state=0)
+    sizes = [len(b) for b in sel.split(np.zeros((12, 2)), y)]
+    assert max(sizes) == 5 == sel.largest_batch_size(12, y) == sel.largest_batch_size(12)
+    assert ClassBalancedSelector(4, 2, random_state=0).largest_batch_size(12, y) == 4
+
+
+SELECTOR_BASES = {"BatchSelector", "CuratingSelector"}  # subclassed, never used as such
+
+
+def every_selector(b, seed):
+    """One or more of each selector class of skcontrast.selectors at batch size ``b``."""
+    from skcontrast.selectors import (
+        CommunityBatchSelector,
+        JESTSelector,
+        RandomWalkBatchSelector,
+        RhoLossSelector,
+        TemperedSelector,
+    )
+
+    def shuffled(**kwargs):
+        return ShuffledBatchSelector(b, random_state=seed, **kwargs)
+
+    return [
+        BcSSelector(b, random_state=seed),
+        BindingSelector(shuffled(), random_state=seed),
+        BindingSelector(FullBatchSelector(), random_state=seed),
+        ClassBalancedSelector(b, 2, random_state=seed),
+        ClassBalancedSelector(b, 2, small_classes="repeat", random_state=seed),
+        CommunityBatchSelector(b, p=2, q=4, random_state=seed),
+        ExhaustiveBatchSelector(2, random_state=seed),
+        FixedBatchSelector(b, random_state=seed),
+        FullBatchSelector(),
+        JESTSelector(b, 0.5, score="hard", random_state=seed),
+        OSGDSelector(b, k=3, q=2, random_state=seed),
+        OSGDSelector(b, k=3, q=2, candidates="random", random_state=seed),
+        PredefinedBatchSelector([[0, 1, 2], [3, 4], [2, 5, 6, 7, 8]]),
+        RandomBatchSelector(b, random_state=seed),
+        RandomWalkBatchSelector(b, n_candidates=8, n_neighbours=3, random_state=seed),
+        RhoLossSelector(b, 0.5, drop_last=True, random_state=seed),
+        ScBSelector(b, random_state=seed),
+        shuffled(),
+        shuffled(drop_last=True),
+        SpectralBatchSelector(b, chunk_size=2 * b, backend="numpy", random_state=seed),
+        TemperedSelector(BindingSelector(shuffled()), random_state=seed),
+        TemperedSelector(shuffled(drop_last=True), warmup_epochs=1, random_state=seed),
+        TemperedSelector(ClassBalancedSelector(b, 2, random_state=seed), random_share=0.5,
+                         random_state=seed),
+    ]
+
+
+def test_every_selector_class_is_in_the_batch_size_bound_test():
+    from skcontrast import selectors
+
+    classes = {name for name in selectors.__all__ if isinstance(getattr(selectors, name), type)
+               and issubclass(getattr(selectors, name), BatchSelector)}
+    assert {type(s).__name__ for s in every_selector(4, 0)} == classes - SELECTOR_BASES
+
+
+@pytest.mark.parametrize("n, b", [(9, 4), (12, 4), (13, 6), (22, 6)])
+def test_no_batch_is_larger_than_largest_batch_size(n, b):
+    """The bound an estimator checks a memory against holds for every built-in selector:
+    remainders of one, binding examples, repeated samples, warm-up epochs, kept rows."""
+    X = embeddings(n, seed=n)
+    y = np.random.default_rng(n).integers(3, size=n)
+    y[0] = 3  # a class of one sample, which small_classes='repeat' draws again
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateEmbeddingWarning)
+        for selector in every_selector(b, seed=n):
+            largest = selector.largest_batch_size(n, y)
+            for _ in range(2):
+                batches = selector.epoch_batches(X, y)
+                rows = [selector.kept_rows(len(batch), n) if selector.curates else len(batch)
+                        for batch in batches]
+                assert largest is not None and max(rows) <= largest, (selector, rows, largest)
+
+
 # --------------------------------------------------------------------------------------
 # scikit-learn protocol
 # --------------------------------------------------------------------------------------

@@ -174,11 +174,12 @@ class NetBuilder(ParameterChecks):
             raise ValueError(f"micro_batch_size={self.micro_batch_size} is larger than the "
                              f"batch size {batch}: gradient caching embeds a batch in smaller "
                              "micro-batches; use micro_batch_size <= batch_size (or None)")
-        largest = selector.largest_batch_size(n)
-        if self.memory is not None and largest is not None:
-            # pairs and two crops add two embeddings per item
-            paired = not self._labelled or items_paired or self.augmentation is not None
-            self.memory.check_batch_rows(largest * (2 if paired else 1))
+        if self.memory is not None and trains:  # (a loaded net trains in a later fit)
+            largest = selector.largest_batch_size(n, labels)
+            if largest is not None:
+                # pairs and two crops add two embeddings per item
+                paired = not self._labelled or items_paired or self.augmentation is not None
+                self.memory.check_batch_rows(largest * (2 if paired else 1))
         callbacks = self._callbacks(selector, n, labels, extra or [], trains)
         optimizer_params = {f"optimizer__{k}": v for k, v in
                             {**(self.optimizer_params or {}), **self._nested("optimizer__")

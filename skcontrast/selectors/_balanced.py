@@ -9,6 +9,7 @@ import numpy as np
 from .._validation import check_choice, check_int, describe, encode_labels, store_params
 from ._base import (
     BatchSelector,
+    batch_sizes,
     check_batch_size,
     join_lone,
     n_partition_batches,
@@ -148,6 +149,28 @@ class ClassBalancedSelector(BatchSelector):
             pooled.append(members[full:])
         return groups_of, pooled
 
+    def largest_batch_size(self, n: int, y: Any = None) -> int | None:
+        """``batch_size``, plus one where a lone pooled sample joins a batch: the
+        partition rule over the epoch's samples, which the samples that
+        ``small_classes='repeat'`` draws again add to (only the labels ``y`` tell how
+        many; without them, ``batch_size + 1`` bounds every epoch)."""
+        if y is None:
+            b = check_batch_size(self.batch_size, n)
+            if self.small_classes == "repeat":
+                return b if self.drop_last else b + 1
+            return int(batch_sizes(n, b, self.drop_last).max())
+        b, _, codes = self._check(n, y)
+        return int(batch_sizes(self._epoch_samples(codes), b, self.drop_last).max())
+
+    def _epoch_samples(self, codes: np.ndarray) -> int:
+        """The samples of an epoch: all of them, and with ``small_classes='repeat'`` the
+        draws that fill each class under ``samples_per_class`` up to it."""
+        if self.small_classes != "repeat":
+            return len(codes)
+        counts = np.bincount(codes)
+        k = check_int(self.samples_per_class, "samples_per_class", minimum=2)
+        return len(codes) + int(np.clip(k - counts, 0, None)[counts > 0].sum())
+
     def _n_batches(self, n, y):
         if y is None:
             # pooled leftovers make every epoch a partition of the n samples; only
@@ -157,13 +180,9 @@ class ClassBalancedSelector(BatchSelector):
                                  "labels y to count its batches")
             return n_partition_batches(n, check_batch_size(self.batch_size, n),
                                        self.drop_last)
-        b, k, codes = self._check(n, y)
-        total = n
-        if self.small_classes == "repeat":  # small classes filled up to k
-            counts = np.bincount(codes)
-            total += int(np.clip(k - counts, 0, None)[counts > 0].sum())
+        b, _, codes = self._check(n, y)
         # balanced batches hold b samples each, so the pooled ones make up the rest
-        return n_partition_batches(total, b, self.drop_last)
+        return n_partition_batches(self._epoch_samples(codes), b, self.drop_last)
 
 
 def _centroids(Z: Any, codes: np.ndarray) -> np.ndarray:

@@ -209,18 +209,40 @@ class BatchSelector(BaseEstimator):
     @property
     def partitions(self) -> bool:
         """Whether every epoch's batches are disjoint: no sample is in two batches, nor
-        twice in one (they may leave samples out, as OSGD and ``drop_last`` do)."""
+        twice in one (they may leave samples out, as OSGD and ``drop_last`` do). Only a
+        selector that says ``False`` may put a sample twice in one batch (as
+        ``ClassBalancedSelector(small_classes='repeat')`` does): a
+        :class:`~skcontrast.selectors.SelectorSampler` refuses it from the others."""
         return True
 
-    def largest_batch_size(self, n: int) -> int | None:
-        """The most rows a batch of this selector holds for ``n`` samples: the nominal
-        size, plus one where a one-sample remainder joins a batch (``partition``)."""
+    def largest_batch_size(self, n: int, y: Any = None) -> int | None:
+        """The most rows a batch of this selector can hold for ``n`` samples, or ``None``
+        when it has no batch size.
+
+        A bound that every batch keeps, not a typical size: an estimator checks a
+        memory's capacity against it before the first step (``y``, the labels, for the
+        selectors whose batches grow with them, such as
+        :class:`~skcontrast.selectors.BindingSelector`). Here: the nominal size, plus one
+        where a one-sample remainder joins a batch (``partition``'s rule, unless
+        ``drop_last``). A selector whose batches can be larger overrides it.
+
+        Parameters
+        ----------
+        n : int
+            Number of samples.
+        y : array-like of shape (n,), optional
+            The labels the selector is given with them.
+
+        Returns
+        -------
+        int or None
+        """
         b = self.nominal_batch_size(n)
         if b is None:
             return None
-        drop = self.get_params().get("drop_last", self.get_params().get(
-            "base_selector__drop_last", False))
-        return b + 1 if drop is False and n > b and n % b == 1 else b
+        params = self.get_params()
+        drop = params.get("drop_last", params.get("base_selector__drop_last", False))
+        return int(batch_sizes(n, b, drop is True).max())
 
     def nominal_batch_size(self, n: int) -> int | None:
         """The batch size this selector is set to for ``n`` samples (its own

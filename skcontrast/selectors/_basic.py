@@ -134,6 +134,10 @@ class RandomBatchSelector(BatchSelector):
 
     partitions = False  # batches are drawn with replacement
 
+    def largest_batch_size(self, n: int, y: Any = None) -> int | None:
+        """Every batch holds ``batch_size`` samples (no remainder to join)."""
+        return self.nominal_batch_size(n)
+
     def _select(self, X, y, groups, rng):
         n = len(X)
         b = check_batch_size(self.batch_size, n)
@@ -195,6 +199,10 @@ class ExhaustiveBatchSelector(BatchSelector):
 
     partitions = False  # a sample is in many of the C(n, B) batches
 
+    def largest_batch_size(self, n: int, y: Any = None) -> int | None:
+        """Every batch holds ``batch_size`` samples."""
+        return self.nominal_batch_size(n)
+
     def _select(self, X, y, groups, rng):
         n = len(X)
         count = self._n_batches(n, y)
@@ -254,6 +262,10 @@ class PredefinedBatchSelector(BatchSelector):
         if settings.rows is not None and settings.n_rows is not None:
             out["batches"] = _batches_on_rows(self.batches, settings.rows, settings.n_rows)
         return out
+
+    def largest_batch_size(self, n: int, y: Any = None) -> int | None:
+        """The longest of the given batches."""
+        return max(map(len, check_index_batches(self.batches, n, min_size=2)))
 
     def _select(self, X, y, groups, rng):
         return check_index_batches(self.batches, len(X), min_size=2)

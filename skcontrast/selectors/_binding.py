@@ -183,6 +183,23 @@ class BindingSelector(BatchSelector):
             out.append(np.concatenate([batch, extra]).astype(np.int64))
         return out
 
+    def largest_batch_size(self, n: int, y: Any = None) -> int | None:
+        """The wrapped selector's largest batch plus one binding example per class of
+        ``y`` (at most ``n`` over a wrapped selector whose batches hold distinct samples).
+
+        The labels are required, as they are to make the batches: without them the number
+        of classes, and so the growth, is unknown.
+        """
+        if y is None:
+            raise ValueError("BindingSelector.largest_batch_size needs the labels y: each "
+                             "batch grows by one binding example per class")
+        base = self._base()
+        size = base.largest_batch_size(n, y)
+        if size is None:
+            return None
+        grown = size + len(encode_labels(y)[0])
+        return min(grown, n) if base.partitions else grown
+
     def _binding(self, codes: np.ndarray, n_classes: int) -> np.ndarray:
         cached = getattr(self, "binding_indices_", None)
         if cached is not None and len(cached) == n_classes and \

@@ -241,7 +241,7 @@ class CuratingSelector(BatchSelector):
         """The rows that train at a step (``batch_size``), not the super-batch."""
         return min(int(self.batch_size), n)
 
-    def largest_batch_size(self, n: int) -> int | None:
+    def largest_batch_size(self, n: int, y: Any = None) -> int | None:
         """The most rows a step keeps: those of a super-batch that a one-sample
         remainder joined, kept in proportion."""
         return max(self.kept_rows(size, n) for size in set(

@@ -13,6 +13,7 @@ from .._validation import as_numpy, check_int, check_real, describe, encode_labe
 from ._base import (
     BatchSelector,
     FitSettings,
+    batch_sizes,
     check_batch_size,
     check_embeddings,
     check_index_batches,
@@ -285,6 +286,15 @@ class TemperedSelector(BatchSelector):
             raise ValueError(f"warmup_epochs needs a batch size, and {type(base).__name__} "
                              "has no batch_size")
         return check_batch_size(base.batch_size, n), bool(getattr(base, "drop_last", False))
+
+    def largest_batch_size(self, n: int, y: Any = None) -> int | None:
+        """The base selector's largest batch (random mixing and the guards move samples
+        between batches but keep their sizes), or a warm-up epoch's, if larger."""
+        size = self._base().largest_batch_size(n, y)
+        if size is None or not check_int(self.warmup_epochs, "warmup_epochs", minimum=0):
+            return size
+        b, drop_last = self._shape(n)
+        return max(size, int(batch_sizes(n, b, drop_last).max()))
 
     def set_epoch(self, epoch: int) -> TemperedSelector:
         super().set_epoch(epoch)
