@@ -36,8 +36,13 @@ from ._core import (
     finish,
     reduce_terms,
 )
-from ._info_nce import _with_negatives, self_logsumexp
-from ._negatives import CandidateMask, candidate_logsumexp, check_extras
+from ._negatives import (
+    CandidateMask,
+    candidate_logsumexp,
+    check_extras,
+    self_logsumexp,
+    with_negatives,
+)
 from ._tiled import resolve_chunk_size
 
 NEGATIVES = ("both views", "other view")
@@ -115,7 +120,7 @@ def hard_negative_nce(u: Any, v: Any, *, temperature: Any = 0.1, beta: float = 1
 
     def negative_lse(t: Any) -> torch.Tensor:
         lse = _negative_logsumexp(u, v, t, chunk_size, negatives, mask)
-        return _with_negatives(lse, torch.cat([u, v], dim=-2) if both else u, extras, t)
+        return with_negatives(lse, torch.cat([u, v], dim=-2) if both else u, extras, t)
 
     if extras is not None:  # each anchor's own count of negatives
         zero = torch.zeros(b, dtype=u.dtype, device=u.device)

@@ -35,10 +35,10 @@ from ._core import (
 from ._negatives import (
     CandidateMask,
     Extras,
-    add_negatives,
     candidate_logsumexp,
     check_extras,
-    negatives_logsumexp,
+    self_logsumexp,
+    with_negatives,
 )
 from ._tiled import resolve_chunk_size
 
@@ -52,18 +52,6 @@ def _one_sided_terms(u: torch.Tensor, v: torch.Tensor, temperature: Any,
     those ``mask`` leaves out (``chunk`` anchor rows at a time when given)."""
     positive = -(u * v).sum(-1) / temperature
     return positive, candidate_logsumexp(u, v, temperature, chunk, mask=mask)
-
-
-def self_logsumexp(z: torch.Tensor, temperature: Any, chunk_size: Any,
-                   partner: int | None = None,
-                   mask: CandidateMask | None = None) -> torch.Tensor:
-    """Each row's log-sum-exp over the other rows of ``z`` (and not its ``partner``
-    rows away, for DCL, nor what ``mask`` leaves out): dense through the Gram matrix,
-    or tile by tile."""
-    n = z.shape[-2]
-    chunk = resolve_chunk_size(chunk_size, n, n)
-    return candidate_logsumexp(z, z, temperature, chunk, skip_self=True, partner=partner,
-                               mask=mask)
 
 
 def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
@@ -152,7 +140,7 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
                                     reduction, None, return_terms)
     positive, entropy = _one_sided_terms(u, v, temperature, chunk,
                                          None if extras is None else extras.mask((0,), 1))
-    entropy = _with_negatives(entropy, u, extras, temperature)
+    entropy = with_negatives(entropy, u, extras, temperature)
     if same_view_negatives:
         entropy = torch.logaddexp(entropy, _same_view_lse(u, 0, extras, temperature,
                                                           chunk_size))
@@ -227,7 +215,7 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
         positive, lse = torch.stack([pos_uv, pos_vu], dim=-2), torch.stack([ent_uv, ent_vu],
                                                                             dim=-2)
     if extras is not None and extras.negatives is not None:
-        lse = torch.stack([_with_negatives(lse[0], u, extras, temperature), lse[1]])
+        lse = torch.stack([with_negatives(lse[0], u, extras, temperature), lse[1]])
     if same_view_negatives:
         lse = torch.logaddexp(lse, torch.stack([
             _same_view_lse(u, 0, extras, temperature, chunk_size),
@@ -282,16 +270,6 @@ def _cross_entropy_terms(logits: torch.Tensor, lambda_pos: Any, lambda_ent: Any,
         if not return_terms:
             return loss
         return LossTerms(loss, positive, (cross if scale == 1 else scale * cross) - positive)
-
-
-def _with_negatives(lse: torch.Tensor, anchors: torch.Tensor, extras: Extras | None,
-                    temperature: Any) -> torch.Tensor:
-    """``lse`` (one per anchor row) with the first ``B`` rows' (the ``u`` anchors') hard
-    negatives added."""
-    if extras is None or extras.negatives is None:
-        return lse
-    b = extras.negatives.shape[0]
-    return add_negatives(lse, negatives_logsumexp(anchors[:b], extras, temperature))
 
 
 def _same_view_lse(z: torch.Tensor, view: int, extras: Extras | None, temperature: Any,
@@ -387,7 +365,7 @@ def _two_view_loss(u: Any, v: Any, temperature: Any, lambda_pos: float, lambda_e
     b = u.shape[-2]
     lse = self_logsumexp(z, temperature, chunk_size, partner=b if decoupled else None,
                          mask=None if checked is None else checked.mask((0, 1), 2))
-    lse = _with_negatives(lse, z, checked, temperature)
+    lse = with_negatives(lse, z, checked, temperature)
     entropy = estimate_entropy(lse, 2 * b - 2 if decoupled else 2 * b - 1, denominator)
     terms = reduce_terms(positive, entropy,
                          lambda_pos=lambda_pos, lambda_ent=lambda_ent, reduction=reduction)

@@ -33,7 +33,7 @@ import torch
 from .._validation import as_float_tensor, describe
 from ._core import masked_logsumexp, maybe_normalize
 from ._gram import gram_logsumexp
-from ._tiled import tiled_logsumexp
+from ._tiled import resolve_chunk_size, tiled_logsumexp
 
 
 class Extras(NamedTuple):
@@ -186,3 +186,25 @@ def add_negatives(lse: torch.Tensor, extra: torch.Tensor | None) -> torch.Tensor
         return lse
     b = len(extra)
     return torch.cat([torch.logaddexp(lse[:b], extra), lse[b:]])
+
+
+def self_logsumexp(z: torch.Tensor, temperature: Any, chunk_size: Any,
+                   partner: int | None = None,
+                   mask: CandidateMask | None = None) -> torch.Tensor:
+    """Each row's log-sum-exp over the other rows of ``z`` (and not its ``partner``
+    rows away, for DCL, nor what ``mask`` leaves out): dense through the Gram matrix,
+    or tile by tile."""
+    n = z.shape[-2]
+    chunk = resolve_chunk_size(chunk_size, n, n)
+    return candidate_logsumexp(z, z, temperature, chunk, skip_self=True, partner=partner,
+                               mask=mask)
+
+
+def with_negatives(lse: torch.Tensor, anchors: torch.Tensor, extras: Extras | None,
+                   temperature: Any) -> torch.Tensor:
+    """``lse`` (one per anchor row) with the first ``B`` rows' (the ``u`` anchors') hard
+    negatives added."""
+    if extras is None or extras.negatives is None:
+        return lse
+    b = extras.negatives.shape[0]
+    return add_negatives(lse, negatives_logsumexp(anchors[:b], extras, temperature))

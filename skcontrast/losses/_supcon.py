@@ -21,7 +21,7 @@ from ._core import (
     reduce_terms,
     scale_terms,
 )
-from ._info_nce import self_logsumexp
+from ._negatives import self_logsumexp
 from ._references import AVERAGING_MODES, average_margin_terms, margin_pair_terms
 
 NO_POSITIVE_CONVENTIONS = ("exclude", "zero")
