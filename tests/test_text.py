@@ -406,6 +406,49 @@ def test_identical_corpus_rows_rank_by_index_in_any_chunking(document_chunk, gro
     assert mined.indices.tolist() == expected
 
 
+@pytest.mark.parametrize(("copies", "groups_of"), [("six directions", None),
+                                                    ("six directions", "large"),
+                                                    ("one direction", None)])
+def test_mined_negatives_do_not_depend_on_the_block_sizes_where_candidates_nearly_tie(
+        copies, groups_of):
+    # copies of a few directions at other scales: their cosines tie in real arithmetic and
+    # round differently in float32 in blocks of other shapes (the float32 search gave
+    # other negatives in 26 of these 30 chunkings). A group of 300 is masked inside the
+    # search; 40 copies of one direction make a near-tie wider than the short list
+    import itertools
+
+    from reference import mine_brute_force
+
+    from skcontrast.text import mine_hard_negatives
+
+    rng = np.random.default_rng(0)
+    m = 420 if groups_of else 120
+    if copies == "one direction":
+        directions = rng.normal(size=(1, 48)).astype(np.float32)
+        C = rng.normal(size=(m, 48)).astype(np.float32)
+        C[:40] = directions * rng.uniform(0.5, 2, size=(40, 1)).astype(np.float32)
+    else:
+        directions = rng.normal(size=(6, 48)).astype(np.float32)
+        scales = rng.choice(np.array([0.1, 0.3, 1, 3, 5, 7, 11, 13], np.float32), size=m)
+        C = directions[rng.integers(0, 6, size=m)] * scales[:, None]
+    A = rng.normal(size=(12, 48)).astype(np.float32) + 3 * directions[0]
+    P = A + 0.5 * rng.normal(size=(12, 48)).astype(np.float32)
+    groups = None if groups_of is None else np.arange(12) % 2
+    corpus_groups = None if groups_of is None else np.where(np.arange(m) < 300, 0, 1)
+    keys = np.unique(np.concatenate([P, A, C]), axis=0, return_inverse=True)[1].reshape(-1)
+    expected = mine_brute_force(A, P, C, 4, 2, 20, 0.99, keys[12:24], keys[:12], keys[24:],
+                                groups, corpus_groups)
+    results = {}
+    for chunks in itertools.product([1, 3, 7, 16, 1000], [2, 5, 7, 13, 64, 1000]):
+        mined = mine_hard_negatives(A, P, C, n_negatives=4, rank_window=(2, 20),
+                                    relative_margin=0.99, groups=groups,
+                                    corpus_groups=corpus_groups, device="cpu",
+                                    query_chunk=chunks[0], document_chunk=chunks[1])
+        results[chunks] = (mined.indices.tolist(), mined.scores.tolist())
+    assert [chunks for chunks, got in results.items() if got != results[1000, 1000]] == []
+    assert results[1000, 1000][0] == expected
+
+
 def test_a_corpus_smaller_than_n_negatives_leaves_minus_one_with_a_warning():
     from skcontrast.text import mine_hard_negatives
 

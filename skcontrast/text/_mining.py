@@ -4,13 +4,15 @@ false-negative filters, chunked to a million rows."""
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from .._validation import check_int, describe, is_text, text_table
-from ._search import _check_blocks, _device, _top_k_blocks
+from ._search import _check_blocks, _device, _top_k_blocks, top_k_search
 
 
 def _embed_texts(embedding: Any, texts: Any, view: int, name: str) -> np.ndarray:
@@ -149,6 +151,98 @@ def _unit(x: torch.Tensor) -> torch.Tensor:
     return x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)
 
 
+class _Cosines:
+    """Float64 cosines between rows of two float32 arrays (the rows as given), by index:
+    what the search's candidates are rescored by. The rows' norms are computed once."""
+
+    def __init__(self, queries: np.ndarray, documents: np.ndarray) -> None:
+        self.queries, self.documents = queries, documents
+        self.query_norms, self.document_norms = _norms(queries), _norms(documents)
+
+    def __call__(self, rows: np.ndarray, columns: np.ndarray,
+                 chunk: int = 2**22) -> np.ndarray:
+        """Cosines of ``queries[rows[i]]`` with ``documents[columns[i, j]]``, ``-inf``
+        where ``columns`` is -1; a slice of queries at a time, gathering at most
+        ``chunk`` numbers."""
+        out = np.full(columns.shape, -np.inf)
+        step = max(1, chunk // max(1, columns.shape[1] * self.queries.shape[1]))
+        for i in range(0, len(rows), step):
+            at, row = np.clip(columns[i:i + step], 0, None), rows[i:i + step]
+            dots = np.einsum("qw,qkw->qk", self.queries[row], self.documents[at],
+                             dtype=np.float64)  # exact products, float64 sums
+            cosines = dots / (self.query_norms[row, None] * self.document_norms[at])
+            out[i:i + step] = np.where(columns[i:i + step] >= 0, cosines, -np.inf)
+        return out
+
+
+def _norms(rows: np.ndarray, chunk: int = 65536) -> np.ndarray:
+    """Float64 norms of float32 rows (at least 1e-12, as :func:`_unit` divides), a
+    slice at a time."""
+    out = np.empty(len(rows))
+    for i in range(0, len(rows), chunk):
+        part = rows[i:i + chunk]
+        out[i:i + chunk] = np.sqrt(np.einsum("qw,qw->q", part, part, dtype=np.float64))
+    return np.maximum(out, 1e-12)
+
+
+def _float32_error(width: int) -> float:
+    """A bound on the difference between the search's float32 score of two rows of
+    ``width`` numbers (each normalised in float32, then their dot product) and their
+    exact cosine, in any block: the product's rounding, at most gamma_w = w u / (1 - w u)
+    of the sum of ``|a_i c_i|`` (Higham 2002, Eq. 3.5; u = 2**-24, any order of the
+    sums), on top of the normalisation's, at most ``gamma_w / 2 + 2u`` relative per
+    number, twice; padded by 1e-12 for the float64 rescoring."""
+    u = 2.0**-24
+    gamma = width * u / (1 - width * u)
+    eta = gamma / 2 + 2 * u
+    return 2 * eta + eta**2 + gamma * (1 + eta) ** 2 + 1e-12
+
+
+@contextmanager
+def _full_float32_products() -> Iterator[None]:
+    """The search's float32 matrix products at full precision (torch's ``'highest'``):
+    TF32 or bfloat16 products (``'high'``, ``'medium'``) round far beyond
+    :func:`_float32_error`. The setting is the process's; it is restored after."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def _exact_top_blocks(scores: Any, cosines: Any, n_queries: int, n_documents: int,
+                      width: int, query_chunk: int, document_chunk: int, tolerance: float
+                      ) -> Iterator[tuple[slice, np.ndarray, np.ndarray]]:
+    """:func:`_top_k_blocks` by exact scores: each query's ``width`` best documents by
+    ``cosines(queries, documents)`` (float64), ties to the smaller index, whatever the
+    block sizes. The float32 search keeps a wider list, which is rescored exactly; a
+    document left out of it scores at most its last float32 score plus ``tolerance``
+    (:func:`_float32_error`), so a query whose ``width``-th exact score does not clear
+    that is searched again with a list twice as wide (near-ties at the cut, rare)."""
+    wide = min(n_documents, width + max(4, width // 8))
+    for rows, values, ranked in _top_k_blocks(scores, n_queries, n_documents, wide,
+                                              query_chunk, document_chunk):
+        queries = np.arange(rows.start, rows.stop)
+        best = np.full((len(queries), width), -np.inf)
+        index = np.full((len(queries), width), -1, dtype=np.int64)
+        todo, k = np.arange(len(queries)), wide
+        while len(todo):
+            exact = cosines(queries[todo], ranked)
+            order = np.lexsort((ranked, -exact), axis=1)[:, :width]
+            exact, found = (np.take_along_axis(x, order, 1) for x in (exact, ranked))
+            cut = values[:, -1].astype(np.float64)  # the float32 list's last score
+            sure = (k >= n_documents) | np.isneginf(cut) | (exact[:, -1] > cut + tolerance)
+            best[todo[sure]], index[todo[sure]] = exact[sure], found[sure]
+            todo, k = todo[~sure], min(n_documents, 2 * k)
+            if len(todo):
+                again = torch.from_numpy(queries[todo])
+                values, ranked = top_k_search(
+                    lambda qi, dj, again=again: scores(again[qi], dj), len(todo),
+                    n_documents, k, query_chunk=query_chunk, document_chunk=document_chunk)
+        yield rows, best, index
+
+
 def mine_hard_negatives(anchors: Any, positives: Any, corpus: Any = None, *,
                         embedding: Any = None, n_negatives: int = 4,
                         rank_window: tuple[int, int] = (0, 50),
@@ -172,8 +266,13 @@ def mine_hard_negatives(anchors: Any, positives: Any, corpus: Any = None, *,
 
     The search is chunked (:func:`top_k_search`): memory is ``O(query_chunk x
     document_chunk)`` whatever the corpus (``benchmarks/bench_text.py`` mines a
-    1,000,000 x 1,000,000 search). The result is deterministic (ties go to the smaller
-    corpus index).
+    1,000,000 x 1,000,000 search). Its float32 scores round differently in blocks of
+    other shapes, so each query's short list (its candidates and every one within
+    float32's rounding error of the cut) is rescored exactly, float64 cosines of the rows
+    as given: the result, scores included, does not depend on ``query_chunk``,
+    ``document_chunk`` or the device (ties go to the smaller corpus index). The float32
+    products run at full precision (``torch.get_float32_matmul_precision()`` is
+    ``'highest'`` during the search, restored after).
 
     Parameters
     ----------
@@ -265,7 +364,7 @@ def mine_hard_negatives(anchors: Any, positives: Any, corpus: Any = None, *,
     where = _device(device)
     a = _unit(torch.from_numpy(A)).to(where)
     c = _unit(torch.from_numpy(C)).to(where)
-    positive = (a * _unit(torch.from_numpy(P)).to(where)).sum(1)
+    positive_np = _Cosines(A, P)(np.arange(len(A)), np.arange(len(A))[:, None])[:, 0]
     # duplicates of the positive (or of the anchor) in the corpus: the same text, or the
     # same embedding row
     if texts:
@@ -325,31 +424,37 @@ def mine_hard_negatives(anchors: Any, positives: Any, corpus: Any = None, *,
             return np.ones(len(corpus_rows), dtype=bool)
         return group_key[n + corpus_rows] != group_key[queries]
 
+    cosines = _Cosines(A, C)
+
+    def exact(queries: np.ndarray, ranked_units: np.ndarray) -> np.ndarray:
+        return cosines(queries, np.where(ranked_units >= 0,
+                                         rep[np.clip(ranked_units, 0, None)], -1))
+
     _, query_chunk, document_chunk = _check_blocks(1, query_chunk, document_chunk)
-    positive_np = positive.cpu().numpy()
     indices = np.full((n, n_negatives), -1, dtype=np.int64)
     found = np.full((n, n_negatives), np.nan, dtype=np.float32)
-    for rows, values, ranked in _top_k_blocks(scores, n, n_units,
-                                              min(n_units, max(1, q if in_block else depth)),
-                                              query_chunk, document_chunk):
-        if not in_block:  # leave out the units that repeat the positive or the anchor
-            at = rep[np.clip(ranked, 0, None)]
-            out = (corpus_key[at] == positive_key[rows, None]) | \
-                (corpus_key[at] == anchor_key[rows, None])
-            values = np.where(out, -np.inf, values)
-        if units.merged or group_key is not None:  # else the ranked units are the rows
-            values, ranked = units.expand(values, ranked, q, depth - q,
-                                          lambda i, j, first=rows.start: allowed(i + first, j))
-        valid = np.isfinite(values)
-        rank = np.cumsum(valid, axis=1)  # 1-based rank among the allowed candidates
-        keep = valid & (rank > p) & (rank <= q)
-        if relative_margin is not None:
-            keep &= values < relative_margin * positive_np[rows, None]
-        width = min(n_negatives, keep.shape[1])  # a corpus smaller than n_negatives
-        order = np.argsort(~keep, axis=1, kind="stable")[:, :width]
-        picked = np.take_along_axis(keep, order, 1)
-        indices[rows, :width] = np.where(picked, np.take_along_axis(ranked, order, 1), -1)
-        found[rows, :width] = np.where(picked, np.take_along_axis(values, order, 1), np.nan)
+    with _full_float32_products():
+        for rows, values, ranked in _exact_top_blocks(
+                scores, exact, n, n_units, min(n_units, max(1, q if in_block else depth)),
+                query_chunk, document_chunk, _float32_error(A.shape[1])):
+            if not in_block:  # leave out the units that repeat the positive or the anchor
+                at = rep[np.clip(ranked, 0, None)]
+                out = (corpus_key[at] == positive_key[rows, None]) | \
+                    (corpus_key[at] == anchor_key[rows, None])
+                values = np.where(out, -np.inf, values)
+            if units.merged or group_key is not None:  # else the ranked units are the rows
+                values, ranked = units.expand(values, ranked, q, depth - q,
+                                              lambda i, j, first=rows.start: allowed(i + first, j))
+            valid = np.isfinite(values)
+            rank = np.cumsum(valid, axis=1)  # 1-based rank among the allowed candidates
+            keep = valid & (rank > p) & (rank <= q)
+            if relative_margin is not None:
+                keep &= values < relative_margin * positive_np[rows, None]
+            width = min(n_negatives, keep.shape[1])  # a corpus smaller than n_negatives
+            order = np.argsort(~keep, axis=1, kind="stable")[:, :width]
+            picked = np.take_along_axis(keep, order, 1)
+            indices[rows, :width] = np.where(picked, np.take_along_axis(ranked, order, 1), -1)
+            found[rows, :width] = np.where(picked, np.take_along_axis(values, order, 1), np.nan)
     chosen = indices >= 0
     complete = chosen.all(1)
     out = Bunch(indices=indices, scores=found,

@@ -23,7 +23,8 @@ def top_k_search(scores: Any, n_queries: int, n_documents: int, k: int, *,
     corpus. Ties are broken by the smaller document index, so the result does not depend
     on the chunking as long as ``scores`` gives a document the same score in any block
     (a matrix product may not, in its last bits: :func:`mine_hard_negatives` scores
-    identical rows once for that reason).
+    identical rows once and rescores each query's short list in float64 for that
+    reason).
 
     A NaN or ``+inf`` score is refused, naming its query (``-inf`` excludes a
     document).
@@ -64,9 +65,10 @@ def _top_k_blocks(scores: Any, n_queries: int, n_documents: int, k: int, query_c
             del block  # before the next block is made: one block alive at a time
             _check_scores(v[:, 0], queries)  # NaN and +inf rank first: each row's top
             i = i + d0
-            if best_v is not None and best_i is not None:
-                v, i = torch.cat([best_v, v], 1), torch.cat([best_i, i.to(best_i.device)], 1)
-            best_v, best_i = _ordered(v, i, k)
+            if best_v is None or best_i is None:  # ordered already: value, then index
+                best_v, best_i = v, i
+            else:
+                best_v, best_i = _merged(best_v, best_i, v, i.to(best_i.device), k)
         if best_v is not None and best_i is not None:
             values[:, :best_v.shape[1]] = best_v.cpu().numpy()
             indices[:, :best_i.shape[1]] = best_i.cpu().numpy()
@@ -92,30 +94,46 @@ def _check_blocks(k: Any, query_chunk: Any, document_chunk: Any) -> tuple[int, i
 
 
 def _chunk_top(block: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``width`` best of each row of a block, ties broken by the smaller column
-    (``topk`` picks among values tied at the boundary arbitrarily: those rows are
-    sorted stably instead). A row is tied at the boundary exactly when its
-    ``width + 1``-th best equals its ``width``-th, so one ``topk`` one wider finds them
-    (a pass counting ``block >= boundary`` cost more than the ``topk`` itself)."""
+    """The ``width`` best of each row of a block, by value (descending) then column
+    (ascending): ``topk`` orders tied values arbitrarily. A row tied at the boundary
+    (its ``width + 1``-th best equals its ``width``-th, so one ``topk`` one wider finds
+    them; a pass counting ``block >= boundary`` cost more than the ``topk`` itself) may
+    hold the wrong columns and is sorted stably whole; a row tied inside its best only
+    has them in the wrong order, which :func:`_ordered` mends."""
     wide = min(width + 1, block.shape[1])
     v, i = torch.topk(block, wide, dim=1)
     if wide > width:
-        tied = v[:, width] == v[:, width - 1]
+        tied = (v[:, 1:] == v[:, :-1]).any(1)  # inside the best or at the boundary
+        boundary = v[:, width] == v[:, width - 1]
         v, i = v[:, :width], i[:, :width]
         if bool(tied.any()):
-            rows = tied.nonzero().flatten()
+            rows = (tied & boundary).nonzero().flatten()
             sv, si = torch.sort(block[rows], dim=1, descending=True, stable=True)
             v[rows], i[rows] = sv[:, :width], si[:, :width]
+            rows = (tied & ~boundary).nonzero().flatten()
+            v[rows], i[rows] = _ordered(v[rows], i[rows])
     else:  # the whole row: order it stably
         v, i = torch.sort(block, dim=1, descending=True, stable=True)
     return v, i.long()
 
 
-def _ordered(values: torch.Tensor, indices: torch.Tensor, k: int
+def _ordered(values: torch.Tensor, indices: torch.Tensor
              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``k`` best of each row, by value (descending) then index (ascending)."""
+    """Each row by value (descending) then index (ascending)."""
     order = torch.argsort(indices, dim=1, stable=True)
     values, indices = values.gather(1, order), indices.gather(1, order)
+    order = torch.argsort(values, dim=1, descending=True, stable=True)
+    return values.gather(1, order), indices.gather(1, order)
+
+
+def _merged(best_v: torch.Tensor, best_i: torch.Tensor, values: torch.Tensor,
+            indices: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` best of each row of a running top and a later block's top, both ordered
+    by value (descending) then index (ascending), in that order. The block's documents
+    come after the running top's, so one stable sort by value keeps tied values in index
+    order (sorting by index first, as :func:`_ordered` must, cost as much again: torch
+    sorts rows wider than 32 numbers many times slower than narrower ones)."""
+    values, indices = torch.cat([best_v, values], 1), torch.cat([best_i, indices], 1)
     order = torch.argsort(values, dim=1, descending=True, stable=True)[:, :k]
     return values.gather(1, order), indices.gather(1, order)
 
