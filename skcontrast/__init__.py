@@ -10,9 +10,33 @@ The estimators and :func:`load` are imported when first used (PEP 562), so that 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.2.0"
+
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editors
+    from . import (
+        datasets,
+        exceptions,
+        geometry,
+        losses,
+        memory,
+        metrics,
+        model_selection,
+        plotting,
+        selectors,
+        selftest,
+        simulation,
+        text,
+    )
+    from ._estimators import (
+        AcceleratorCheckpoint,
+        ContrastiveEmbedder,
+        LazyAdam,
+        SupConEmbedder,
+        WarmupCosine,
+    )
+    from ._estimators._base import load
 
 _LAZY = {"AcceleratorCheckpoint": "._estimators", "ContrastiveEmbedder": "._estimators",
          "LazyAdam": "._estimators", "SupConEmbedder": "._estimators",

@@ -188,11 +188,11 @@ def _column(values: Any, column: Any, name: str) -> Any:
     if all(isinstance(v, int | float | np.number) and not isinstance(v, bool)
            and not _is_missing(v) for v in values):
         return np.asarray(values)
-    bad = next((i for i, v in enumerate(values) if _is_missing(v) or np.ndim(v) == 0),
-               None)
-    if bad is not None:
-        raise ValueError(f"{where} holds {_what(values[bad])} at row "
-                         f"{bad}: a column is text (strings), numbers, or one array per "
+    scalar = next((i for i, v in enumerate(values) if _is_missing(v) or np.ndim(v) == 0),
+                  None)
+    if scalar is not None:
+        raise ValueError(f"{where} holds {_what(values[scalar])} at row "
+                         f"{scalar}: a column is text (strings), numbers, or one array per "
                          "row")
     rows = [np.asarray(v.cpu() if hasattr(v, "cpu") else v) for v in values]
     shape = rows[0].shape

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import inspect
 import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,7 +39,7 @@ from ._monitor import (
     split_indices,
 )
 from ._net import SelectorNet
-from ._params import estimator_signature, resolve_device
+from ._params import resolve_device
 from ._persist import (
     choose_params,
     decode_attributes,
@@ -204,7 +203,6 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
         here: the caller commits the returned net with :meth:`_commit` once everything
         has succeeded, so a failed fit (warm or not) leaves the estimator as it was.
         """
-        self._check_params()
         self._check_input_settings(spec)
         accelerator = self.accelerator
         device = str(accelerator.device) if accelerator is not None else \
@@ -269,15 +267,9 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
             raise TrainingInterrupted(net.interrupted)
 
 
-    #: the parameters this estimator adds to, or whose defaults it changes in, the
-    #: shared ones (``_params.PARAMETERS``): its ``__init__`` is made from both
-    _parameters: ClassVar[dict[str, tuple[Any, str]]] = {}
-
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _KINDS[path_of(cls)] = cls  # what load builds, by the name a saved model holds
-        if "_parameters" in vars(cls):
-            cls.__init__ = _stored_init(estimator_signature(cls._parameters))  # type: ignore[method-assign]
 
     def save(self, path: Any) -> Any:
         """Save the fitted estimator to the folder ``path`` without pickle.
@@ -617,21 +609,3 @@ def warn_single_member_classes(y_codes: np.ndarray, classes: np.ndarray, convent
         warnings.warn(f"{len(single)} class(es) have a single sample ({shown}{more}): their "
                       f"anchors have no positive and are handled by "
                       f"anchors_without_positives={convention!r}", UserWarning, stacklevel=3)
-
-
-def _stored_init(signature: inspect.Signature) -> Any:
-    """An ``__init__`` with ``signature`` that stores every argument unchanged (as
-    scikit-learn asks: nothing is checked before ``fit``), and ``**kwargs`` (nested
-    ``module__*``/``optimizer__*`` parameters) as they are."""
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        bound = signature.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        nested = bound.arguments.pop("kwargs", {})
-        for name, value in bound.arguments.items():
-            if name != "self":
-                setattr(self, name, value)
-        self._set_nested(nested)
-
-    __init__.__signature__ = signature  # type: ignore[attr-defined]
-    return __init__

@@ -3,18 +3,37 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import torch
 from sklearn.utils.validation import check_is_fitted
 
-from .._validation import check_choice, check_labels, describe
+from .._validation import Interval, Options, check_labels, store_params
 from ..metrics import recall_at_k
 from ._base import BaseEmbedder, global_rng_turn, sample_of
 from ._docs import shared_parameters
 from ._forms import read_fit_input, read_input, read_view
 from ._step import Augmentation
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..memory import BaseMemory
+    from ..selectors import BatchSelector
+    from ._params import (
+        FreezeLike,
+        HeadLike,
+        LossLike,
+        ModuleLike,
+        OptimizerName,
+        Precision,
+        Seed,
+        SelectionPass,
+    )
+    from ._schedule import WarmupCosine
+
 
 
 @shared_parameters
@@ -130,11 +149,54 @@ class ContrastiveEmbedder(BaseEmbedder):
     """
 
     _labelled = False
+    _parameter_constraints: ClassVar[dict[str, list]] = {
+        **BaseEmbedder._parameter_constraints,
+        "view_split": [None, Interval(int, 1)],
+        "shared_encoder": [Options("auto", True, False)],
+        "transform_views": [Options("first", "concat", "mean")],
+    }
 
-    #: what this estimator adds to the shared parameters (``_params.PARAMETERS``)
-    _parameters: ClassVar[dict[str, tuple[Any, str]]] = {
-        "loss": ("symmetric_info_nce", "Any"), "view_split": (None, "int | None"),
-        "shared_encoder": ("auto", "Any"), "transform_views": ("first", "str")}
+    def __init__(
+        self,
+        module: ModuleLike = None,
+        *,
+        tokenizer: Callable[..., Any] | None = None,
+        n_components: int | Literal["auto"] = "auto",
+        hidden_layer_sizes: tuple[int, ...] | Literal["auto"] = "auto",
+        loss: LossLike = "symmetric_info_nce",
+        batch_size: int | None = None,
+        selector: BatchSelector | None = None,
+        memory: BaseMemory | None = None,
+        max_epochs: int = 20,
+        lr: float = 1e-3,
+        lr_schedule: WarmupCosine | None = None,
+        validation_fraction: float | None = None,
+        scoring: str | Callable[..., float] | None = None,
+        optimizer: OptimizerName | type[torch.optim.Optimizer] = "adam",
+        optimizer_params: dict[str, Any] | None = None,
+        augmentation: Callable[..., Any] | None = None,
+        precision: Precision = "float32",
+        num_workers: int = 0,
+        data_on_device: bool | Literal["auto"] = False,
+        micro_batch_size: int | None = None,
+        image_normalization: tuple[Any, Any] | None = None,
+        selection_pass: SelectionPass = "fresh",
+        accelerator: Any = None,
+        device: str = "auto",
+        random_state: Seed = None,
+        verbose: int = 0,
+        callbacks: list[Any] | None = None,
+        warm_start: bool = False,
+        projection_head: HeadLike = None,
+        transform_from: Literal["head", "backbone"] = "head",
+        freeze: FreezeLike = None,
+        view_split: int | None = None,
+        shared_encoder: bool | Literal["auto"] = "auto",
+        transform_views: Literal["first", "concat", "mean"] = "first",
+        **kwargs: Any,
+    ) -> None:
+        store_params(self, locals())
+        self._set_nested(kwargs)  # module__* and optimizer__*, stored as they are
 
     # -- public API -------------------------------------------------------------------
 
@@ -163,16 +225,13 @@ class ContrastiveEmbedder(BaseEmbedder):
         -------
         self
         """
+        self._check_params()
         data, spec, features = read_fit_input(self, X, single=self.augmentation is not None,
                                               view_split=self.view_split)
-        if self.shared_encoder not in ("auto", True, False):
-            raise ValueError(f"shared_encoder must be 'auto', True or False; got "
-                             f"{describe(self.shared_encoder)}")
         first, last = spec.views[0], spec.views[-1]
         alike = (first.shape, first.integer, first.parts) == \
             (last.shape, last.integer, last.parts)
         shared = alike if self.shared_encoder == "auto" else bool(self.shared_encoder)
-        check_choice(self.transform_views, "transform_views", ("first", "concat", "mean"))
         if self.transform_views != "first" and not spec.paired:
             raise ValueError(f"transform_views={self.transform_views!r} combines the two "
                              "views of paired input, but X holds single views (with an "

@@ -280,7 +280,7 @@ class TensorViews(ViewData):
                 for start in range(0, len(flat), rows):
                     chunk = flat[start:start + rows].cpu().contiguous()
                     if chunk.numel():
-                        digest.update(chunk.view(torch.uint8).numpy())
+                        digest.update(chunk.view(torch.uint8).numpy().data)
         return digest.hexdigest()
 
     def to(self, device: Any) -> TensorViews:

@@ -169,8 +169,8 @@ class TableForm(InputForm):
         kind = table_kind(columns)
         if (kind == "text") != (spec.form == "text") or spec.form not in (
                 "text", "flat", "dict"):
-            fitted = "text" if spec.form == "text" else f"{spec.form} input, not text"
-            raise ValueError(f"{type(estimator).__name__} was fitted on {fitted}; got a "
+            what = "text" if spec.form == "text" else f"{spec.form} input, not text"
+            raise ValueError(f"{type(estimator).__name__} was fitted on {what}; got a "
                              f"table of {'text' if kind == 'text' else 'numeric'} columns "
                              f"{list(columns)}")
         fitted = _fitted_columns(estimator, spec)

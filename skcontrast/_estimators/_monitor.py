@@ -12,11 +12,11 @@ from skorch.callbacks import Callback
 from .._validation import check_real
 
 
-def check_validation_fraction(value: Any) -> None:
+def check_validation_fraction(value: Any, name: str = "validation_fraction") -> None:
     if value is None:
         return
     try:
-        check_real(value, "validation_fraction", low=0, high=1, low_open=True, high_open=True)
+        check_real(value, name, low=0, high=1, low_open=True, high_open=True)
     except ValueError as exc:
         raise ValueError(str(exc).replace("must be", "must be None or", 1)) from None
 

@@ -13,14 +13,23 @@ from __future__ import annotations
 import functools
 import inspect
 import numbers
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, clone
+from torch import nn
 
-from .._validation import check_choice, check_int, check_positive, describe, resolve_seed
+from .._validation import (
+    Checked,
+    InstanceOf,
+    Interval,
+    Options,
+    describe,
+    resolve_seed,
+    validate_params,
+)
 from ..losses import LOSSES, Loss, make_loss
 from ..memory import BaseMemory
 from ..selectors import BatchSelector
@@ -30,6 +39,17 @@ from ._monitor import check_validation_fraction
 from ._optim import LazyAdam
 from ._schedule import WarmupCosine
 from ._step import PRECISIONS
+
+#: What the estimators' parameters hold, for the type checker (their ``__init__``
+#: annotations) and the reader.
+ModuleLike = nn.Module | type | Callable[..., Any] | Mapping[Any, Any] | Sequence[Any] | None
+LossLike = str | Loss | Callable[..., Any]
+OptimizerName = Literal["adam", "adamw", "sgd"]
+Precision = Literal["float32", "bfloat16", "float16"]
+SelectionPass = Literal["fresh", "cached"]
+HeadLike = Literal["mlp"] | int | nn.Module | None
+FreezeLike = Literal["backbone"] | Sequence[str] | None
+Seed = int | np.random.RandomState | np.random.Generator | None
 
 #: ``'adam'`` is :class:`~._optim.LazyAdam`: Adam, with lazy row updates of sparse gradients
 OPTIMIZERS = {"adam": LazyAdam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
@@ -41,41 +61,6 @@ MOVED_TO_LOSS = {
     "lambda_ent": "loss__lambda_ent",
     "loss_params": "loss__<option> (e.g. loss__chunk_size), or loss=SupCon(...)",
 }
-
-#: The estimators' parameters, written once: ``(name, default, annotation)`` in signature
-#: order (``module`` positional, the rest keyword-only). An estimator lists what it
-#: changes or adds in its ``_parameters`` (e.g. its ``loss`` default); ``_docs.PARAMETERS``
-#: documents the shared ones.
-PARAMETERS: tuple[tuple[str, Any, str], ...] = (
-    ("module", None, "Any"), ("tokenizer", None, "Any"), ("n_components", "auto", "int | str"),
-    ("hidden_layer_sizes", "auto", "tuple | str"), ("loss", None, "Any"),
-    ("batch_size", None, "int | None"), ("selector", None, "Any"), ("memory", None, "Any"),
-    ("max_epochs", 20, "int"), ("lr", 1e-3, "float"), ("lr_schedule", None, "Any"),
-    ("validation_fraction", None, "float | None"), ("scoring", None, "Any"),
-    ("optimizer", "adam", "Any"), ("optimizer_params", None, "dict | None"),
-    ("augmentation", None, "Any"), ("precision", "float32", "str"), ("num_workers", 0, "int"),
-    ("data_on_device", False, "Any"), ("micro_batch_size", None, "int | None"),
-    ("image_normalization", None, "Any"), ("selection_pass", "fresh", "str"),
-    ("accelerator", None, "Any"), ("device", "auto", "str"), ("random_state", None, "Any"),
-    ("verbose", 0, "int"), ("callbacks", None, "list | None"), ("warm_start", False, "bool"),
-    ("projection_head", None, "Any"), ("transform_from", "head", "str"),
-    ("freeze", None, "Any"))
-
-
-def estimator_signature(own: dict[str, tuple[Any, str]]) -> inspect.Signature:
-    """The ``__init__`` signature of an estimator: :data:`PARAMETERS`, with the defaults
-    ``own`` (``name: (default, annotation)``) changes, then the parameters ``own`` adds,
-    then ``**kwargs`` (nested ``module__*`` and ``optimizer__*``)."""
-    kinds = inspect.Parameter
-    table = {name: (default, note) for name, default, note in PARAMETERS}
-    table.update(own)
-    params = [kinds("self", kinds.POSITIONAL_OR_KEYWORD)]
-    for name, (default, note) in table.items():
-        kind = kinds.POSITIONAL_OR_KEYWORD if name == "module" else kinds.KEYWORD_ONLY
-        params.append(kinds(name, kind, default=default, annotation=note))
-    params.append(kinds("kwargs", kinds.VAR_KEYWORD, annotation="Any"))
-    return inspect.Signature(params, return_annotation="None")
-
 
 def moved_to_loss_message(names: list[str]) -> str:
     said = "; ".join(f"{n} -> {MOVED_TO_LOSS[n]}" for n in names)
@@ -127,37 +112,63 @@ def resolve_device(device: Any) -> str:
     raise ValueError(f"device must be 'auto', 'cpu', 'cuda[:N]' or 'mps'; got {describe(device)}")
 
 
-def _check_normalization(normalization: Any) -> None:
+def _check_normalization(normalization: Any, name: str = "image_normalization") -> None:
     if normalization is None:
         return
     try:
         mean, std = (np.atleast_1d(np.asarray(v, dtype=float)) for v in normalization)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"image_normalization must be None or (mean, std); got "
+        raise ValueError(f"{name} must be None or (mean, std); got "
                          f"{describe(normalization)}") from exc
     if mean.ndim != 1 or mean.shape != std.shape or not (std > 0).all() or \
             not np.isfinite(mean).all():
-        raise ValueError(f"image_normalization must be (mean, std) with one value or one per "
+        raise ValueError(f"{name} must be (mean, std) with one value or one per "
                          f"channel each, std > 0; got {describe(normalization)}")
 
 
-def _check_callbacks(callbacks: Any) -> None:
+def _check_callbacks(callbacks: Any, name: str = "callbacks") -> None:
     """skorch callbacks: instances or classes, optionally as ``(name, callback)``."""
     from skorch.callbacks import Callback
 
     if callbacks is None:
         return
     if not isinstance(callbacks, list | tuple):
-        raise ValueError(f"callbacks must be a list of skorch callbacks; got "
+        raise ValueError(f"{name} must be a list of skorch callbacks; got "
                          f"{describe(callbacks)}")
     for i, item in enumerate(callbacks):
         callback = item[1] if isinstance(item, tuple) and len(item) == 2 and \
             isinstance(item[0], str) else item
         is_class = isinstance(callback, type) and issubclass(callback, Callback)
         if not (isinstance(callback, Callback) or is_class):
-            raise ValueError(f"callbacks[{i}] must be a skorch callback (an instance of "
+            raise ValueError(f"{name}[{i}] must be a skorch callback (an instance of "
                              f"skorch.callbacks.Callback, or (name, callback)); got "
                              f"{describe(item)}")
+
+
+def _check_widths(widths: Any, name: str) -> None:
+    if not isinstance(widths, tuple | list) or not all(
+            isinstance(h, numbers.Integral) and not isinstance(h, bool) and int(h) >= 1
+            for h in widths):
+        raise ValueError(f"{name} must be 'auto' or a tuple of positive ints; got "
+                         f"{describe(widths)}")
+
+
+def _check_schedule(schedule: Any, name: str) -> None:
+    if not isinstance(schedule, WarmupCosine):
+        raise ValueError(f"{name} must be None or a WarmupCosine; got {describe(schedule)}")
+    schedule.check()
+
+
+def _check_optimizer_class(optimizer: Any, name: str) -> None:
+    if not (isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer)):
+        raise ValueError(f"{name} must be one of {tuple(OPTIMIZERS)} or a torch.optim."
+                         f"Optimizer class; got {describe(optimizer)}")
+
+
+def _check_augmentation(augmentation: Any, name: str) -> None:
+    if not callable(augmentation):
+        raise ValueError(f"{name} must be a callable f(x) or f(x, generator); got "
+                         f"{describe(augmentation)}")
 
 
 class ParameterChecks(BaseEstimator):
@@ -253,38 +264,44 @@ class ParameterChecks(BaseEstimator):
                                  f"{owner} first ({hint})")
         return super().set_params(**params)
 
+    #: What each parameter may be (scikit-learn's ``_parameter_constraints``: a value
+    #: satisfies one of the list), checked by :func:`~skcontrast._validation.
+    #: validate_params` when ``fit`` starts. Parameters whose check needs the data
+    #: (``device``, ``module``, ``view_split``, ``data_on_device``) are checked where it
+    #: is read; rules between parameters in :meth:`_check_params`.
+    _parameter_constraints: ClassVar[dict[str, list]] = {
+        "n_components": ["auto", Interval(int, 1)],
+        "hidden_layer_sizes": ["auto", Checked(_check_widths, "a tuple of positive ints")],
+        "batch_size": [None, Interval(int)],
+        "selector": [InstanceOf(BatchSelector, "a BatchSelector from skcontrast.selectors"),
+                     None],
+        "memory": [None, InstanceOf(BaseMemory, "a memory from skcontrast.memory "
+                                                "(SogCLRMemory, CrossBatchMemory)")],
+        "max_epochs": [Interval(int, 1)],
+        "lr": [Interval(float, 0, closed="right")],
+        "lr_schedule": [None, Checked(_check_schedule, "a WarmupCosine")],
+        "validation_fraction": [Checked(check_validation_fraction,
+                                        "None or a number in (0, 1)")],
+        "optimizer": [Options(*OPTIMIZERS), Checked(_check_optimizer_class,
+                                                    "a torch.optim.Optimizer class")],
+        "augmentation": [None, Checked(_check_augmentation,
+                                       "a callable f(x) or f(x, generator)")],
+        "precision": [Options(*PRECISIONS)],
+        "num_workers": [Interval(int, 0)],
+        "micro_batch_size": [None, Interval(int, 1)],
+        "image_normalization": [Checked(_check_normalization, "None or (mean, std)")],
+        "selection_pass": [Options("fresh", "cached")],
+        "callbacks": [Checked(_check_callbacks, "a list of skorch callbacks")],
+        "transform_from": [Options("head", "backbone")],
+        "verbose": [Interval(int, 0), bool],
+        "warm_start": [bool],
+    }
+
     def _check_params(self) -> None:
-        if self.n_components != "auto":
-            check_int(self.n_components, "n_components", minimum=1)
-        check_int(self.max_epochs, "max_epochs", minimum=1)
-        check_positive(self.lr, "lr")
-        if self.hidden_layer_sizes != "auto" and (
-                not isinstance(self.hidden_layer_sizes, tuple | list) or not all(
-                    isinstance(h, numbers.Integral) and int(h) >= 1
-                    for h in self.hidden_layer_sizes)):
-            raise ValueError(f"hidden_layer_sizes must be 'auto' or a tuple of positive ints; "
-                             f"got {describe(self.hidden_layer_sizes)}")
-        if self.batch_size is not None:
-            check_int(self.batch_size, "batch_size")
-        if self.selector is not None and not isinstance(self.selector, BatchSelector):
-            raise ValueError(f"selector must be a BatchSelector from skcontrast.selectors; "
-                             f"got {describe(self.selector)}")
-        if self.lr_schedule is not None:
-            if not isinstance(self.lr_schedule, WarmupCosine):
-                raise ValueError(f"lr_schedule must be None or a WarmupCosine; got "
-                                 f"{describe(self.lr_schedule)}")
-            self.lr_schedule.check()
-        if self.memory is not None and not isinstance(self.memory, BaseMemory):
-            raise ValueError(f"memory must be None or a memory from skcontrast.memory "
-                             f"(SogCLRMemory, CrossBatchMemory); got {describe(self.memory)}")
-        if self.augmentation is not None and not callable(self.augmentation):
-            raise ValueError(f"augmentation must be a callable f(x) or f(x, generator); got "
-                             f"{describe(self.augmentation)}")
-        check_choice(self.precision, "precision", tuple(PRECISIONS))
+        """The declared constraints (:attr:`_parameter_constraints`), then the rules
+        between parameters."""
+        validate_params(self)
         self._check_accelerator()
-        check_int(self.num_workers, "num_workers", minimum=0)
-        _check_callbacks(self.callbacks)
-        check_validation_fraction(self.validation_fraction)
         unknown = [k for k in self._extra_params() if not k.startswith(self._nested_prefixes)
                    or k in self._nested_prefixes]
         moved = [k for k in unknown if k in MOVED_TO_LOSS]
@@ -293,15 +310,10 @@ class ParameterChecks(BaseEstimator):
         if unknown:
             raise ValueError(f"unknown parameter(s) {unknown} of {type(self).__name__}; nested "
                              "parameters start with 'module__' or 'optimizer__'")
-        _check_normalization(self.image_normalization)
-        check_choice(self.transform_from, "transform_from", ("head", "backbone"))
-        check_choice(self.selection_pass, "selection_pass", ("fresh", "cached"))
         clash = set(self._nested("optimizer__")) & set(self.optimizer_params or {})
         if clash:
             raise ValueError(f"{sorted(clash)} set both as optimizer__* and in "
                              "optimizer_params; give each once")
-        if self.micro_batch_size is not None:
-            check_int(self.micro_batch_size, "micro_batch_size", minimum=1)
         if self.freeze == "backbone" and self.projection_head is None:
             raise ValueError("freeze='backbone' fixes the whole module, and without a "
                              "projection_head nothing would train: add a projection_head "
@@ -337,13 +349,8 @@ class ParameterChecks(BaseEstimator):
                              "precision on it (Accelerator(mixed_precision='bf16'))")
 
     def _optimizer(self) -> Any:
-        if isinstance(self.optimizer, str):
-            check_choice(self.optimizer, "optimizer", tuple(OPTIMIZERS))
-            return OPTIMIZERS[self.optimizer]
-        if isinstance(self.optimizer, type) and issubclass(self.optimizer, torch.optim.Optimizer):
-            return self.optimizer
-        raise ValueError(f"optimizer must be one of {tuple(OPTIMIZERS)} or a torch.optim."
-                         f"Optimizer class; got {describe(self.optimizer)}")
+        """The optimizer class: a name's (:data:`OPTIMIZERS`), or the class given."""
+        return OPTIMIZERS[self.optimizer] if isinstance(self.optimizer, str) else self.optimizer
 
     def _seed(self) -> int:
         return resolve_seed(self.random_state)

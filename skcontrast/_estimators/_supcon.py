@@ -3,17 +3,36 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from .._validation import check_labels, encode_labels, plain_label
+from .._validation import check_labels, encode_labels, plain_label, store_params
 from ..metrics import class_centres, nearest_centre
 from ._base import BaseEmbedder, embed_net, sample_of, warn_single_member_classes
 from ._data import ItemViews
 from ._docs import shared_parameters
 from ._forms import is_dataset, read_fit_input, read_input
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..memory import BaseMemory
+    from ..selectors import BatchSelector
+    from ._params import (
+        FreezeLike,
+        HeadLike,
+        LossLike,
+        ModuleLike,
+        OptimizerName,
+        Precision,
+        Seed,
+        SelectionPass,
+    )
+    from ._schedule import WarmupCosine
+
 
 
 @shared_parameters
@@ -84,8 +103,44 @@ class SupConEmbedder(BaseEmbedder):
 
     _labelled = True
 
-    #: what this estimator changes in the shared parameters (``_params.PARAMETERS``)
-    _parameters: ClassVar[dict[str, tuple[Any, str]]] = {"loss": ("supcon", "Any")}
+    def __init__(
+        self,
+        module: ModuleLike = None,
+        *,
+        tokenizer: Callable[..., Any] | None = None,
+        n_components: int | Literal["auto"] = "auto",
+        hidden_layer_sizes: tuple[int, ...] | Literal["auto"] = "auto",
+        loss: LossLike = "supcon",
+        batch_size: int | None = None,
+        selector: BatchSelector | None = None,
+        memory: BaseMemory | None = None,
+        max_epochs: int = 20,
+        lr: float = 1e-3,
+        lr_schedule: WarmupCosine | None = None,
+        validation_fraction: float | None = None,
+        scoring: str | Callable[..., float] | None = None,
+        optimizer: OptimizerName | type[torch.optim.Optimizer] = "adam",
+        optimizer_params: dict[str, Any] | None = None,
+        augmentation: Callable[..., Any] | None = None,
+        precision: Precision = "float32",
+        num_workers: int = 0,
+        data_on_device: bool | Literal["auto"] = False,
+        micro_batch_size: int | None = None,
+        image_normalization: tuple[Any, Any] | None = None,
+        selection_pass: SelectionPass = "fresh",
+        accelerator: Any = None,
+        device: str = "auto",
+        random_state: Seed = None,
+        verbose: int = 0,
+        callbacks: list[Any] | None = None,
+        warm_start: bool = False,
+        projection_head: HeadLike = None,
+        transform_from: Literal["head", "backbone"] = "head",
+        freeze: FreezeLike = None,
+        **kwargs: Any,
+    ) -> None:
+        store_params(self, locals())
+        self._set_nested(kwargs)  # module__* and optimizer__*, stored as they are
 
     def fit(self, X: Any, y: Any = None, X_val: Any = None,
             y_val: Any = None) -> SupConEmbedder:
@@ -110,6 +165,7 @@ class SupConEmbedder(BaseEmbedder):
         name = type(self).__name__
         if y is None and not is_dataset(X):
             raise ValueError(f"{name} requires y to be passed, but the target y is None.")
+        self._check_params()
         data, spec, features = read_fit_input(self, X, single=True, labelled=True)
         if y is None:  # a Dataset of (x, label) items
             assert isinstance(data, ItemViews)
