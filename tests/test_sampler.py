@@ -214,9 +214,11 @@ class OwnSelector(BatchSelector):
                         r"\[4, 10\]$"),
     ([[-1, 2]], r"batch 0 of OwnSelector's epoch 0 holds indices outside \[0, 10\): "
                 r"\[-1, 2\] \(a negative index does not count from the end\)"),
-    ([np.array([0.0, 1.0])], r"batch 0 of OwnSelector's epoch 0 must be a 1-D array of "
-                             r"integer sample indices; got ndarray .*float64 \(floats are not"),
-    ([np.array([[0, 1]])], r"batch 0 of OwnSelector's epoch 0 must be a 1-D array"),
+    ([np.array([0.0, 1.0])], r"batch 0 of OwnSelector's epoch 0 must hold integer indices "
+                             r"of samples, as a 1-D array; got ndarray .*float64 \(floats "
+                             r"are not"),
+    ([np.array([[0, 1]])], r"batch 0 of OwnSelector's epoch 0 must hold integer indices "
+                           r"of samples, as a 1-D array"),
 ], ids=["empty epoch", "only lone batches", "repeat", "beyond n", "negative", "float",
         "2-D"])
 def test_the_sampler_checks_the_batches_of_a_selector_of_ones_own(batches, message):

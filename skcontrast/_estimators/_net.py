@@ -206,8 +206,6 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
     def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
         super().on_train_begin(net, X=X, y=y, **kwargs)
         self._mode_snapshot = None  # the next step walks the module trees
-        self._warned_lone = False
-        self._warned_coverage = False
         self._checked_augmentation = False
         if self.micro_batch_size is not None and batch_norms(self.module_):
             warnings.warn(
@@ -550,9 +548,8 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
-        for transient in ("_batch_terms", "training_data", "_warned_lone",
-                          "_warned_coverage", "_checked_augmentation", "_stopped_by",
-                          "_listeners", "_mode_snapshot"):
+        for transient in ("_batch_terms", "training_data", "_checked_augmentation",
+                          "_stopped_by", "_listeners", "_mode_snapshot"):
             state.pop(transient, None)  # rebuilt by every fit
         # the sampler is made anew by the next fit, from the embeddings it held
         state["_pending_selection"] = self.selection_state()

@@ -48,13 +48,14 @@ class LazyAdam(torch.optim.Adam):
     sparse gradients trains exactly as with Adam, with every option, and the state
     (``step``, ``exp_avg``, ``exp_avg_sq`` per parameter) has Adam's form: a saved Adam
     state loads into it. ``step`` does not call ``Adam.step`` (torch wraps it with the
-    step hooks of :meth:`~torch.optim.Optimizer.register_step_pre_hook` and
-    :meth:`~torch.optim.Optimizer.register_step_post_hook` once any Adam exists): each
-    hook runs once a step.
+    step hooks of ``Optimizer.register_step_pre_hook`` and
+    ``Optimizer.register_step_post_hook`` once any Adam exists): each hook runs once a
+    step.
 
     The estimators use it for ``optimizer='adam'`` (the default) and then give the
-    default text encoder sparse gradients; a user's ``sparse=True`` embedding trains
-    with it too. ``amsgrad`` is refused for sparse gradients.
+    default text encoder sparse gradients where the settings allow it; a user's
+    ``sparse=True`` embedding trains with it too. ``amsgrad`` is refused for sparse
+    gradients.
 
     Parameters
     ----------

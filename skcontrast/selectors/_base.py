@@ -33,8 +33,8 @@ def index_arrays(batches: Any, n: int, *, name: str = "batches[{}]",
         array = np.asarray(batch.cpu() if isinstance(batch, torch.Tensor) else batch)
         if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
             floats = " (floats are not truncated silently)" if array.dtype.kind == "f" else ""
-            raise ValueError(f"{name.format(i)} must be a 1-D array of integer sample "
-                             f"indices; got {describe(array)}{floats}")
+            raise ValueError(f"{name.format(i)} must hold integer indices of samples, as a "
+                             f"1-D array; got {describe(array)}{floats}")
         arrays.append(array if array.dtype == np.int64 else array.astype(np.int64))
     sizes = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
     flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
