@@ -39,40 +39,31 @@ arXiv:2307.05906 Eq. 5, the affinity of the spectral batch selector.
 
 from ._batch import STRUCTURES, LossBatch, LossInputs, loss_inputs
 from ._batched import pair_affinity, pairwise_lower_bound
+from ._contrastive_margin import ContrastiveMargin, contrastive_margin
 from ._core import LossTerms
+from ._dcl import DCL, dcl
+from ._debiased_nce import DebiasedNCE, debiased_nce
+from ._dhel import DHEL, dhel
 from ._guard import FalseNegativeGuard
-from ._hard_negative_nce import debiased_nce, hard_negative_nce
+from ._hard_negative_nce import HardNegativeNCE, hard_negative_nce
 from ._incremental import GrowingBatches
-from ._info_nce import dcl, dhel, info_nce, nt_xent, symmetric_info_nce
-from ._kcl import kcl
-from ._objects import (
-    DCL,
-    DHEL,
-    KCL,
-    LOSSES,
-    MIN_LEARNED_TEMPERATURE,
-    ContrastiveMargin,
-    DebiasedNCE,
-    FunctionLoss,
-    HardNegativeNCE,
-    InfoNCE,
-    Loss,
-    NTXent,
-    SigLIP,
-    SupCon,
-    SymmetricInfoNCE,
-    make_loss,
-)
+from ._info_nce import InfoNCE, info_nce
+from ._kcl import KCL, kcl
+from ._nt_xent import NTXent, nt_xent
+from ._objects import MIN_LEARNED_TEMPERATURE, FunctionLoss, Loss
 from ._registry import (
     LABEL_LOSSES,
+    LOSSES,
     PAIR_LOSSES,
     TILED_LOSSES,
     batch_losses,
     get_label_loss,
     get_pair_loss,
+    make_loss,
 )
-from ._siglip import siglip, sigmoid_pair_losses
-from ._supcon import contrastive_margin, supcon
+from ._siglip import SigLIP, siglip, sigmoid_pair_losses
+from ._supcon import SupCon, supcon
+from ._symmetric_info_nce import SymmetricInfoNCE, symmetric_info_nce
 
 __all__ = [
     "DCL",

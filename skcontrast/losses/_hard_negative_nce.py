@@ -1,4 +1,5 @@
-r"""Hard-negative and debiased contrastive losses: the loss-side answer to batch hardness.
+r"""Hard-negative contrastive loss, HCL: the loss-side answer to batch hardness (the debiased
+loss, its :math:`\beta = 0` case, is ``_debiased_nce``).
 
 Robinson et al. (ICLR 2021, "Contrastive learning with hard negative samples", Eq. 4
 and their Algorithm) reweight each anchor's negatives by importance weights
@@ -28,7 +29,7 @@ from typing import Any
 
 import torch
 
-from .._validation import check_choice, check_nonnegative, check_real
+from .._validation import check_choice, check_nonnegative, check_real, store_params
 from ._core import (
     LossTerms,
     check_loss_options,
@@ -43,6 +44,7 @@ from ._negatives import (
     self_logsumexp,
     with_negatives,
 )
+from ._softmax import _SoftmaxLoss
 from ._tiled import resolve_chunk_size
 
 NEGATIVES = ("both views", "other view")
@@ -153,21 +155,38 @@ def hard_negative_nce(u: Any, v: Any, *, temperature: Any = 0.1, beta: float = 1
     return finish(terms, return_terms)
 
 
-def debiased_nce(u: Any, v: Any, *, temperature: Any = 0.1, tau_plus: float = 0.1,
-                 lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
-                 reduction: str = "mean", negatives: str = "both views",
-                 return_terms: bool = False,
-                 chunk_size: Any = None, hard_negatives: Any = None,
-                 share_negatives: bool = True, exclude: Any = None,
-                 exclude_negatives: Any = None) -> torch.Tensor | LossTerms:
-    r"""Debiased contrastive loss (Chuang et al., NeurIPS 2020, Eq. 9): :func:`hard_negative_nce`
-    with :math:`\beta = 0`. Its negative term subtracts the expected share
-    :math:`\tau^+` of false negatives; at :math:`\tau^+ = 0` it is NT-Xent (or, with
-    ``negatives='other view'``, InfoNCE). Parameters as in :func:`hard_negative_nce`.
+class HardNegativeNCE(_SoftmaxLoss):
+    r"""Hard-negative contrastive loss, HCL (Robinson et al., 2021): :func:`hard_negative_nce`.
+
+    The loss-side way to make negatives hard, beside the batch selectors: each negative
+    is weighted by :math:`e^{\beta s/\tau}` and the false negatives expected under the
+    class prior :math:`\tau^+` are subtracted. ``beta=0, tau_plus=0`` is NT-Xent
+    (``negatives='other view'``: InfoNCE).
+
+    Parameters
+    ----------
+    temperature, learn_temperature, lambda_pos, lambda_ent, normalize, chunk_size
+        As in :class:`InfoNCE`.
+    share_negatives, false_negatives
+        As in :class:`InfoNCE` (hard negatives are reweighted like the others).
+    beta : float >= 0, default=1.0
+        Hardness.
+    tau_plus : float in [0, 1), default=0.1
+        Class prior of false negatives.
+    negatives : {'both views', 'other view'}, default='both views'
     """
-    return hard_negative_nce(u, v, temperature=temperature, beta=0.0, tau_plus=tau_plus,
-                             lambda_pos=lambda_pos, lambda_ent=lambda_ent,
-                             normalize=normalize, reduction=reduction, negatives=negatives,
-                             return_terms=return_terms, chunk_size=chunk_size,
-                             hard_negatives=hard_negatives, share_negatives=share_negatives,
-                             exclude=exclude, exclude_negatives=exclude_negatives)
+
+    function = staticmethod(hard_negative_nce)
+    blocks = ((0, 1), (0, 0), (1, 0), (1, 1))
+
+    def __init__(self, temperature: float = 0.1, *, beta: float = 1.0,
+                 tau_plus: float = 0.1, learn_temperature: bool = False,
+                 lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
+                 negatives: str = "both views", chunk_size: Any = "auto",
+                 share_negatives: bool = True, false_negatives: Any = None) -> None:
+        store_params(self, locals())
+
+    def _negatives(self, batch_size: int) -> int:
+        return 2 * batch_size - 2 if self.negatives == NEGATIVES[0] else batch_size - 1
+
+    queue_terms = None  # type: ignore[assignment]  # no form against a queue

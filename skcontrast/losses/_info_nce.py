@@ -1,4 +1,5 @@
-"""The InfoNCE family: one-sided, symmetric (CLIP), NT-Xent (SimCLR), DCL and DHEL.
+"""One-sided InfoNCE, the root of the InfoNCE family: symmetric InfoNCE (CLIP), NT-Xent
+(SimCLR), DCL and DHEL, each in a module of its own, build on it.
 
 All five share the positive/entropy split of Sors et al. 2021, arXiv:2112.11743 (Eq. 3-5): for an
 anchor with positive similarity ``s_pos`` and candidate similarities ``s_k``
@@ -20,15 +21,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .._validation import check_choice
+from .._validation import store_params
 from ._core import (
     LossTerms,
     check_loss_options,
     check_views,
-    combine_last,
     estimate_entropy,
     finish,
-    masked_logsumexp,
     reduce_terms,
     similarity,
 )
@@ -40,9 +39,8 @@ from ._negatives import (
     self_logsumexp,
     with_negatives,
 )
+from ._softmax import _SoftmaxLoss
 from ._tiled import resolve_chunk_size
-
-DIRECTION_MODES = ("sum", "mean")
 
 
 def _one_sided_terms(u: torch.Tensor, v: torch.Tensor, temperature: Any,
@@ -150,84 +148,6 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     return finish(terms, return_terms)
 
 
-def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
-                       lambda_ent: float = 1.0, normalize: bool = True,
-                       reduction: str = "mean", directions: str = "sum",
-                       return_terms: bool = False, denominator: Any = None,
-                       chunk_size: Any = None, hard_negatives: Any = None,
-                       share_negatives: bool = True, exclude: Any = None,
-                       exclude_negatives: Any = None,
-                       same_view_negatives: bool = False) -> torch.Tensor | LossTerms:
-    r"""Symmetric contrastive loss :math:`\mathcal{L}^{con} = \mathcal{L}(U,V) + \mathcal{L}(V,U)`.
-
-    Sreenivasan et al. 2023, Eq. 1-2 and Eq. 4 (Cho et al. 2023, arXiv:2307.05906, Eq. 2): the loss
-    of CLIP, each direction an
-    :func:`info_nce`. At temperature 1 and a simplex ETF with :math:`u_i = v_i`, its
-    value for ``N`` pairs is :math:`2\log(1 + (N-1)e^{-N/(N-1)})` (2.3465 for N=8).
-
-    Parameters
-    ----------
-    u, v : array-like of shape (..., B, d)
-        The paired embeddings (see :func:`info_nce`).
-    temperature, lambda_pos, lambda_ent, normalize, return_terms, chunk_size
-        As in :func:`info_nce` (tiles cover the rows and the columns of ``U V^T``).
-    denominator : callable or None, default=None
-        As in :func:`info_nce`; ``lse`` has shape ``(..., 2, B)`` (the directions first).
-    reduction : {'mean', 'sum', 'none'}, default='mean'
-        Over the ``B`` anchors *within* each direction. ``'none'`` returns per-anchor
-        losses of shape ``(..., 2, B)``: index 0 holds the anchors ``u_i`` of
-        :math:`\mathcal{L}(U,V)`, index 1 the anchors ``v_i`` of :math:`\mathcal{L}(V,U)`.
-    directions : {'sum', 'mean'}, default='sum'
-        How the two directions are combined. ``'sum'`` is :math:`\mathcal{L}^{con}` of
-        the papers (Sreenivasan et al. 2023; Cho et al. 2023); ``'mean'`` is the convention of CLIP
-        / open_clip, ``(L_i2t + L_t2i) / 2``, exactly half of it.
-    hard_negatives, share_negatives, exclude, exclude_negatives, same_view_negatives
-        As in :func:`info_nce`; the hard negatives join the ``U -> V`` direction (they
-        are candidates for the ``u`` anchors), the exclusions both, the same-view
-        negatives each its own view (GTE's query-query and document-document terms).
-
-    Returns
-    -------
-    torch.Tensor or LossTerms
-        Shape ``(...)``, or ``(..., 2, B)`` with ``reduction='none'``.
-    """
-    check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
-    check_choice(directions, "directions", DIRECTION_MODES)
-    u, v = check_views(u, v, normalize=normalize)
-    extras = check_extras(u, hard_negatives, share_negatives, exclude, exclude_negatives,
-                          normalize)
-    chunk = resolve_chunk_size(chunk_size, u.shape[-2], v.shape[-2])
-    if chunk is None and denominator is None and reduction != "none" and extras is None \
-            and not same_view_negatives:
-        return _cross_entropy_terms(similarity(u, v, temperature), lambda_pos, lambda_ent,
-                                    reduction, directions, return_terms)
-    masks = (None, None) if extras is None else (extras.mask((0,), 1), extras.mask((1,), 1))
-    if chunk is None:  # one logits matrix for both directions: its rows, then its columns
-        logits = similarity(u, v, temperature)
-        pos = -torch.diagonal(logits, dim1=-2, dim2=-1)
-        positive = torch.stack([pos, pos], dim=-2)
-        lse = torch.stack([masked_logsumexp(matrix, None if mask is None else mask.block())
-                           for matrix, mask in zip((logits, logits.transpose(-1, -2)), masks,
-                                                   strict=True)], dim=-2)
-    else:
-        pos_uv, ent_uv = _one_sided_terms(u, v, temperature, chunk, masks[0])
-        pos_vu, ent_vu = _one_sided_terms(v, u, temperature, chunk, masks[1])
-        positive, lse = torch.stack([pos_uv, pos_vu], dim=-2), torch.stack([ent_uv, ent_vu],
-                                                                            dim=-2)
-    if extras is not None and extras.negatives is not None:
-        lse = torch.stack([with_negatives(lse[0], u, extras, temperature), lse[1]])
-    if same_view_negatives:
-        lse = torch.logaddexp(lse, torch.stack([
-            _same_view_lse(u, 0, extras, temperature, chunk_size),
-            _same_view_lse(v, 1, extras, temperature, chunk_size)]))
-    entropy = estimate_entropy(lse, u.shape[-2], denominator)
-    terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
-                         reduction=reduction)
-    if reduction != "none":
-        terms = combine_last(terms, directions)
-    return finish(terms, return_terms)
-
-
 def _cross_entropy_terms(logits: torch.Tensor, lambda_pos: Any, lambda_ent: Any,
                          reduction: str, directions: str | None,
                          return_terms: bool) -> torch.Tensor | LossTerms:
@@ -280,137 +200,61 @@ def _same_view_lse(z: torch.Tensor, view: int, extras: Extras | None, temperatur
                           mask=None if extras is None else extras.mask((view,), 1))
 
 
-def _two_view(u: torch.Tensor, v: torch.Tensor,
-              temperature: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``2B`` anchors ``[u; v]`` and their positive terms ``-u_i.v_i / t`` (twice)."""
-    positive = -(u * v).sum(-1) / temperature
-    return torch.cat([u, v], dim=-2), torch.cat([positive, positive], dim=-1)
-
-
-def nt_xent(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
-            lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
-            return_terms: bool = False, denominator: Any = None,
-            chunk_size: Any = None, hard_negatives: Any = None, share_negatives: bool = True,
-            exclude: Any = None, exclude_negatives: Any = None) -> torch.Tensor | LossTerms:
-    r"""NT-Xent, the 2B-way loss of SimCLR (Chen et al., 2020; Koromilas et al. 2024,
-    arXiv:2405.18045 "SimCLR").
-
-    The ``2B`` rows of ``[u; v]`` are all anchors; an anchor's positive is its partner
-    in the other view and its negatives are the ``2B - 2`` remaining rows of *both*
-    views (within-view negatives included):
-
-    .. math::
-
-        \ell_a = -\log \frac{e^{z_a^\top z_{p(a)}/\tau}}{\sum_{b \ne a} e^{z_a^\top z_b/\tau}}
-
-    Memory is O(B^2): one ``(2B, 2B)`` similarity matrix, where pytorch-metric-learning's
-    ``NTXentLoss`` builds an O(B^3) pair table.
+class InfoNCE(_SoftmaxLoss):
+    r"""One-sided InfoNCE :math:`\mathcal{L}(U, V)` (Sreenivasan et al. 2023,
+    openreview.net/forum?id=7n2dNATSHeQ, Eq. 3):
+    :func:`info_nce`.
 
     Parameters
     ----------
-    u, v : array-like of shape (..., B, d)
-        The paired embeddings (see :func:`info_nce`).
-    temperature, lambda_pos, lambda_ent, normalize, return_terms, denominator, chunk_size
-        As in :func:`info_nce` (``lse`` has shape ``(..., 2B)``, over ``2B - 1``
-        candidates; tiles are rows of the ``2B x 2B`` matrix).
-    reduction : {'mean', 'sum', 'none'}, default='mean'
-        Over the ``2B`` anchors; ``'none'`` returns shape ``(..., 2B)`` (the ``u``
-        anchors first).
-    hard_negatives, share_negatives, exclude, exclude_negatives
-        As in :func:`info_nce`: the hard negatives are candidates of the ``u`` anchors;
-        an excluded item leaves both its rows out of every anchor's sum.
+    temperature : float, default=0.1
+        :math:`\tau`; the starting value when ``learn_temperature``.
+    learn_temperature : bool, default=False
+        Learn the temperature (kept above 0.01, smoothly) when an estimator trains with
+        this loss, as CLIP does.
+    lambda_pos, lambda_ent : float, default=1.0
+        Balance of the positive and entropy terms (Sors et al. 2021, Eq. 5).
+    normalize : bool, default=True
+        L2-normalise the embeddings first.
+    chunk_size : int, 'auto' or None, default='auto'
+        Tiled log-sum-exps (O(B) memory); ``'auto'`` tiles only when one dense ``B x B``
+        float32 matrix would exceed 256 MiB; ``None`` keeps it dense.
+    share_negatives : bool, default=True
+        With hard-negative columns (``(anchor, positive, negative_1 ... negative_k)``
+        rows): every anchor contrasts with all the batch's hard negatives
+        (sentence-transformers' convention); ``False``: with its own.
+    false_negatives : FalseNegativeGuard or None, default=None
+        Candidates left out of every anchor's sum: the same content, the same group, or
+        what a guide ranks above the positive (:class:`FalseNegativeGuard`).
+    same_view_negatives : bool, default=False
+        The batch's other anchors are candidates too (GTE's query-query negatives; with
+        :class:`SymmetricInfoNCE`, document-document too).
 
-    Returns
-    -------
-    torch.Tensor or LossTerms
+    Examples
+    --------
+    >>> import torch
+    >>> from skcontrast.losses import InfoNCE
+    >>> round(float(InfoNCE(temperature=1.0)(torch.eye(3), torch.eye(3))), 4)
+    0.5514
     """
-    return _two_view_loss(u, v, temperature, lambda_pos, lambda_ent, normalize, reduction,
-                          return_terms, denominator, chunk_size, decoupled=False,
-                          extras=(hard_negatives, share_negatives, exclude, exclude_negatives))
 
+    function = staticmethod(info_nce)
+    blocks = ((0, 1),)
+    cross_view = True
 
-def dcl(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
-        lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
-        return_terms: bool = False, denominator: Any = None,
-        chunk_size: Any = None, hard_negatives: Any = None, share_negatives: bool = True,
-        exclude: Any = None, exclude_negatives: Any = None) -> torch.Tensor | LossTerms:
-    r"""Decoupled contrastive loss (Yeh et al., 2022; Koromilas et al. 2024 "DCL").
+    def __init__(self, temperature: float = 0.1, *, learn_temperature: bool = False,
+                 lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
+                 chunk_size: Any = "auto",
+                 share_negatives: bool = True, false_negatives: Any = None,
+                 same_view_negatives: bool = False) -> None:
+        store_params(self, locals())
 
-    :func:`nt_xent` with the positive removed from the denominator, which removes the
-    coupling between the positive and negative gradients:
+    def lse_layout(self, structure: str) -> str | None:
+        return "anchors"
 
-    .. math::
-
-        \ell_a = -z_a^\top z_{p(a)}/\tau
-                 + \log \sum_{b \ne a,\, b \ne p(a)} e^{z_a^\top z_b/\tau}
-
-    Parameters and returns are those of :func:`nt_xent` (each anchor has ``2B - 2``
-    candidates). With :class:`skcontrast.memory.SogCLRMemory` this is SogCLR's global
-    contrastive loss (LibAUC's ``GCLoss_v1``).
-    """
-    return _two_view_loss(u, v, temperature, lambda_pos, lambda_ent, normalize, reduction,
-                          return_terms, denominator, chunk_size, decoupled=True,
-                          extras=(hard_negatives, share_negatives, exclude, exclude_negatives))
-
-
-def _two_view_loss(u: Any, v: Any, temperature: Any, lambda_pos: float, lambda_ent: float,
-                   normalize: bool, reduction: str, return_terms: bool, denominator: Any,
-                   chunk_size: Any, decoupled: bool,
-                   extras: tuple = (None, True, None, None)) -> torch.Tensor | LossTerms:
-    """NT-Xent, or DCL (``decoupled``: the positive left out of the denominator)."""
-    check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
-    u, v = check_views(u, v, normalize=normalize)
-    checked = check_extras(u, extras[0], extras[1], extras[2], extras[3], normalize)
-    z, positive = _two_view(u, v, temperature)
-    b = u.shape[-2]
-    lse = self_logsumexp(z, temperature, chunk_size, partner=b if decoupled else None,
-                         mask=None if checked is None else checked.mask((0, 1), 2))
-    lse = with_negatives(lse, z, checked, temperature)
-    entropy = estimate_entropy(lse, 2 * b - 2 if decoupled else 2 * b - 1, denominator)
-    terms = reduce_terms(positive, entropy,
-                         lambda_pos=lambda_pos, lambda_ent=lambda_ent, reduction=reduction)
-    return finish(terms, return_terms)
-
-
-def dhel(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
-         lambda_ent: float = 1.0, normalize: bool = True, reduction: str = "mean",
-         include_positive_view: bool = True, return_terms: bool = False,
-         chunk_size: Any = None) -> torch.Tensor | LossTerms:
-    r"""Decoupled hyperspherical energy loss (Koromilas et al., 2024; Koromilas et al. 2024).
-
-    The uniformity (entropy) part contrasts an anchor only with the *other anchors of
-    its own view*, so it no longer involves the positive at all — alignment and
-    uniformity are fully decoupled:
-
-    .. math::
-
-        \ell_i = -u_i^\top v_i/\tau + \log \sum_{j \ne i} e^{u_i^\top u_j/\tau}
-                 \;\big[+ \log \sum_{j \ne i} e^{v_i^\top v_j/\tau}\big]
-
-    Parameters
-    ----------
-    u, v : array-like of shape (..., B, d)
-        The paired embeddings; ``u`` are the anchors.
-    temperature, lambda_pos, lambda_ent, normalize, return_terms
-        As in :func:`info_nce`.
-    reduction : {'mean', 'sum', 'none'}, default='mean'
-        Over the ``B`` anchors; ``'none'`` returns shape ``(..., B)``.
-    include_positive_view : bool, default=True
-        Add the bracketed energy of the positives' view, as the authors' reference
-        code does by default (``include_augs=True``).
-    chunk_size : int, 'auto' or None, default=None
-        As in :func:`info_nce`.
-
-    Returns
-    -------
-    torch.Tensor or LossTerms
-    """
-    check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
-    u, v = check_views(u, v, normalize=normalize)
-    positive = -(u * v).sum(-1) / temperature
-    entropy = self_logsumexp(u, temperature, chunk_size)
-    if include_positive_view:
-        entropy = entropy + self_logsumexp(v, temperature, chunk_size)
-    terms = reduce_terms(positive, entropy, lambda_pos=lambda_pos, lambda_ent=lambda_ent,
-                         reduction=reduction)
-    return finish(terms, return_terms)
+    def queue_terms(self, rows: torch.Tensor, views: torch.Tensor, bank: torch.Tensor,
+                    bank_views: torch.Tensor, candidates: torch.Tensor,
+                    positives: torch.Tensor, **overrides: Any) -> LossTerms:
+        anchors = views == 0  # one-sided: the anchors of view 0 only
+        return super().queue_terms(rows[anchors], views[anchors], bank, bank_views,
+                                   candidates[anchors], positives[anchors], **overrides)

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .._validation import describe
+from .._validation import as_float_tensor, describe, store_params
 from ._core import (
     LossTerms,
     check_loss_options,
@@ -17,9 +17,11 @@ from ._core import (
     combine_last,
     eye_mask,
     finish,
+    maybe_normalize,
     reduce_terms,
     squared_distances,
 )
+from ._objects import Loss
 from ._tiled import resolve_chunk_size, tiled_kernel_row_sums
 
 
@@ -116,3 +118,40 @@ def kcl(u: Any, v: Any, *, kernel: str | Callable = "gaussian", temperature: Any
     if reduction != "none":
         terms = combine_last(terms, "sum")
     return finish(terms, return_terms)
+
+
+class KCL(Loss):
+    r"""Kernel contrastive loss (Koromilas et al., 2024; Koromilas et al. 2024): :func:`kcl`.
+
+    Parameters
+    ----------
+    temperature : float, default=0.5
+        Kernel bandwidth.
+    learn_temperature : bool, default=False
+    lambda_pos : float, default=1.0
+    lambda_ent : float, default=16.0
+        The authors' :math:`\gamma`.
+    normalize, chunk_size
+        As in :class:`InfoNCE`.
+    kernel : {'gaussian', 'imq'} or callable, default='gaussian'
+    """
+
+    function = staticmethod(kcl)
+
+    def __init__(self, temperature: float = 0.5, *, learn_temperature: bool = False,
+                 lambda_pos: float = 1.0, lambda_ent: float = 16.0, normalize: bool = True,
+                 kernel: Any = "gaussian", chunk_size: Any = "auto") -> None:
+        store_params(self, locals())
+
+    def affinity(self, u: Any, v: Any, batch_size: int, **overrides: Any) -> torch.Tensor:
+        """The uniformity energy two pairs add when they share a batch: the kernel
+        between their ``u``'s plus the kernel between their ``v``'s (exact: KCL's
+        uniformity is a sum of pair terms)."""
+        o = self.options(**overrides)
+        kernel = KERNELS[o["kernel"]] if isinstance(o["kernel"], str) else o["kernel"]
+        out: Any = 0
+        for x, name in ((u, "u"), (v, "v")):
+            x = maybe_normalize(as_float_tensor(x, name), o["normalize"])
+            out = out + kernel(squared_distances(x, x), o["temperature"])
+        out.diagonal(dim1=-2, dim2=-1).zero_()
+        return out

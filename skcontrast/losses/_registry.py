@@ -1,7 +1,9 @@
-"""Look losses up by name, and run label losses on paired data.
+"""The one registry of losses: look them up by name, and run label losses on paired data.
 
-The one list of losses is :data:`~skcontrast.losses.LOSSES` (name -> loss class); the
-dictionaries of functions here are derived from it. Paired losses take ``(u, v)``;
+Each loss is registered once, by its class in ``REGISTERED`` (a module of its own holds
+the class and its function); :data:`~skcontrast.losses.LOSSES` (name -> loss class), the
+dictionaries of functions and :data:`~skcontrast.losses.TILED_LOSSES` are derived from it,
+and :func:`make_loss` builds a loss object from a name. Paired losses take ``(u, v)``;
 label losses take ``(z, y)``. A paired problem can be trained with a label loss by
 stacking the views and labelling each pair with its own class — the standard reduction
 of SimCLR to SupCon — which :func:`get_pair_loss` does.
@@ -17,9 +19,36 @@ import torch
 
 from .._validation import as_float_tensor, describe
 from ._batched import DEFAULT_MAX_ELEMENTS, batch_values
+from ._contrastive_margin import ContrastiveMargin
 from ._core import pair_labels
-from ._objects import LOSSES
+from ._dcl import DCL
+from ._debiased_nce import DebiasedNCE
+from ._dhel import DHEL
+from ._hard_negative_nce import HardNegativeNCE
+from ._info_nce import InfoNCE
+from ._kcl import KCL
+from ._nt_xent import NTXent
+from ._objects import FunctionLoss, Loss
+from ._siglip import SigLIP
+from ._supcon import SupCon
+from ._symmetric_info_nce import SymmetricInfoNCE
 
+#: Every loss, once: its name is its function's (``InfoNCE.function`` is ``info_nce``).
+REGISTERED: tuple[type[Loss], ...] = (
+    InfoNCE,
+    SymmetricInfoNCE,
+    NTXent,
+    DCL,
+    DHEL,
+    KCL,
+    SigLIP,
+    HardNegativeNCE,
+    DebiasedNCE,
+    SupCon,
+    ContrastiveMargin,
+)
+#: Every loss class by the name of its function.
+LOSSES: dict[str, type[Loss]] = {cls.function.__name__: cls for cls in REGISTERED}
 PAIR_LOSSES: dict[str, Callable[..., Any]] = {
     name: cls.function for name, cls in LOSSES.items() if not cls.labelled}
 LABEL_LOSSES: dict[str, Callable[..., Any]] = {
@@ -27,6 +56,35 @@ LABEL_LOSSES: dict[str, Callable[..., Any]] = {
 #: Losses that take ``chunk_size`` (tiled, O(B (d + chunk)) memory).
 TILED_LOSSES = tuple(name for name, cls in LOSSES.items()
                      if "chunk_size" in inspect.signature(cls).parameters)
+
+
+def make_loss(loss: Any, *, what: str = "loss", labelled: bool = False) -> Loss:
+    """A loss object from a name (its class with defaults), a loss object (as it is)
+    or, with a warning naming what it gives up, a bare callable (:class:`FunctionLoss`,
+    of labelled samples ``f(z, y)`` when ``labelled``).
+    """
+    if isinstance(loss, Loss):
+        return loss
+    if isinstance(loss, str):
+        if loss not in LOSSES:
+            raise ValueError(f"{what} must be a loss object of skcontrast.losses or one of "
+                             f"{', '.join(repr(n) for n in LOSSES)}; got {describe(loss)}")
+        return LOSSES[loss]()
+    if isinstance(loss, type) and issubclass(loss, Loss):
+        return loss()
+    if callable(loss):
+        import warnings
+
+        warnings.warn(
+            f"{what}={getattr(loss, '__name__', loss)!r} is a bare callable: it gives up "
+            "chunk_size='auto', memories, the positive and entropy terms in the history "
+            "(NaN) and a loss-specific selection affinity. Wrap it in "
+            "skcontrast.losses.FunctionLoss (or subclass skcontrast.losses.Loss) to set "
+            "its temperature, or use a loss object", UserWarning, stacklevel=3)
+        return FunctionLoss(loss, labelled=labelled)
+    raise ValueError(f"{what} must be a loss object of skcontrast.losses, a loss name or a "
+                     f"callable; got {describe(loss)}")
+
 
 
 def _unknown(loss: Any, names: list[str]) -> ValueError:

@@ -30,15 +30,17 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from .._validation import check_real
+from .._validation import as_float_tensor, check_real, store_params
 from ._core import (
     LossTerms,
     check_loss_options,
     check_views,
     combine_last,
     finish,
+    maybe_normalize,
     reduce_terms,
 )
+from ._objects import Loss
 from ._tiled import resolve_chunk_size
 
 
@@ -220,3 +222,79 @@ def siglip(u: Any, v: Any, *, temperature: Any = 0.1, bias: Any = -10.0,
     if symmetric and reduction != "none":
         terms = combine_last(terms, "mean")
     return finish(terms, return_terms)
+
+
+class SigLIP(Loss):
+    r"""The pairwise sigmoid loss of SigLIP (Zhai et al., 2023, Eq. 1): :func:`siglip`.
+
+    Parameters
+    ----------
+    temperature : float, default=0.1
+        :math:`\tau`: the paper's logit scale :math:`t = 1/\tau` starts at 10.
+    bias : float, default=-10.0
+        :math:`b`, the paper's starting value.
+    learn_temperature, learn_bias : bool, default=False
+        Learn :math:`\tau` (as a log) and :math:`b` during a fit, as SigLIP does.
+    lambda_pos, lambda_ent, normalize
+        As in :class:`InfoNCE`.
+    symmetric : bool, default=False
+        Anchors of both views (see :func:`siglip`).
+    chunk_size : int, 'auto' or None, default='auto'
+        Tiled, forward *and* backward in O(B (d + chunk_size)) memory.
+    """
+
+    function = staticmethod(siglip)
+    learnable = ("temperature", "bias")
+
+    def __init__(self, temperature: float = 0.1, *, bias: float = -10.0,
+                 learn_temperature: bool = False, learn_bias: bool = False,
+                 lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
+                 symmetric: bool = False, chunk_size: Any = "auto") -> None:
+        store_params(self, locals())
+
+    def pair_losses(self, u: Any, v: Any, **overrides: Any) -> torch.Tensor:
+        """The ``(..., B, B)`` matrix of each pair's term in the loss as it is trained:
+        ``lambda_pos * softplus(-l_ii)`` on the diagonal, ``lambda_ent *
+        softplus(l_ij)`` off it (Zhai et al. 2023, Eq. 1, with the balance of Sors et al.
+        2021, Eq. 5). The sum of its block over any sub-batch is the sub-batch's summed
+        loss (mean x size; the same with ``symmetric``): what JEST samples over (Evans
+        et al. 2024, Sec. 2)."""
+        o = self.options(**overrides)
+        u, v = (maybe_normalize(as_float_tensor(x, n), o["normalize"])
+                for x, n in ((u, "u"), (v, "v")))
+        logits = torch.matmul(u / o["temperature"], v.transpose(-1, -2)) + o["bias"]
+        terms = sigmoid_pair_losses(logits)
+        own = torch.eye(terms.shape[-2], terms.shape[-1], dtype=torch.bool,
+                        device=terms.device)
+        return terms * torch.where(own, torch.as_tensor(float(o["lambda_pos"])),
+                                   torch.as_tensor(float(o["lambda_ent"]))).to(terms)
+
+    def affinity(self, u: Any, v: Any, batch_size: int, **overrides: Any) -> torch.Tensor:
+        """Exactly what two pairs add to the loss when they share a batch: the negative
+        terms :math:`-\\log\\sigma(-l_{kl}) - \\log\\sigma(-l_{lk})` (SigLIP's loss is a
+        sum of pair terms, so this is no bound)."""
+        o = self.options(**overrides)
+        u, v = (maybe_normalize(as_float_tensor(x, n), o["normalize"])
+                for x, n in ((u, "u"), (v, "v")))
+        f = F.softplus(torch.matmul(u / o["temperature"], v.transpose(-1, -2)) + o["bias"])
+        w = f + f.transpose(-1, -2)
+        w.diagonal(dim1=-2, dim2=-1).zero_()
+        return w
+
+    def queue_terms(self, rows: torch.Tensor, views: torch.Tensor, bank: torch.Tensor,
+                    bank_views: torch.Tensor, candidates: torch.Tensor,
+                    positives: torch.Tensor, **overrides: Any) -> LossTerms:
+        """Each anchor against the other view's entries of the queue: the sigmoid terms
+        of its positives (their mean) and of its negatives (their sum)."""
+        o = self.options(**overrides)
+        candidates = candidates & (bank_views[None, :] != views[:, None])
+        a = maybe_normalize(rows, o["normalize"])
+        m = maybe_normalize(bank.to(a.dtype), o["normalize"])
+        logits = torch.matmul(a / o["temperature"], m.T) + o["bias"]
+        pos_mask, neg_mask = candidates & positives, candidates & ~positives
+        n_pos = pos_mask.sum(-1)
+        positive = (F.softplus(-logits) * pos_mask).sum(-1) / n_pos.clamp_min(1)
+        entropy = (F.softplus(logits) * neg_mask).sum(-1)
+        weight = (n_pos > 0).to(a.dtype)
+        return reduce_terms(positive * weight, entropy * weight, lambda_pos=o["lambda_pos"],
+                            lambda_ent=o["lambda_ent"], reduction="mean", weight=weight)

@@ -1,5 +1,5 @@
-"""Label-driven losses: supervised contrastive (Kini et al. 2023, arXiv:2306.07960) and contrastive
-margin (Sors et al. 2021, arXiv:2112.11743).
+"""Supervised contrastive loss, SupCon (Khosla et al., 2020), as the batch loss of Kini et
+al. 2023, arXiv:2306.07960.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .._validation import check_choice, check_positive
+from .._validation import check_choice, check_positive, store_params
 from ._core import (
     LossTerms,
     check_labelled,
@@ -16,16 +16,14 @@ from ._core import (
     class_codes,
     class_sums,
     estimate_entropy,
-    eye_mask,
     finish,
     reduce_terms,
     scale_terms,
 )
 from ._negatives import self_logsumexp
-from ._references import AVERAGING_MODES, average_margin_terms, margin_pair_terms
+from ._softmax import _SoftmaxLoss
 
 NO_POSITIVE_CONVENTIONS = ("exclude", "zero")
-DISTANCES = ("euclidean", "cosine")
 
 
 def supcon(z: Any, y: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
@@ -105,71 +103,45 @@ def supcon(z: Any, y: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     return finish(terms, return_terms)
 
 
-def contrastive_margin(z: Any, y: Any, *, margin: float = 0.5, temperature: Any = 1.0,
-                       lambda_pos: float = 1.0, lambda_ent: float = 1.0,
-                       averaging: str = "separate", distance: str = "euclidean",
-                       power: int = 1, normalize: bool = True,
-                       return_terms: bool = False) -> torch.Tensor | LossTerms:
-    r"""Contrastive margin loss with its positive/entropy split (Sors et al. 2021, Sec. 3.2.1 and
-    4.1).
-
-    Over the ordered pairs :math:`i \ne j` of a batch, positive pairs (same label,
-    set :math:`\mathcal{P}`) pay :math:`\ell_p = d_{ij}^q` and negative pairs (set
-    :math:`\mathcal{E}`) pay :math:`\ell_e = \max(0, m - d_{ij})^q` (Eq. 1-2). The batch
-    loss is :math:`\lambda_p \bar\ell_p + \lambda_e \bar\ell_e` (Eq. 5) with the averages
-    chosen by ``averaging``.
+class SupCon(_SoftmaxLoss):
+    r"""Supervised contrastive loss (Khosla et al., 2020; Kini et al. 2023, arXiv:2306.07960, Eq.
+    3): :func:`supcon`.
 
     Parameters
     ----------
-    z : array-like of shape (..., B, d)
-        Embeddings.
-    y : array-like of shape (..., B)
-        Labels; for paired data use ``y = [0..B-1, 0..B-1]`` over the stacked views.
-    margin : float, default=0.5
-        :math:`m > 0`.
-    temperature : float, default=1.0
-        Distances and margin are divided by it, i.e. the loss is scaled by
-        :math:`\tau^{-q}` — a convenience that makes every loss accept ``temperature``.
-    lambda_pos, lambda_ent : float, default=1.0
-        Balance weights (Sors et al. 2021, Eq. 5).
-    averaging : {'separate', 'global', 'anchor'}, default='separate'
-        ``'separate'``: :math:`\bar\ell_p` is the mean over :math:`\mathcal{P}` and
-        :math:`\bar\ell_e` the mean over :math:`\mathcal{E}` (Eq. 7), so the balance does
-        not depend on the batch size. ``'global'``: one mean over
-        :math:`\mathcal{P} \cup \mathcal{E}`, i.e. the terms are weighted by
-        :math:`|\mathcal{P}|/(|\mathcal{P}|+|\mathcal{E}|)` and
-        :math:`|\mathcal{E}|/(|\mathcal{P}|+|\mathcal{E}|)` — with two instances per class
-        exactly :math:`\lambda_p = 1/(b-1)`, :math:`\lambda_e = 1 - 1/(b-1)` (Sec. 4.1),
-        which then multiply ``lambda_pos`` and ``lambda_ent``. ``'anchor'``: the sums
-        over :math:`\mathcal{P}` and :math:`\mathcal{E}` divided by the number of
-        anchors ``b``, the convention of the cross-batch-memory authors' code (set-up S1
-        of Sors et al. 2021, App. E), under which the entropy weight grows with the number of
-        negatives.
-    distance : {'euclidean', 'cosine'}, default='euclidean'
-        :math:`d_{ij}`: Euclidean distance, or cosine distance :math:`1 - \cos`.
-    power : int, default=1
-        The exponent :math:`q` (1 in Sors et al. 2021; 2 is also common).
-    normalize, return_terms
-        As in :func:`info_nce`. ``positive`` and ``entropy`` are the plain means
-        :math:`\bar\ell_p` and :math:`\bar\ell_e` (0 when a batch has no such pair).
-
-    Returns
-    -------
-    torch.Tensor or LossTerms
-        Shape ``(...)``: one value per batch.
+    temperature, learn_temperature, lambda_pos, lambda_ent, normalize, chunk_size
+        As in :class:`InfoNCE`.
+    base_temperature : float or None, default=None
+        ``None``: no factor (Kini et al. 2023); a number multiplies the loss by
+        ``temperature / base_temperature`` (Khosla et al.'s code, 0.07).
+    anchors_without_positives : {'exclude', 'zero'}, default='exclude'
+        How an anchor whose class has no other member in the batch counts.
     """
-    check_loss_options(temperature, lambda_pos, lambda_ent)
-    check_positive(margin, "margin")
-    check_choice(averaging, "averaging", AVERAGING_MODES)
-    check_choice(distance, "distance", DISTANCES)
-    if isinstance(power, bool) or not isinstance(power, int) or power < 1:
-        raise ValueError(f"power must be a positive integer; got {power!r}")
-    z, y = check_labelled(z, y, normalize=normalize)
-    self_mask = eye_mask(z.shape[-2], z.device)
-    same_class = y[..., :, None] == y[..., None, :]
-    sums = margin_pair_terms(z, z, same_class & ~self_mask, ~same_class, margin=margin,
-                             temperature=temperature, distance=distance, power=power,
-                             normalize=False)
-    terms = LossTerms(*average_margin_terms(sums, z.shape[-2], averaging, lambda_pos,
-                                            lambda_ent))
-    return finish(terms, return_terms)
+
+    function = staticmethod(supcon)
+    labelled = True
+    blocks = ((0, 1), (0, 0), (1, 0), (1, 1))
+
+    def __init__(self, temperature: float = 0.1, *, learn_temperature: bool = False,
+                 lambda_pos: float = 1.0, lambda_ent: float = 1.0, normalize: bool = True,
+                 base_temperature: float | None = None,
+                 anchors_without_positives: str = "exclude",
+                 chunk_size: Any = "auto") -> None:
+        store_params(self, locals())
+
+    def _negatives(self, batch_size: int) -> int:
+        return 2 * batch_size - 2
+
+    def lse_layout(self, structure: str) -> str | None:
+        return {"pairs": "views", "single": "anchors", "crops": "crops"}[structure]
+
+    def _reduce_queue(self, positive: torch.Tensor, entropy: torch.Tensor,
+                      weight: torch.Tensor, o: dict) -> LossTerms:
+        check_choice(o["anchors_without_positives"], "anchors_without_positives",
+                     NO_POSITIVE_CONVENTIONS)
+        if o["anchors_without_positives"] == "zero":
+            weight = torch.ones_like(weight)
+        terms = super()._reduce_queue(positive, entropy, weight, o)
+        if o["base_temperature"] is not None:
+            terms = scale_terms(terms, o["temperature"] / o["base_temperature"])
+        return terms
