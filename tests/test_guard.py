@@ -93,3 +93,12 @@ def test_token_rows_of_other_lengths_never_collide_whatever_their_values():
     other = {"input_ids": torch.tensor([[4], [4]]), "attention_mask": torch.tensor([[1], [1]])}
     ids = FalseNegativeGuard.content_ids([column, other])
     assert ids[0, 0] != ids[0, 1] and ids[1, 0] == ids[1, 1]
+
+
+def test_a_dict_whose_views_disagree_on_the_items_is_refused_naming_them():
+    with pytest.raises(ValueError, match=r"the views of a content column \(a dict\) must "
+                                         r"hold one entry per item each; got \{'a': 3, "
+                                         r"'b': 2\}"):
+        FalseNegativeGuard.content_ids([{"a": np.zeros((3, 1)), "b": np.zeros((2, 1))}])
+    with pytest.raises(ValueError, match="got no view"):
+        FalseNegativeGuard.content_ids([{}])
