@@ -141,7 +141,8 @@ def test_every_docstring_example_runs(name):
 
 
 def import_graph(package: Path) -> dict[str, set[str]]:
-    """Module -> the package's modules it imports (at the top or inside functions)."""
+    """Module -> the package's modules it imports (at the top or inside functions; not
+    those imported for type checkers only, under ``if TYPE_CHECKING:``, which never run)."""
     modules = {}
     for path in package.rglob("*.py"):
         parts = list(path.relative_to(package.parent).with_suffix("").parts)
@@ -150,7 +151,13 @@ def import_graph(package: Path) -> dict[str, set[str]]:
     for name, path in modules.items():
         here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
         found = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                       and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+                       for statement in block.body for n in ast.walk(statement)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
             if isinstance(node, ast.ImportFrom):
                 base = here[:len(here) - node.level + 1] if node.level else []
                 module = ".".join(base + ([node.module] if node.module else []))
