@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ._validation import describe
+from ._validation import describe, is_text
 
 #: column names that hold labels, which go in ``y``, never among the views
 LABEL_COLUMNS = ("label", "labels")
@@ -268,3 +268,78 @@ def order_columns(columns: dict, fitted: Sequence, name: str = "X", *,
     raise ValueError(f"{name} must have {expected}; got {got}: {' and '.join(problems)}. "
                      "A table is read by column name (in any order), so a column needs the "
                      "name it had in fit")
+
+
+def text_table(X: Any, name: str = "X") -> np.ndarray:
+    """``X`` as an object array of strings of shape ``(n, c)``: one column for a list of
+    strings (or a ``Series`` of them), ``c`` for rows of ``c`` strings or a table of
+    ``c`` text columns (read by :func:`table_columns`, in their order). Anything else,
+    an empty string or rows of unequal length is an error naming the row."""
+    if isinstance(X, str):
+        raise ValueError(f"{name} is a single string; pass a list of strings")
+    if is_series(X):
+        X = series_values(X)
+    if is_table(X):
+        columns = table_columns(X, name)
+        if table_kind(columns) != "text":
+            raise ValueError(f"{name} must be text: a table of text columns; got numeric "
+                             f"columns {list(columns)}")
+        X = text_rows(columns)
+    rows = list(X)
+    single = all(isinstance(r, str) for r in rows)
+    if single:
+        table = np.empty((len(rows), 1), dtype=object)
+        table[:, 0] = rows
+    else:
+        widths = set()
+        for i, row in enumerate(rows):
+            if isinstance(row, str) or not isinstance(row, Sequence | np.ndarray):
+                raise ValueError(f"{name}[{i}] is {describe(row)}; a text {name} is a list of "
+                                 "strings or of rows of strings (pairs), not a mix")
+            widths.add(len(row))
+            if len(widths) > 1:
+                raise ValueError(f"the rows of {name} must hold equally many texts; "
+                                 f"{name}[{i}] has {len(row)}, {name}[0] has {len(rows[0])}")
+        table = np.empty((len(rows), widths.pop() if rows else 0), dtype=object)
+        for i, row in enumerate(rows):
+            table[i] = list(row)
+    for (i, j), value in np.ndenumerate(table):
+        where = f"{name}[{i}]" if table.shape[1] == 1 and single else f"{name}[{i}, {j}]"
+        if not isinstance(value, str):
+            raise ValueError(f"{where} is {describe(value)}; every entry of a text {name} "
+                             "must be a string")
+        if not value.strip():
+            raise ValueError(f"{where} is an empty string ({value!r}); every text needs "
+                             "some content")
+    return table
+
+
+def text_column(X: Any, name: str = "X") -> list[str]:
+    """Single texts in any form (a list or array of strings, a ``Series``, a table of
+    one text column), as a list; rows of several texts, or a table of several columns,
+    are refused naming their width (one text per item is expected)."""
+    table = text_table(X, name)
+    if table.shape[1] != 1:
+        columns = f"columns {column_names(X)}" if is_table(X) else \
+            f"rows of {table.shape[1]} texts"
+        raise ValueError(f"{name} must be single texts (a list of strings, or a table of "
+                         f"one text column); got {columns}")
+    return list(table[:, 0])
+
+
+def holds_text(X: Any) -> bool:
+    """Whether ``X`` is text: strings, rows of them, a ``Series`` of them, or a table
+    whose first column holds strings (its other columns are checked when it is read)."""
+    if is_series(X):
+        X = series_values(X)
+    if is_table(X) and not (_module(X) == "datasets" and type(X).__name__ ==
+                            "IterableDataset"):
+        first = column_names(X)[:1]
+        if not first:
+            return False
+        if _module(X) == "datasets":
+            return getattr(X.features[first[0]], "dtype", None) in ("string", "large_string")
+        column = X[first[0]] if not is_row_dicts(X) else [row[first[0]] for row in X[:1]]
+        values = column.to_numpy() if hasattr(column, "to_numpy") else column
+        return len(values) > 0 and isinstance(values[0], str)
+    return is_text(X)

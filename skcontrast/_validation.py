@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -276,41 +276,6 @@ def is_text(X: Any) -> bool:
         return isinstance(first, list | tuple | np.ndarray) and len(first) > 0 and \
             isinstance(first[0], str)
     return isinstance(X, str)
-
-
-def text_table(X: Any, name: str = "X") -> np.ndarray:
-    """``X`` as an object array of strings of shape ``(n, c)``: one column for a list of
-    strings, ``c`` for rows of ``c`` strings. Anything else, an empty string or rows of
-    unequal length is an error naming the row."""
-    if isinstance(X, str):
-        raise ValueError(f"{name} is a single string; pass a list of strings")
-    rows = list(X)
-    single = all(isinstance(r, str) for r in rows)
-    if single:
-        table = np.empty((len(rows), 1), dtype=object)
-        table[:, 0] = rows
-    else:
-        widths = set()
-        for i, row in enumerate(rows):
-            if isinstance(row, str) or not isinstance(row, Sequence | np.ndarray):
-                raise ValueError(f"{name}[{i}] is {describe(row)}; a text {name} is a list of "
-                                 "strings or of rows of strings (pairs), not a mix")
-            widths.add(len(row))
-            if len(widths) > 1:
-                raise ValueError(f"the rows of {name} must hold equally many texts; "
-                                 f"{name}[{i}] has {len(row)}, {name}[0] has {len(rows[0])}")
-        table = np.empty((len(rows), widths.pop() if rows else 0), dtype=object)
-        for i, row in enumerate(rows):
-            table[i] = list(row)
-    for (i, j), value in np.ndenumerate(table):
-        where = f"{name}[{i}]" if table.shape[1] == 1 and single else f"{name}[{i}, {j}]"
-        if not isinstance(value, str):
-            raise ValueError(f"{where} is {describe(value)}; every entry of a text {name} "
-                             "must be a string")
-        if not value.strip():
-            raise ValueError(f"{where} is an empty string ({value!r}); every text needs "
-                             "some content")
-    return table
 
 
 def check_embeddings(X: Any, *, name: str = "X") -> np.ndarray:

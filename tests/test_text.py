@@ -1008,3 +1008,35 @@ def test_the_text_benchmark_runs_at_a_small_size():
     assert len(rows) == 3 and "peer: TfidfVectorizer" in rows[-1]
     recall = [float(r.split()[-1]) for r in rows]
     assert min(recall) > 0.3  # queries are their documents less a word
+
+
+def test_every_text_entry_point_reads_a_table_as_the_estimators_do():
+    """A DataFrame was the list of its column names: fit learned the n-grams of 'query'
+    and 'document', index held one document, search answered one query, and X_val
+    raised an IndexError."""
+    pd = pytest.importorskip("pandas")
+    from skcontrast.text import HybridRetriever, mine_hard_negatives
+
+    frame = pd.DataFrame(PAIRS, columns=["query", "document"])
+    queries, documents = frame["query"], frame[["document"]]
+    by_rows = HybridRetriever(weight=1.0).fit(PAIRS).index([b for _, b in PAIRS])
+    by_table = HybridRetriever(weight=1.0).fit(frame).index(documents)
+    assert by_table.vectorizer_.vocabulary_ == by_rows.vectorizer_.vocabulary_
+    for got, expected in zip(by_table.search(queries, k=3),
+                             by_rows.search([a for a, _ in PAIRS], k=3), strict=True):
+        np.testing.assert_array_equal(got, expected)
+    est = ContrastiveEmbedder(**SMALL).fit(PAIRS[:6])
+    held_out = pd.DataFrame(PAIRS[6:], columns=["query", "document"])
+    with pytest.warns(UserWarning, match="tie"):
+        tuned = HybridRetriever(est, prefit=True).fit(frame[:6], X_val=held_out)
+    with pytest.warns(UserWarning, match="tie"):
+        reference = HybridRetriever(est, prefit=True).fit(PAIRS[:6], X_val=PAIRS[6:])
+    assert tuned.weight_scores_ == reference.weight_scores_
+    with pytest.raises(ValueError, match=r"documents must be single texts \(a list of "
+                                         r"strings, or a table of one text column\); got "
+                                         r"columns \['query', 'document'\]"):
+        by_table.index(frame)
+    mined = mine_hard_negatives(queries, frame["document"], embedding=est, n_negatives=2)
+    expected = mine_hard_negatives([a for a, _ in PAIRS], [b for _, b in PAIRS],
+                                   embedding=est, n_negatives=2)
+    np.testing.assert_array_equal(mined.indices, expected.indices)

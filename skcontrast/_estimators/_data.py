@@ -31,7 +31,8 @@ import torch
 from sklearn.utils.validation import validate_data
 from torch.utils.data import Dataset, IterableDataset
 
-from .._validation import describe, is_view_dict, text_table
+from .._tables import text_table
+from .._validation import describe, is_view_dict
 
 
 @dataclass(frozen=True)

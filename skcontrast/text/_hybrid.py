@@ -8,7 +8,8 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator
 
-from .._validation import check_choice, describe, store_params, text_table
+from .._tables import text_column, text_table
+from .._validation import check_choice, describe, store_params
 from ._mining import _unit
 from ._search import top_k_search
 from ._tokenize import _ngram_range
@@ -322,7 +323,7 @@ class HybridRetriever(BaseEstimator):
     def _indexed(self, documents: Any) -> tuple[torch.Tensor | None, Any]:
         """The corpus as searched: unit learned embeddings (or ``None``) and the sparse
         lexical rows."""
-        texts = list(text_table(documents, "documents")[:, 0])
+        texts = text_column(documents, "documents")
         learned = self._learned(texts, view=1)
         return (None if learned is None else _unit(torch.from_numpy(learned)),
                 self._lexical_documents(texts))
@@ -338,7 +339,7 @@ class HybridRetriever(BaseEstimator):
     def _search(self, documents: tuple[torch.Tensor | None, Any], queries: Any, k: int
                 ) -> tuple[np.ndarray, np.ndarray]:
         weight = self._check()
-        texts = list(text_table(queries, "queries")[:, 0])
+        texts = text_column(queries, "queries")
         learned = self._learned(texts, view=0)
         q_dense = None if learned is None else _unit(torch.from_numpy(learned))
         q_sparse = self._lexical_queries(texts)

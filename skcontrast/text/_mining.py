@@ -11,21 +11,22 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from .._validation import check_int, describe, is_text, text_table
+from .._tables import holds_text, text_column
+from .._validation import check_int, describe
 from ._search import _check_blocks, _device, _top_k_blocks, top_k_search
 
 
 def _embed_texts(embedding: Any, texts: Any, view: int, name: str) -> np.ndarray:
     """Embeddings of ``texts`` (strings) by a fitted estimator (its ``view``), a callable
     ``f(texts) -> array``, or the rows themselves when they are already embeddings."""
-    if not is_text(texts):
+    if not holds_text(texts):
         if embedding is not None:
             raise ValueError(f"{name} are embeddings already; embedding= is for texts")
         return _float_rows(texts, name)
     if embedding is None:
         raise ValueError(f"{name} are texts: give embedding= (a fitted estimator, or a "
                          "callable texts -> array) to embed them")
-    texts = list(texts)
+    texts = text_column(texts, name)
     if hasattr(embedding, "transform_view") and len(embedding.input_spec_.views) > 1:
         out = embedding.transform_view(texts, view=view)
     elif hasattr(embedding, "transform"):
@@ -337,13 +338,14 @@ def mine_hard_negatives(anchors: Any, positives: Any, corpus: Any = None, *,
     if relative_margin is not None:
         relative_margin = check_real(relative_margin, "relative_margin", low=0.0, high=1.0,
                                      low_open=True)
-    texts = is_text(anchors)
-    if texts != is_text(positives) or (corpus is not None and is_text(corpus) != texts):
+    texts = holds_text(anchors)
+    if texts != holds_text(positives) or (corpus is not None and holds_text(corpus) != texts):
         raise ValueError("anchors, positives and corpus must all be texts or all embeddings")
     if texts:
-        anchor_texts = text_table(anchors, "anchors")[:, 0]
-        positive_texts = text_table(positives, "positives")[:, 0]
-        corpus_texts = positive_texts if corpus is None else text_table(corpus, "corpus")[:, 0]
+        anchor_texts = np.array(text_column(anchors, "anchors"), dtype=object)
+        positive_texts = np.array(text_column(positives, "positives"), dtype=object)
+        corpus_texts = positive_texts if corpus is None else \
+            np.array(text_column(corpus, "corpus"), dtype=object)
     A = _embed_texts(embedding, anchors, 0, "anchors")
     P = _embed_texts(embedding, positives, 1, "positives")
     C = P if corpus is None else _embed_texts(embedding, corpus, 1, "corpus")
