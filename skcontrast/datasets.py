@@ -194,7 +194,7 @@ def load_digit_images() -> tuple[np.ndarray, np.ndarray]:
     return (digits.images / 16.0).astype(np.float32)[:, None], digits.target
 
 
-def digit_augmentation() -> Any:
+class DigitAugmentation(torch.nn.Module):
     """A kornia batch augmentation for the 8x8 digit images (needs the ``vision`` extra).
 
     Random resized crop (scale 0.5-1), random affine (15 degrees, 10% shift) and
@@ -202,19 +202,30 @@ def digit_augmentation() -> Any:
     device they live: the SimCLR recipe (Chen et al., 2020) scaled down to 8x8 grey
     images, where colour jitter has nothing to act on. It is called ``f(x)`` and draws
     from torch's global generator, which the estimators seed from ``random_state``.
+    It takes no parameter, so ``est.save`` stores it by name and
+    :func:`skcontrast.load` makes it again.
     """
-    try:
-        import kornia.augmentation as K
-    except ImportError as exc:
-        raise ImportError("digit_augmentation needs kornia: pip install "
-                          "'skcontrast[vision]'") from exc
-    augmentation = K.AugmentationSequential(
-        K.RandomResizedCrop((8, 8), scale=(0.5, 1.0), ratio=(0.75, 1.33)),
-        K.RandomAffine(degrees=15, translate=(0.1, 0.1), p=0.8),
-        K.RandomGaussianNoise(std=0.1, p=0.5))
-    # how est.save names it, so that skcontrast.load can make it again
-    augmentation._skcontrast_recipe = f"{__name__}.digit_augmentation"  # type: ignore[assignment]
-    return augmentation
+
+    def __init__(self) -> None:
+        super().__init__()
+        try:
+            import kornia.augmentation as K
+        except ImportError as exc:
+            raise ImportError("digit_augmentation needs kornia: pip install "
+                              "'skcontrast[vision]'") from exc
+        self.pipeline = K.AugmentationSequential(
+            K.RandomResizedCrop((8, 8), scale=(0.5, 1.0), ratio=(0.75, 1.33)),
+            K.RandomAffine(degrees=15, translate=(0.1, 0.1), p=0.8),
+            K.RandomGaussianNoise(std=0.1, p=0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pipeline(x)
+
+
+def digit_augmentation() -> DigitAugmentation:
+    """The :class:`DigitAugmentation` of the 8x8 digit images (needs the ``vision``
+    extra): SimCLR's recipe scaled down to 8x8 grey images."""
+    return DigitAugmentation()
 
 
 def digit_cnn(n_in: int = 64, n_out: int = 32, norm: str = "batch") -> torch.nn.Module:

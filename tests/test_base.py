@@ -51,7 +51,7 @@ class PoisonLastStep(Callback):
 
     def on_grad_computed(self, net, named_parameters, training=False, **kwargs):
         last_epoch = len(net.history) == net.max_epochs
-        n_batches = net.selector.get_n_splits(len(net.training_data), net.labels)
+        n_batches = net.selector.get_n_splits(len(net.fit_.data), net.labels)
         if training and last_epoch and len(net.history[-1]["batches"]) == n_batches:
             next(iter(net.module_.parameters())).grad.fill_(float("nan"))
 
@@ -343,17 +343,17 @@ def test_parameter_groups_use_the_modules_own_names_and_must_match(pairs):
 # The selection pass: embeddings the training steps computed -----------
 
 def count_fresh_passes(monkeypatch):
-    from skcontrast._estimators._supply import BatchSupply
+    from skcontrast._estimators._net import SelectorNet
 
     passes = []
-    original = BatchSupply.selection_embeddings
+    original = SelectorNet.selection_embeddings
 
     def counting(self, indices=None):
         out = original(self, indices)
-        passes.append(len(self.training_data) if indices is None else len(indices))
+        passes.append(len(self.fit_.data) if indices is None else len(indices))
         return out
 
-    monkeypatch.setattr(BatchSupply, "selection_embeddings", counting)
+    monkeypatch.setattr(SelectorNet, "selection_embeddings", counting)
     return passes
 
 
@@ -495,8 +495,8 @@ def test_data_in_memory_is_batched_without_a_dataloader_unless_a_gpu_needs_it_pi
     DataLoader, which pins it for asynchronous copies."""
     from torch.utils.data import DataLoader
 
+    from skcontrast._estimators._data import GatheredBatches as DeviceBatches
     from skcontrast._estimators._data import TensorViews
-    from skcontrast._estimators._supply import DeviceBatches
 
     X, _ = make_paired_gaussians(64, 4, random_state=0)
     net = ContrastiveEmbedder(**SMALL).fit(X).net_

@@ -413,3 +413,108 @@ def test_every_test_file_is_named_after_the_module_it_tests():
     orphans = sorted(p.name for p in (ROOT / "tests").glob("test_*.py")
                      if p.stem.removeprefix("test_") not in modules | REPOSITORY_SUBJECTS)
     assert orphans == []
+
+
+def private_names_of_skorch_and_torch(package: Path) -> list[str]:
+    """``module:line: name`` for every private name of skorch or torch the package uses:
+    imported from them, reached through them (``torch.nn.modules.batchnorm._BatchNorm``),
+    or an attribute of their classes (``net._optimizers``, ``grad._indices()``,
+    ``scaler._device``), read, set or overridden. An attribute the package gives its own
+    objects (``self._table = ...``) is its own, whatever its name."""
+    import torch
+    import torch.utils.data
+    from sklearn.base import BaseEstimator
+    from skorch import NeuralNet
+    from skorch.callbacks import Callback, PrintLog
+    from skorch.history import History
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+    weight = torch.zeros(1, requires_grad=True)
+    kinds = [NeuralNet, Callback, PrintLog, History, torch.Tensor, torch.nn.Module,
+             torch.optim.Optimizer, torch.amp.GradScaler, torch.utils.data.DataLoader,
+             torch.utils.data.Sampler, torch.Generator,  # and instances, whose own
+             torch.amp.GradScaler("cpu"), torch.optim.Adam([weight]),  # fields count
+             torch.nn.Linear(1, 1), torch.utils.data.DataLoader([0])]
+    theirs = {n for c in kinds for n in dir(c) if private(n)} - set(dir(BaseEstimator))
+    trees = {path: ast.parse(path.read_text()) for path in sorted(package.rglob("*.py"))}
+
+    classes_of = [node for tree in trees.values() for node in ast.walk(tree)
+                  if isinstance(node, ast.ClassDef)]
+    derived = {"torch", "nn.", "NeuralNet", "Callback", "PrintLog", "Sampler", "Dataset",
+               "Optimizer", "Adam", "Module"}
+    while True:  # a class deriving from one of theirs, or from such a class of ours
+        more = {cls.name for cls in classes_of if cls.name not in derived and any(
+            word in ast.unparse(base) for base in cls.bases for word in derived)}
+        if not more:
+            break
+        derived |= more
+
+    def foreign(cls: ast.ClassDef) -> bool:
+        return cls.name in derived
+    own = {node.attr for tree in trees.values() for node in ast.walk(tree)
+           if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)}
+    own |= {item.name for cls in classes_of if not foreign(cls) for item in cls.body
+            if isinstance(item, ast.FunctionDef)}
+    overriding = {id(item) for cls in classes_of if foreign(cls) for item in cls.body
+                  if isinstance(item, ast.FunctionDef)}
+    found = []
+    for path, tree in trees.items():
+        where = path.relative_to(package.parent)
+        roots = {"torch", "skorch"}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in roots:
+                for name in [*node.module.split("."), *(a.name for a in node.names)]:
+                    if private(name):
+                        found.append(f"{where}:{node.lineno}: {node.module}.{name}")
+            elif isinstance(node, ast.Import):
+                roots |= {a.asname or a.name for a in node.names
+                          if a.name.split(".")[0] in ("torch", "skorch")}
+            elif isinstance(node, ast.Attribute):
+                chain, inner = [node.attr], node.value
+                while isinstance(inner, ast.Attribute):
+                    chain.append(inner.attr)
+                    inner = inner.value
+                through = isinstance(inner, ast.Name) and inner.id in roots and any(
+                    private(part) for part in chain)
+                if through or (node.attr in theirs and node.attr not in own):
+                    found.append(f"{where}:{node.lineno}: .{node.attr}")
+            elif isinstance(node, ast.FunctionDef) and node.name in theirs and \
+                    id(node) in overriding:
+                found.append(f"{where}:{node.lineno}: def {node.name} (overrides theirs)")
+    return sorted(set(found))
+
+
+def test_no_private_name_of_skorch_or_torch_is_used():
+    """Their private names change without notice between releases: the net overrode
+    skorch's ``_set_training`` and ``_get_params_for_optimizer``, read
+    ``net._optimizers`` and ``scaler._device``; LazyAdam read ``grad._indices()``; a
+    memory overrode torch's ``_load_from_state_dict``. The checker finds such uses."""
+    import tempfile
+
+    assert private_names_of_skorch_and_torch(ROOT / "skcontrast") == []
+    with tempfile.TemporaryDirectory() as folder:
+        fake = Path(folder) / "skcontrast"
+        fake.mkdir()
+        (fake / "net.py").write_text(
+            "import torch\nfrom skorch import NeuralNet\n"
+            "class Net(NeuralNet):\n"
+            "    def _set_training(self, training=True):\n"
+            "        self._table = 1\n"
+            "        return [self._optimizers, self._table]\n"
+            "def rows(grad):\n"
+            "    return grad._indices(), torch.nn.modules.batchnorm._BatchNorm\n")
+        assert private_names_of_skorch_and_torch(fake) == [
+            "skcontrast/net.py:4: def _set_training (overrides theirs)",
+            "skcontrast/net.py:6: ._optimizers",
+            "skcontrast/net.py:8: ._BatchNorm",
+            "skcontrast/net.py:8: ._indices"]
+
+
+def test_no_value_passes_through_an_attribute_set_past_setattr():
+    """The loss terms reached the step through ``object.__setattr__(net, "_batch_terms",
+    ...)``: values pass as return values."""
+    uses = [f"{path.relative_to(ROOT)}" for path in (ROOT / "skcontrast").rglob("*.py")
+            if "object.__setattr__" in path.read_text()]
+    assert uses == []

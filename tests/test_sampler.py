@@ -105,7 +105,7 @@ def test_pushed_embeddings_are_what_the_next_epoch_selects_on(X):
         return embedder(model, X)(indices)
 
     sampler = SelectorSampler(OSGDSelector(8, k=4, q=1, random_state=0), len(X), embed=embed,
-                              refresh_every=100)
+                              selection_pass=100)
     for _ in range(3):
         for index, x0, x1 in DataLoader(Pairs(X), batch_sampler=sampler):
             with torch.no_grad():
@@ -394,3 +394,11 @@ def test_a_batch_size_below_the_number_of_ranks_is_refused():
 
     with pytest.raises(ValueError, match="batch size 2 is below the number of processes 3"):
         SelectorSampler(ShuffledBatchSelector(2), 10, num_replicas=3, rank=0)
+
+
+def test_refresh_every_is_a_deprecated_name_of_selection_pass(X):
+    for old, new in ((1, "fresh"), (None, "cached"), (5, 5)):
+        with pytest.warns(FutureWarning, match="refresh_every=.... is deprecated: it is "
+                                               "selection_pass"):
+            sampler = SelectorSampler(ShuffledBatchSelector(16), len(X), refresh_every=old)
+        assert sampler.selection_pass == new

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import signal
 import threading
 import warnings
 from collections.abc import Iterator
@@ -54,6 +55,7 @@ from ._persist import (
     write_model,
     write_spec,
 )
+from ._state import check_trained, restore, training_state
 
 #: The fitted attributes ``save`` keeps besides the net's state.
 SAVED_ATTRIBUTES = ("n_features_in_", "feature_names_in_", "view_split_", "classes_",
@@ -78,6 +80,35 @@ class HeldOut:
 
 _TURNS = threading.RLock()
 _warned_turns = False
+
+
+def _steps_recorded(history: Any) -> int:
+    return sum("train_loss" in b for row in history for b in row["batches"])
+
+
+@contextlib.contextmanager
+def interrupt_watch() -> Iterator[list[bool]]:
+    """Whether Ctrl-C (SIGINT) arrives while the block runs, in a list of one flag; the
+    interrupt itself goes on as Python's handler (or the one installed) has it. Signals
+    reach the main thread only: elsewhere the flag stays down."""
+    pressed = [False]
+    if threading.current_thread() is not threading.main_thread():
+        yield pressed
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum: int, frame: Any) -> None:
+        pressed[0] = True
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager
@@ -189,12 +220,12 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
     def _fit_net(self, data: ViewData, spec: InputSpec, labels: np.ndarray | None,
                  loss_labels: np.ndarray | None, shared: bool,
                  held_out: HeldOut | None = None, kept: np.ndarray | None = None
-                 ) -> SelectorNet:
+                 ) -> tuple[SelectorNet, str | None]:
         """Build a skorch net and train it on ``data``; with ``warm_start``, continue the
         fitted one.
 
         A warm start builds a net from the current parameters and gives it the fitted
-        net's state (:meth:`SelectorNet.training_state`): weights, loss state, optimizer
+        net's state (:func:`~._state.training_state`): weights, loss state, optimizer
         state, history, selector epoch, seed and held-out rows. So parameters that can
         apply to the trained network take effect; those that would change its structure
         are refused (:meth:`_check_warm_start`). The encoders of a new net are built
@@ -202,6 +233,7 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
         initialisation is reproducible from ``random_state``. Nothing fitted is changed
         here: the caller commits the returned net with :meth:`_commit` once everything
         has succeeded, so a failed fit (warm or not) leaves the estimator as it was.
+        Returns the net and how far an interrupted fit got (:meth:`_train`).
         """
         self._check_input_settings(spec)
         accelerator = self.accelerator
@@ -242,30 +274,44 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
                                  spec.items_paired, valid, extra, kept=kept, n_rows=n_rows,
                                  held_out_rows=None if held_out is None else held_out.rows,
                                  row_info=(*row_info, *held_out_info))
+            net.initialize()
+            net.data_fingerprint = rows_digest
             if old is not None:
-                net.initialize()
-                before = old.criterion_.loss
+                before = old.loss_module().loss
                 restart = tuple(name for name in loss.learnable
                                 if getattr(before, name, None) != getattr(loss, name, None))
-                net.load_training_state(old.training_state(), restart=restart,
-                                        rows=rows_digest)
-                net.data_fingerprint = rows_digest
-                net.partial_fit(data, None, epochs=self.max_epochs)
+                restore(net, training_state(old), restart=restart, rows=rows_digest)
             else:
-                net.data_fingerprint = rows_digest
-                net.initialize()
                 net.fit_priors(data)
-                net.partial_fit(data, None, epochs=self.max_epochs)
-        net.check_finite_weights()  # every exit: the end, an early stop, an interrupt
-        net.check_finite_outputs(data)
-        return net
+            interrupted = self._train(net, data)
+        check_trained(net, data, interrupted)  # every exit: the end, an early stop, Ctrl-C
+        return net, interrupted
 
-    def _finish(self, net: SelectorNet) -> None:
+    def _train(self, net: SelectorNet, data: ViewData) -> str | None:
+        """``max_epochs`` of training (skorch's ``partial_fit``, which keeps the model of
+        an interrupted fit); how far a fit that Ctrl-C interrupted got, or ``None`` (a
+        fit that ran to the end, or that a callback such as skorch's ``EarlyStopping``
+        stopped: skorch's callbacks stop it with the same ``KeyboardInterrupt``, which
+        only a signal tells apart)."""
+        epochs, steps = len(net.history), _steps_recorded(net.history)
+        try:
+            with interrupt_watch() as pressed:
+                net.partial_fit(data, None, epochs=self.max_epochs)
+        finally:
+            if self.accelerator is not None:  # hand the user's accelerator back clean
+                net.release_accelerator()
+        if not pressed[0]:
+            return None
+        done = sum("dur" in row for row in net.history[epochs:])
+        return (f"fit stopped after {done} of {self.max_epochs} epochs (interrupted); the "
+                f"model keeps the weights of the {_steps_recorded(net.history) - steps} "
+                "step(s) applied")
+
+    def _finish(self, interrupted: str | None) -> None:
         """After the fitted attributes are set: an interrupted fit (Ctrl-C) keeps its
         model and goes on as an interrupt (so a search stops rather than score it)."""
-        if net.interrupted is not None:
-            raise TrainingInterrupted(net.interrupted)
-
+        if interrupted is not None:
+            raise TrainingInterrupted(interrupted)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -288,7 +334,7 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
         """
         check_is_fitted(self, "net_")
         params, named = encode_params(self)
-        tensors, fitted = training_state_files(self.net_.training_state())
+        tensors, fitted = training_state_files(training_state(self.net_))
         fitted.update(input_spec=write_spec(self.input_spec_), n_samples=self.n_samples_,
                       shared=self.net_.module.shared,
                       attributes=encode_attributes(self, SAVED_ATTRIBUTES))
@@ -365,7 +411,7 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
         estimator.set_params(device=device)
         estimator.check_saved_shapes(spec, n_samples, shared, state)
         net = estimator.build_net(spec, n_samples, shared, device, seed=state["seed"])
-        net.load_training_state(state)
+        restore(net, state)
         estimator.net_ = net
         estimator.input_spec_ = spec
         estimator.history_ = net.history
@@ -410,7 +456,7 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
         self.n_samples_ = net.criterion__n_samples
         self.n_components_ = int(net.embed(fitted.pop("sample"), view=0,
                                            head=self.transform_from == "head").shape[1])
-        temperature = net.criterion_.temperature
+        temperature = net.loss_module().temperature
         self.temperature_ = float(temperature.detach() if isinstance(temperature, torch.Tensor)
                                   else temperature)
         for name, value in fitted.items():

@@ -126,8 +126,7 @@ class NetBuilder(ParameterChecks):
                     raise
                 continue
             _compare_saved(part, module.state_dict(), state[part], optional)
-        # the counter a memory keeps beside its buffers (no buffer shows it)
-        counters = state["criterion"].get("memory_state._extra_state")
+        counters = state["criterion"].get(ContrastiveCriterion.MEMORY_COUNTERS)
         if isinstance(counters, dict) and counters.get("n_samples") != n_samples:
             raise ValueError(f"the saved memory remembers {counters.get('n_samples')!r} "
                              f"samples, but the configuration declares n_samples="
@@ -197,7 +196,8 @@ class NetBuilder(ParameterChecks):
             # the accelerator's print shows the table on process 0 only, and only verbose
             sink = self.accelerator.print if self.verbose else print
             kind = DistributedSelectorNet
-            placement = {"accelerator": self.accelerator, "callbacks__print_log__sink": sink}
+            placement = {"accelerator": self.accelerator, "callbacks__print_log__sink": sink,
+                         "device": str(self.accelerator.device)}
         return kind(
             module=factory, criterion=ContrastiveCriterion, optimizer=self._optimizer(),
             lr=self.lr, max_epochs=self.max_epochs, batch_size=DEFAULT_BATCH_SIZE,

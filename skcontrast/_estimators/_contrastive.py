@@ -244,11 +244,11 @@ class ContrastiveEmbedder(BaseEmbedder):
                                               labels)
         if kept is not None and labels is not None:
             labels = labels[kept]
-        net = self._fit_net(data, spec, labels, None, shared, held_out, kept)
+        net, interrupted = self._fit_net(data, spec, labels, None, shared, held_out, kept)
         self._commit(net, spec, view_split_=spec.split, sample=sample_of(data), **features)
         if self.transform_views == "concat":
             self.n_components_ *= 2  # both views side by side
-        self._finish(net)
+        self._finish(interrupted)
         return self
 
     def transform(self, X: Any) -> np.ndarray:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -159,22 +159,16 @@ class Batch(NamedTuple):
     index: torch.Tensor  # type: ignore[assignment]  # a field; tuple.index is not used
 
 
-class Selection(NamedTuple):
-    """What a batch sampler hands the dataset: the ``rows`` to fetch here, and the whole
-    selected ``batch`` they are part of (the same, except in data-parallel training)."""
-
-    rows: list[int]
-    batch: np.ndarray
-
-
 def _rows_and_batch(indices: Any) -> tuple[np.ndarray, np.ndarray]:
-    """The rows to fetch and the selected batch, as int64 arrays (no Python int per
-    sample: this runs once per training step); the same array when they coincide."""
-    if isinstance(indices, Selection):
-        return (np.asarray(indices.rows, dtype=np.int64),
-                np.asarray(indices.batch, dtype=np.int64))
+    """The rows to fetch and the selected batch they belong to, as int64 arrays (no
+    Python int per sample: this runs once per training step): a
+    :class:`~skcontrast.selectors.SampledBatch` carries its whole ``batch``; for other
+    index lists the rows are the batch (the same array)."""
     rows = np.asarray(indices, dtype=np.int64)
-    return rows, rows
+    batch = getattr(indices, "batch", None)
+    if batch is None or len(batch) == len(rows):  # a process's slice of it is all of it
+        return rows, rows
+    return rows, np.asarray(batch, dtype=np.int64)
 
 
 class ViewData(Dataset):
@@ -182,7 +176,7 @@ class ViewData(Dataset):
 
     labels: torch.Tensor | None
 
-    def __getitems__(self, indices: Sequence[int] | Selection) -> Batch:
+    def __getitems__(self, indices: Sequence[int]) -> Batch:
         raise NotImplementedError
 
     def __len__(self) -> int:
@@ -248,6 +242,13 @@ class TensorViews(ViewData):
         labels = None if self.labels is None else self.labels[rows]
         return Batch(xs if len(xs) > 1 else xs[0], labels, rows if batch is None else batch)
 
+    def batches(self, sampler: Any) -> Iterable[Batch]:
+        """The batches ``sampler`` (a :class:`~skcontrast.selectors.SelectorSampler`)
+        yields, gathered from these tensors, an epoch per pass. The indices of a whole
+        epoch are copied to the data's device at once, asynchronously, so a batch
+        costs no transfer at all."""
+        return GatheredBatches(self, sampler)
+
     def select(self, view: int) -> TensorViews:
         if self.views[view] is None:
             raise ValueError(f"X lacks the view {self.names[view]!r}, which is needed here")
@@ -297,6 +298,36 @@ class TensorViews(ViewData):
     @property
     def resident_device(self) -> torch.device | None:
         return self.device if self.device.type != "cpu" else None
+
+
+class GatheredBatches:
+    """The batches of :meth:`TensorViews.batches`, gathered without a ``DataLoader``:
+    re-iterable, each pass the sampler's next epoch."""
+
+    def __init__(self, data: TensorViews, sampler: Any) -> None:
+        self.data = data
+        self.sampler = sampler
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self) -> Iterator[Batch]:
+        selections = self.sampler.selections()
+        if not selections:
+            return
+        rows = [r for r, _ in selections]
+        batches = [b for _, b in selections]
+        sliced = any(r is not b for r, b in selections)
+        flat = torch.from_numpy(np.concatenate(batches + rows if sliced else batches))
+        device = self.data.device
+        if device.type == "cuda":
+            flat = flat.pin_memory()
+        index = flat.to(device, non_blocking=True)
+        total = sum(map(len, batches))
+        whole = index[:total].split([len(b) for b in batches])
+        parts = index[total:].split([len(r) for r in rows]) if sliced else whole
+        for part, batch in zip(parts, whole, strict=True):
+            yield self.data.gather(part, batch)
 
 
 class ItemViews(ViewData):
@@ -783,6 +814,37 @@ def _conform(x: torch.Tensor, view: View, name: str,
         return x
     check_values(x, name, where)
     return x
+
+
+def to_device(x: Any, device: Any, normalization: Any = None) -> Any:
+    """A batch (a tensor, or a tuple of one per view) on ``device``, ready for the module.
+
+    Copies from pinned memory overlap. On the device, floats become float32 and bytes
+    (uint8 images) become floats in [0, 1]; then, with ``normalization=(mean, std)``,
+    every float view becomes ``(x - mean) / std`` per channel (axis 1), so the host keeps
+    the data as it was given. Integer views (token ids) stay as they are.
+    """
+    if isinstance(x, tuple | list):
+        return tuple(to_device(t, device, normalization) for t in x)
+    if isinstance(x, Mapping):  # a view of several tensors (keyword arguments)
+        return {k: to_device(t, device, normalization) for k, t in x.items()}
+    x = x.to(device, non_blocking=True)
+    if x.dtype == torch.uint8:
+        x = x.float().div_(255)
+    elif x.is_floating_point() and x.dtype != torch.float32:
+        x = x.float()
+    if normalization is not None and x.is_floating_point():
+        mean, std = (torch.as_tensor(v, dtype=torch.float32, device=x.device)
+                     .reshape(1, -1, *([1] * (x.ndim - 2))) for v in normalization)
+        x = (x - mean) / std
+    return x
+
+
+def batch_length(x: Any) -> int:
+    """Items in a batch (a tensor, a dict of them, or a tuple of one per view)."""
+    if isinstance(x, tuple | list):
+        return batch_length(x[0])
+    return len(next(iter(x.values()))) if isinstance(x, Mapping) else len(x)
 
 
 def with_labels(data: ViewData, labels: np.ndarray | None) -> ViewData:

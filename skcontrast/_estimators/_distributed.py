@@ -1,9 +1,8 @@
 """Data-parallel training on several processes through Hugging Face Accelerate.
 
-The net mixes skorch's ``AccelerateMixin`` (which prepares the module, criterion and
-optimizer with the ``accelerate.Accelerator``: DDP underneath, mixed precision, device
-placement) into :class:`SelectorNet`, and changes what a step sees so that **the global
-batch is the selector's batch**:
+The net (:class:`DistributedSelectorNet`) has the ``accelerate.Accelerator`` prepare
+the module and the optimizer (DDP underneath, mixed precision, device placement), and
+changes what a step sees so that **the global batch is the selector's batch**:
 
 - every process draws the same global batches: the embeddings an adaptive selector
   looks at are computed shard by shard (each process embeds ``n / world`` rows) and
@@ -38,13 +37,15 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from skorch.callbacks import Callback
-from skorch.hf import AccelerateMixin
-from skorch.history import History
 
+from .._batch import take_rows, world_size
 from .._validation import check_int
-from ._net import SelectorNet, without_row_caches
+from ..losses import LossTerms
+from ._data import batch_length
+from ._modules import ContrastiveCriterion
+from ._net import SelectorNet
 from ._persist import write_replacing
-from ._step import batch_length, take_rows
+from ._state import restore
 
 META = "skcontrast_state.json"
 CRITERION = "skcontrast_criterion.pt"
@@ -54,12 +55,6 @@ SELECTION = "skcontrast_selection.pt"
 PRECISION_OF_ACCELERATE = {"no": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-def _world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), dist.get_rank()
-    return 1, 0
-
-
 def gather_rows(local: torch.Tensor) -> torch.Tensor:
     """Rows of every process's ``local``, concatenated in process order.
 
@@ -67,7 +62,7 @@ def gather_rows(local: torch.Tensor) -> torch.Tensor:
     history, the others are received without gradient (their process backpropagates
     through them).
     """
-    world, rank = _world()
+    world, rank = world_size()
     if world == 1:
         return local
     sizes = torch.tensor([len(local)], device=local.device)
@@ -83,10 +78,41 @@ def gather_rows(local: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts)
 
 
-class DistributedSelectorNet(AccelerateMixin, SelectorNet):
-    """:class:`SelectorNet` trained data-parallel by an ``accelerate.Accelerator``."""
+class DistributedSelectorNet(SelectorNet):
+    """:class:`SelectorNet` trained data-parallel by an ``accelerate.Accelerator``.
 
-    _criteria: list
+    The accelerator prepares the module and the optimizer when the optimizer is built
+    (DDP underneath, device placement; the loss module, which every process computes on
+    the whole gathered batch, is only moved to the device: DDP refuses a module without
+    trainable parameters), steps run under its gradient accumulation, and
+    :meth:`release_accelerator` unwraps them after training. skorch's
+    ``AccelerateMixin`` would also prepare the loss module, and keeping it out needs an
+    override of the mixin's private method; Accelerate's public API, through the net's
+    public hooks, does the same. The net keeps its own iterator (accelerate would deal
+    whole batches out to the processes) and changes what the step's hooks do: the
+    accelerator's autocast and backward, and the embeddings of the whole global batch
+    gathered for the loss.
+    """
+
+    def __init__(self, *args: Any, accelerator: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.accelerator = accelerator
+
+    def initialize_optimizer(self, triggered_directly: Any = None) -> DistributedSelectorNet:
+        """:class:`SelectorNet`'s optimizer, then the module and the optimizer prepared
+        by the accelerator, the loss module (a learned temperature, a memory) moved to
+        its device."""
+        super().initialize_optimizer()
+        accelerator = self.accelerator
+        if accelerator is not None:
+            self.module_, self.optimizer_ = accelerator.prepare(self.module_, self.optimizer_)
+            self.criterion_ = self.criterion_.to(accelerator.device)
+        return self
+
+    def train_step(self, batch: Any, **fit_params: Any) -> dict:
+        """:class:`SelectorNet`'s step, under the accelerator's gradient accumulation."""
+        with self.accelerator.accumulate(self.module_):
+            return super().train_step(batch, **fit_params)
 
     @property
     def compute_device(self) -> torch.device:
@@ -94,24 +120,17 @@ class DistributedSelectorNet(AccelerateMixin, SelectorNet):
             return torch.device(self.device)
         return torch.device(self.accelerator.device)
 
-    def _initialize_accelerator(self) -> DistributedSelectorNet:
-        # Every process computes the criterion on the whole gathered batch, so it is not
-        # wrapped in DDP (which also refuses modules without trainable parameters); the
-        # gradient of a learned temperature is corrected in backward.
-        criteria, self._criteria = self._criteria, []
-        try:
-            super()._initialize_accelerator()
-        finally:
-            self._criteria = criteria
-        self.criterion_.to(self.accelerator.device)  # its temperature and memory state
-        return self
-
     def replicas(self) -> tuple[int, int]:
-        return _world()
+        return world_size()
+
+    def inference_module(self) -> torch.nn.Module:
+        if self.accelerator is None:
+            return self.module_
+        return self.accelerator.unwrap_model(self.module_)
 
     def embed_for_selection(self, embed: Any, part: Any) -> torch.Tensor | None:
         """Each process embeds a slice of ``part``; the slices are gathered."""
-        world, rank = _world()
+        world, rank = world_size()
         n = batch_length(part)
         if world == 1 or n < world:
             return super().embed_for_selection(embed, part)
@@ -120,77 +139,43 @@ class DistributedSelectorNet(AccelerateMixin, SelectorNet):
 
     def own_positions(self, positions: torch.Tensor) -> torch.Tensor:
         """Process 0's kept positions (the same everywhere), this process's slice."""
-        if _world()[0] == 1:
+        if world_size()[0] == 1:
             return positions
         chosen = positions.to(self.compute_device).clone()
         dist.broadcast(chosen, src=0)
         positions.copy_(chosen.to(positions.device))
+        assert self.sampler_ is not None
         return positions[torch.as_tensor(self.sampler_.rank_slice(np.arange(len(positions))))]
 
     def gathered(self, rows: torch.Tensor) -> torch.Tensor:
         return gather_rows(rows)
 
-    def get_iterator(self, dataset: Any, training: bool = False) -> Any:
-        # SelectorNet's iterator, not the mixin's: accelerate would shard the batch list
-        return SelectorNet.get_iterator(self, dataset, training=training)
-
-    def inference_module(self) -> torch.nn.Module:
-        if self.accelerator is None:
-            return self.module_
-        return self.accelerator.unwrap_model(self.module_)
-
     def selection_embeddings(self, indices: np.ndarray | None = None) -> np.ndarray:
         """Each process embeds its shard of the rows and the shards are gathered: every
         process selects on the same embeddings (so the sampler draws the same batches)."""
-        world, rank = _world()
-        rows = np.arange(len(self.training_data)) if indices is None else np.asarray(indices)
+        world, rank = world_size()
+        assert self.fit_ is not None
+        rows = np.arange(len(self.fit_.data)) if indices is None else np.asarray(indices)
         if world == 1 or len(rows) < world:
             return super().selection_embeddings(indices)
         shard = np.array_split(rows, world)[rank]
         local = torch.from_numpy(super().selection_embeddings(shard))
         return gather_rows(local.to(self.compute_device)).cpu().numpy()
 
-    def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
-        self._initialize_accelerator()  # a warm start after unwrapping prepares again
-        super().on_train_begin(net, X=X, y=y, **kwargs)
-
-    def on_train_end(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
-        """Unwrap (the mixin unwraps the module) and hand the accelerator back clean.
-
-        The optimizer is unwrapped too, so that the fitted estimator pickles, and
-        ``accelerator.free_memory()`` drops the accelerator's references to what this
-        fit prepared, as Accelerate asks between two trainings: the next fit (another
-        estimator, or a warm start) then saves and loads checkpoints of its own objects
-        only.
-        """
-        super().on_train_end(net, X=X, y=y, **kwargs)
-        self.release_accelerator()
-
     def release_accelerator(self) -> None:
-        """Unwrap the optimizer and let the accelerator drop what this fit prepared."""
-        with self._current_init_context("optimizer"):
-            for name in self._optimizers:
-                optimizer = getattr(self, name + "_", None)
-                if optimizer is not None:
-                    setattr(self, name + "_", getattr(optimizer, "optimizer", optimizer))
-        self.accelerator.free_memory()
-
-    def partial_fit(self, X: Any, y: Any = None, classes: Any = None,
-                    **fit_params: Any) -> DistributedSelectorNet:
-        """As :class:`SelectorNet`'s; a fit that fails (skorch then skips
-        ``on_train_end``) still hands the user's accelerator back clean, so that a later
-        fit or checkpoint never sees this one's model."""
-        try:
-            return super().partial_fit(X, y, classes, **fit_params)
-        except BaseException:
-            if self.accelerator is not None:
-                self._unwrap_accelerator()
-                self.release_accelerator()
-            raise
-
-    # SelectorNet's step (augmentation, terms for the history) over AccelerateMixin's,
-    # with the accelerator's autocast and backward through the hooks below
-    train_step_single = SelectorNet.train_step_single
+        """Unwrap what the accelerator prepared (the optimizer too, so that the fitted
+        estimator pickles) and let it drop its references to them
+        (``accelerator.free_memory()``, as Accelerate asks between two trainings): the
+        next fit (another estimator, or a warm start) then saves and loads checkpoints
+        of its own objects only. Also after a fit that failed, whose ``on_train_end``
+        skorch skips."""
+        accelerator = self.accelerator
+        if accelerator is None:
+            return
+        accelerator.wait_for_everyone()
+        self.module_ = accelerator.unwrap_model(self.module_)
+        self.optimizer_ = getattr(self.optimizer_, "optimizer", self.optimizer_)
+        accelerator.free_memory()
 
     def training_autocast(self) -> Any:
         return self.accelerator.autocast()
@@ -204,22 +189,29 @@ class DistributedSelectorNet(AccelerateMixin, SelectorNet):
             embeddings.backward(grad)
 
     def backward(self, loss: torch.Tensor) -> None:
-        world, _ = _world()
+        """The accelerator's backward of the loss times the number of processes: DDP
+        averages the module's gradients, and the sum of the processes' partial gradients
+        is the gradient of the global batch's loss. The loss module's parameters (a
+        learned temperature) see the whole batch on every process already: their
+        gradient is divided back."""
+        world, _ = world_size()
         self.accelerator.backward(loss * world)
-        for parameter in self.criterion_.parameters():  # not averaged by DDP: undo the scale
+        for parameter in self.loss_module().parameters():
             if parameter.grad is not None:
                 parameter.grad.div_(world)
 
-    def get_loss(self, y_pred: torch.Tensor, y_true: Any, X: Any = None,
-                 training: bool = False, index: torch.Tensor | None = None) -> torch.Tensor:
-        # ``index`` already describes the gathered global batch (see ._data.Batch); every
-        # process computes the held-out batches whole, so they are not gathered
+    def loss_terms(self, y_pred: torch.Tensor, y_true: Any, index: torch.Tensor | None = None,
+                   training: bool = False) -> LossTerms:
+        """The loss of the whole global batch: the embeddings (and labels) of every
+        process gathered; ``index`` already describes the gathered batch (see
+        :class:`~._data.Batch`). Held-out batches are computed whole on every process,
+        so they are not gathered."""
         if not training:
-            return super().get_loss(y_pred, y_true, X=X, training=training, index=index)
+            return super().loss_terms(y_pred, y_true, index=index, training=training)
         if y_true is not None:
             y_true = gather_rows(y_true.to(y_pred.device))
-        return super().get_loss(gather_rows(y_pred.float()), y_true, X=X, training=training,
-                                index=index)
+        return super().loss_terms(gather_rows(y_pred.float()), y_true, index=index,
+                                  training=training)
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
@@ -282,8 +274,8 @@ class AcceleratorCheckpoint(Callback):
         folder = Path(self.dirname)
         state = read_state(folder)
         criterion = torch.load(folder / CRITERION, map_location="cpu", weights_only=True)
-        memory = net.criterion_.memory_state
-        saved = criterion.get("memory_state._extra_state", {}).get("n_samples")
+        memory = net.memory_state
+        saved = (criterion.get(ContrastiveCriterion.MEMORY_COUNTERS) or {}).get("n_samples")
         if (memory is None) != (saved is None) or (memory is not None and
                                                    saved != memory.n_samples):
             have = "no memory" if saved is None else f"a memory of {saved} samples"
@@ -292,20 +284,16 @@ class AcceleratorCheckpoint(Callback):
                              f"{have}, but this fit has {want}; a memory remembers samples by "
                              "their index, so resume on the same training set and memory, "
                              "or start afresh without resume=True")
-        accelerator.load_state(str(folder))
+        accelerator.load_state(str(folder))  # the module, the optimizer, the streams
         selection = {"selector_state": state.get("selector_state", {}), "selection": None}
         if (folder / SELECTION).is_file():
             selection.update(torch.load(folder / SELECTION, map_location="cpu",
                                         weights_only=True))
-        rows = getattr(X, "fingerprint", lambda: None)()
-        if rows is None or (selection["selection"] or {}).get("rows") != rows:
-            selection = without_row_caches(selection)  # other training rows
-        net.selector.set_epoch(state["selector_epoch"])
-        net.selector.load_state_dict(selection["selector_state"])
-        net.load_selection_state(selection["selection"])
-        net.data_fingerprint = rows
-        net.history = History(state["history"])
-        net.criterion_.load_state_dict(criterion)
+        # the rest of the training state, restored as a warm start restores it
+        restore(net, {**selection, "criterion": criterion, "history": state["history"],
+                      "selector_epoch": state["selector_epoch"]},
+                rows=getattr(X, "fingerprint", lambda: None)(),
+                parts=("criterion", "history", "selector", "selection"))
 
     def on_epoch_end(self, net: Any, **kwargs: Any) -> None:
         accelerator = self._require_accelerator(net)
@@ -317,7 +305,7 @@ class AcceleratorCheckpoint(Callback):
             state = {"selector_epoch": net.selector.current_epoch,
                      "history": net.history.to_list()}
             write_replacing(folder / META, json.dumps(state, default=_plain).encode())
-            for name, value in ((CRITERION, net.criterion_.state_dict()),
+            for name, value in ((CRITERION, net.loss_module().state_dict()),
                                (SELECTION, {"selector_state": net.selector.state_dict(),
                                             "selection": net.selection_state()})):
                 buffer = io.BytesIO()

@@ -108,9 +108,12 @@ micro_batch_size : int or None, default=None
     full batch) train a real network. Tiled losses (the loss's ``chunk_size``,
     ``'auto'`` by default) keep the batch's B x B similarities small too.""",
     'selection_pass': """\
-selection_pass : {'fresh', 'cached'}, default='fresh'
-    What adaptive selectors see at the start of each epoch. ``'fresh'``: a no-grad
-    pass over the whole training set in inference mode. ``'cached'``: every training
+selection_pass : {'fresh', 'cached'} or int, default='fresh'
+    What adaptive selectors see at the start of each epoch (the estimator's
+    :class:`~skcontrast.selectors.SelectorSampler` takes this very setting). ``'fresh'``:
+    a no-grad pass over the whole training set in inference mode. An int ``k``: such a
+    pass every ``k`` epochs, and between them the embeddings the training steps
+    computed (or the last pass's). ``'cached'``: every training
     sample's embedding as the training step that last trained it computed it (kept
     on the device, O(n k) memory), so selection costs no extra pass over the data
     (a CNN's spectral fit: 1.06x a shuffled fit instead of 1.45x); but those

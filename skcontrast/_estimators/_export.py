@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._validation import check_choice, describe
-from ._step import to_device
+from ._data import to_device
 
 FORMATS = ("onnx", "torchscript")
 

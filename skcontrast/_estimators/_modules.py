@@ -333,6 +333,9 @@ class ContrastiveCriterion(nn.Module):
     #: The state-dict name of each learnable loss parameter.
     PARAMETERS: ClassVar[dict[str, str]] = {"temperature": "log_temperature_excess",
                                             "bias": "learned_bias"}
+    #: The state-dict entry of a memory's counters (``n_samples``, a queue's pointer),
+    #: which it keeps beside its buffers (no buffer shows how many samples it remembers)
+    MEMORY_COUNTERS: ClassVar[str] = "memory_state._extra_state"
 
     def __init__(self, loss: Loss, *, structure: str = "pairs", memory: Any = None,
                  n_samples: int | None = None, row_keys: Any = None,

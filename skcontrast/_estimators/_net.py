@@ -1,53 +1,73 @@
-"""The skorch net the estimators build inside ``fit``.
+"""The skorch net the estimators build inside ``fit``: the one owner of training.
 
-skorch drives training; a few of its hooks are overridden, nothing more. The net is
-three parts along its seams: :class:`~._supply.BatchSupply` (which batches, from the
-selector, and the embedding pass adaptive selectors see), :class:`~._step.TrainingStep`
-(one batch: device, augmentation, mixed precision, gradient caching, the loss) and,
-here, the hooks around them: ``run_single_epoch`` reads the per-batch values from the
-device once per epoch instead of once per batch (skorch's own loop calls ``.item()`` on
-every batch, which stalls the GPU queue), stops a diverging fit, tells a Ctrl-C from a
-callback's stop, and the state a warm start or a saved model continues from.
+skorch drives the loop (``fit_loop``: epochs, callbacks, history); the net extends it
+through skorch's public hooks only, and a reader finds all of training here, top to
+bottom:
+
+- **building**: ``initialize_optimizer`` (parameter groups, and sparse gradients for
+  the default text encoders where the optimizer's settings take them) and
+  ``get_default_callbacks`` (skorch's, with :class:`FitStreams`, which gives each epoch
+  its random streams, and a :class:`PrintLog` without colour codes off a terminal);
+- **batches**: ``get_iterator`` iterates the fit's public
+  :class:`~skcontrast.selectors.SelectorSampler`: a ``DataLoader`` takes it as its
+  ``batch_sampler``, and data held whole in memory is gathered batch by batch
+  (:meth:`~._data.TensorViews.batches`). The sampler owns everything about batches
+  (the selector, its checks, slicing for several processes); before each epoch the
+  net gives it the embeddings its adaptive selector needs (:meth:`prepare_selection`);
+- **the epoch**: ``run_single_epoch`` reads the batch values from the device once per
+  epoch (skorch's loop reads each batch, which stalls a GPU's queue) and stops a
+  diverging fit;
+- **the step**: ``train_step`` (zero, step, the float16 scaler), ``train_step_single``
+  (device, augmentation, curation, gradient caching, the loss, backward) and
+  ``validation_step``; each returns the batch's loss terms in its result (``'terms'``)
+  and ``get_loss`` is the criterion's loss;
+- ``__getstate__``: what a pickle keeps.
+
+Its other methods are its own: the embedding passes (:meth:`embed`), and the hooks a
+data-parallel net (:mod:`._distributed`) changes (:meth:`loss_terms`, :meth:`backward`,
+:meth:`gathered`, ...). What a later fit continues from is :mod:`._state`.
 """
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import fnmatch
-import linecache
 import re
 import sys
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import skorch.callbacks
 import torch
 from skorch import NeuralNet
-from skorch.history import History
+from skorch.utils import TeeGenerator
+from torch.utils.data import DataLoader
 
-from .._validation import first_non_finite
-from ..exceptions import TrainingDivergedError, TrainingInterrupted
-from ._modules import ContrastiveCriterion
+from .._batch import take_rows
+from .._validation import describe
+from ..exceptions import TrainingDivergedError
+from ..losses import LossTerms
+from ..selectors import CurationBatch, SelectorSampler
+from ._data import ItemViews, TensorViews, ViewData, batch_length, to_device
 from ._optim import use_sparse_gradients
-from ._step import TrainingStep, batch_length, batch_norms, plain_temperature, seed_torch
-from ._supply import BatchSupply
+from ._step import (
+    PRECISIONS,
+    batch_norms,
+    rng_states,
+    seed_torch,
+    set_rng_states,
+    split_rows,
+)
+
+INFERENCE_BATCH = 1024
 
 
-def _steps_recorded(history: Any) -> int:
-    return sum("train_loss" in b for row in history for b in row["batches"])
-
-
-def _raised_on_purpose(exc: BaseException) -> bool:
-    """Whether an exception was raised by a ``raise`` statement (as callbacks stop
-    training) rather than by a signal (Ctrl-C interrupts whatever line runs)."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if tb is None:
-        return False
-    line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
-    return line.startswith("raise")
+def _stream(*key: int) -> int:
+    """A 63-bit seed drawn from ``key`` (independent streams for different keys)."""
+    return int(np.random.SeedSequence(list(key)).generate_state(1, dtype=np.uint64)[0]
+               % 2**63)
 
 
 def _aliases(name: str) -> list[str]:
@@ -59,44 +79,27 @@ def _aliases(name: str) -> list[str]:
     return [name]
 
 
-#: skorch's hooks of a net that do nothing and run every step: skipped unless overridden.
-_EMPTY_HOOKS = frozenset({"on_batch_end", "on_grad_computed"})
-
-
-def _stream(*key: int) -> int:
-    """A 63-bit seed drawn from ``key`` (independent streams for different keys)."""
-    return int(np.random.SeedSequence(list(key)).generate_state(1, dtype=np.uint64)[0]
-               % 2**63)
-
-
-def _check_optimizer_state(state: dict, parameters: list) -> None:
-    """Refuse a saved optimizer state that does not fit the parameters it is for (a
-    moment of another shape, or of a parameter that does not exist), naming it."""
-    for index, values in state.items():
-        if not 0 <= int(index) < len(parameters):
-            raise ValueError(f"the saved optimizer state has an entry for parameter {index}, "
-                             f"but the optimizer has {len(parameters)} parameters")
-        shape = tuple(parameters[int(index)].shape)
-        for key, value in values.items():
-            if isinstance(value, torch.Tensor) and value.ndim and tuple(value.shape) != shape:
-                raise ValueError(f"the saved optimizer state 'optimizer.{index}.{key}' has "
-                                 f"shape {tuple(value.shape)}, but parameter {index} has "
-                                 f"shape {shape}: it is not this model's optimizer state")
-
-
-def _load_state(module: torch.nn.Module, state: dict, what: str,
-                optional: tuple[str, ...] = ()) -> None:
-    """``module.load_state_dict(state)``, with a clear error when they do not fit."""
-    try:
-        result = module.load_state_dict(state, strict=False)
-    except RuntimeError as exc:
-        raise ValueError(f"the saved state of {what} does not fit it ({exc}); the model "
-                         "was built with other settings") from None
-    missing = [k for k in result.missing_keys if k not in optional]
-    if missing or result.unexpected_keys:
-        raise ValueError(f"the saved state of {what} does not fit it (missing "
-                         f"{missing[:5]}, unexpected {list(result.unexpected_keys)[:5]}); "
-                         "the model was built with other settings")
+def param_groups(named: list[tuple[str, torch.nn.Parameter]], patterns: list) -> list[dict]:
+    """skorch's ``optimizer__param_groups`` rule, with two changes: a pattern may name
+    parameters as ``freeze`` names parts of the module (without the ``encoders.<i>.``
+    prefix of the fitted ``module_``), and a pattern that matches no parameter is an
+    error, not silently ignored."""
+    params = list(named)
+    groups = []
+    for pattern, group in patterns:
+        matches = [i for i, (name, _) in enumerate(params)
+                   if any(fnmatch.fnmatch(alias, pattern) for alias in _aliases(name))]
+        if not matches:
+            names = sorted({a for name, _ in params for a in _aliases(name)[-1:]})
+            raise ValueError(
+                f"optimizer__param_groups: the pattern {pattern!r} matches no parameter "
+                f"that is still unassigned; parameters are named as in the module (e.g. "
+                f"{names[:6]}) or as in the fitted net_.module_ ('encoders.0.<name>', "
+                "'heads.0.<name>')")
+        groups.append({"params": [params.pop(i)[1] for i in reversed(matches)], **group})
+    if params:
+        groups.append({"params": [p for _, p in params]})
+    return groups
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -113,23 +116,59 @@ class PrintLog(skorch.callbacks.PrintLog):
         return text
 
 
-class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
+class FitStreams(skorch.callbacks.Callback):
+    """What a fit sets up once and each epoch: the per-fit state of the net when
+    training begins (the float16 scaler, the batch-norm warning of gradient caching),
+    and each epoch's random numbers (dropout, augmentations, the selection pass) drawn
+    from streams seeded by ``(seed, epoch)``: torch's generators and the
+    augmentation's own. So an epoch is the same whether the fit runs on or stops and
+    continues (a warm start, a saved and loaded model, a pickle): 2 + 2 epochs are 4,
+    on any device."""
+
+    def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
+        net.start_fit(X)
+
+    def on_epoch_begin(self, net: Any, **kwargs: Any) -> None:
+        epoch = len(net.history) - 1  # skorch has opened this epoch's row
+        seed_torch(_stream(net.seed, 5, epoch))
+        if net.augmentation is not None:
+            net.augmentation.seed(net.compute_device, _stream(net.seed, 2, epoch))
+        memory = net.memory_state
+        if memory is not None:  # e.g. SogCLR's schedule of gamma counts epochs
+            memory.set_epoch(epoch)
+
+    def on_train_end(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
+        net.fit_ = None
+
+
+class FitState:
+    """What one fit of the net holds while it runs (dropped when it ends)."""
+
+    def __init__(self, data: Any) -> None:
+        self.data = data  # the training rows, which the selection pass embeds
+        self.checked_augmentation = False  # whether its first output was checked
+        self.modes: Any = None  # the modules' train/eval modes the last walk left
+        self.listeners: dict[str, list] = {}  # the callbacks that act on a hook
+
+
+class SelectorNet(NeuralNet):
     """skorch ``NeuralNet`` whose training batches come from a batch selector.
 
     Parameters (beyond ``NeuralNet``'s)
     ------------------------------------
     selector : BatchSelector
+        The fit's selector (a configured clone of the estimator's).
     labels : ndarray or None
         Labels handed to the selector (and, in the dataset, to the loss).
     augmentation : Augmentation or None
         One random view of a batch already on the training device; applied twice per
         training batch.
     seed : int
-        Seeds the augmentations' generator (per ``fit`` call and epoch count).
+        Seeds the epochs' random streams and the held-out batches.
     precision : {'float32', 'bfloat16', 'float16'}
         ``torch.autocast`` dtype of the forward passes; the loss stays float32.
     num_workers : int
-        DataLoader worker processes.
+        DataLoader worker processes (a Dataset's items).
     labelled : bool
         Adaptive selectors see one view per item (SupCon) rather than pairs.
     micro_batch_size : int or None
@@ -142,23 +181,24 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
     held_out_rows : ndarray or None
         The rows of the estimator's ``X`` held out of training (``validation_fraction``),
         kept so that every warm start holds out the same rows.
-    selection_pass : {'fresh', 'cached'}
-        What adaptive selectors see: a fresh no-grad pass over the training set at the
-        start of every epoch, or the embeddings the training steps computed.
+    selection_pass : {'fresh', 'cached'} or int
+        When adaptive selectors see a fresh no-grad pass over the training set (every
+        epoch, once, or every ``k`` epochs), and between passes the embeddings the
+        training steps computed (:class:`~skcontrast.selectors.SelectorSampler`).
     """
 
-    interrupted: Any  # None, or how far an interrupted fit got
-    _stopped_by: str | None  # the callback that stopped training, if one did
-    _mode_snapshot: Any
+    module_: Any
+    criterion_: Any
     optimizer_: Any
     grad_scaler_: Any
+    fit_: FitState | None
 
     def __init__(self, *args: Any, selector: Any = None, labels: Any = None,
                  augmentation: Any = None, seed: int = 0, precision: str = "float32",
                  num_workers: int = 0, labelled: bool = False,
                  micro_batch_size: int | None = None, valid_batch_size: int | None = None,
                  image_normalization: Any = None, held_out_rows: Any = None,
-                 selection_pass: str = "fresh", **kwargs: Any) -> None:
+                 selection_pass: Any = "fresh", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.selection_pass = selection_pass
         self.held_out_rows = held_out_rows
@@ -169,30 +209,60 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
         self.labels = labels
         self.augmentation = augmentation
         self.seed = seed
-        # the training rows' digest, and the steps' embeddings of them: training state
-        # (a warm start on the same rows continues from them)
-        self.data_fingerprint: str | None = None
-        self.sampler_ = self._pending_selection = None
         self.precision = precision
         self.num_workers = num_workers
         self.labelled = labelled
+        # the training rows' digest and the sampler of them, which holds the selection
+        # embeddings: training state (a warm start on the same rows continues from it)
+        self.data_fingerprint: str | None = None
+        self.sampler_: SelectorSampler | None = None
+        self.pending_selection_: dict | None = None
+        self.grad_scaler_ = None
+        self.fit_ = None
+
+    # -- building -------------------------------------------------------------------
 
     def get_default_callbacks(self) -> list:
-        return [(name, PrintLog() if name == "print_log" else callback)
-                for name, callback in super().get_default_callbacks()]
+        """skorch's, after :class:`FitStreams`, with :class:`PrintLog`'s table."""
+        return [("fit_streams", FitStreams())] + [
+            (name, PrintLog() if name == "print_log" else callback)
+            for name, callback in super().get_default_callbacks()]
+
+    def initialize_optimizer(self, triggered_directly: Any = None) -> SelectorNet:
+        """The optimizer over the learnable parameters in the groups of
+        ``optimizer__param_groups`` (:func:`param_groups`); then the default text
+        encoders get sparse gradients where its settings take them
+        (:func:`~._optim.use_sparse_gradients`)."""
+        kwargs = self.get_params_for("optimizer")
+        groups = param_groups(list(self.get_all_learnable_params()),
+                              kwargs.pop("param_groups", []))
+        kwargs.setdefault("lr", self.lr)
+        self.optimizer_ = self.optimizer(groups, **kwargs)
+        use_sparse_gradients(self.module_, self.optimizer_)
+        return self
 
     @property
     def compute_device(self) -> torch.device:
         """Where the module computes (the accelerator's device in distributed training)."""
         return torch.device(self.device)
 
-    def initialize_optimizer(self, *args: Any, **kwargs: Any) -> SelectorNet:
-        """skorch's optimizer; then the default text encoders get sparse gradients where
-        its settings for them (``optimizer__*``, a param group's own) update them
-        (:func:`~._optim.use_sparse_gradients`)."""
-        super().initialize_optimizer(*args, **kwargs)
-        use_sparse_gradients(self.module_, self.optimizer_)
-        return self
+    def inference_module(self) -> torch.nn.Module:
+        """The network as trained (an accelerator's wrapper taken off)."""
+        return self.module_
+
+    def loss_module(self) -> Any:
+        """The loss module (:class:`~._modules.ContrastiveCriterion`), its wrapper off."""
+        return self.criterion_
+
+    @property
+    def memory_state(self) -> Any:
+        """The memory's state (:mod:`skcontrast.memory`) inside the criterion, or None."""
+        criterion = getattr(self, "criterion_", None)
+        return None if criterion is None else self.loss_module().memory_state
+
+    def plain_temperature(self) -> str:
+        """The loss's temperature now, for messages."""
+        return f"{float(torch.as_tensor(self.loss_module().temperature).detach()):.6g}"
 
     def fit_priors(self, data: Any) -> None:
         """Encoders that start from statistics of the training data (the text bag's IDF
@@ -203,10 +273,9 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
             if callable(getattr(module, "fit_prior", None)) and views:
                 module.fit_prior(views)
 
-    def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
-        super().on_train_begin(net, X=X, y=y, **kwargs)
-        self._mode_snapshot = None  # the next step walks the module trees
-        self._checked_augmentation = False
+    def start_fit(self, data: Any) -> None:
+        """The state of a fit that begins on ``data`` (:class:`FitStreams`)."""
+        self.fit_ = FitState(data)
         if self.micro_batch_size is not None and batch_norms(self.module_):
             warnings.warn(
                 "the module has batch-normalisation layers: with micro_batch_size each "
@@ -214,263 +283,132 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
                 "from the plain step on the whole batch (running statistics are updated "
                 "once per micro-batch, by the pass with gradients). Use layer or group "
                 "normalisation for the exact full-batch update", UserWarning, stacklevel=2)
-        device_type = self.compute_device.type
-        scaler = getattr(self, "grad_scaler_", None)
+        device = self.compute_device.type
+        scaler = self.grad_scaler_
         if self.precision != "float16":
             self.grad_scaler_ = None
-        elif scaler is None or scaler._device != device_type:
-            self.grad_scaler_ = torch.amp.GradScaler(device_type)
+        elif scaler is None or scaler.get_scale() is None or \
+                getattr(scaler, "device", device) != device:
+            self.grad_scaler_ = torch.amp.GradScaler(device)
 
-    def partial_fit(self, X: Any, y: Any = None, classes: Any = None,
-                    **fit_params: Any) -> SelectorNet:
-        """skorch's ``partial_fit``, which keeps the model of an interrupted fit; whether
-        the fit was interrupted (Ctrl-C) is left in ``interrupted``, a message saying how
-        far it got, or ``None`` (a fit that ran to the end, or that a callback such as
-        skorch's ``EarlyStopping`` stopped)."""
-        done = len(self.history) if self.initialized_ else 0
-        steps = _steps_recorded(self.history) if self.initialized_ else 0
-        goal = fit_params.get("epochs", self.max_epochs)
-        self.interrupted = None
-        super().partial_fit(X, y, classes, **fit_params)
-        if self.interrupted is not None:
-            epochs = sum("dur" in row for row in self.history[done:])
-            self.interrupted = (
-                f"fit stopped after {epochs} of {goal} epochs (interrupted); the model keeps "
-                f"the weights of the {_steps_recorded(self.history) - steps} step(s) applied")
-        return self
+    # -- batches ----------------------------------------------------------------------
 
-    def fit_loop(self, X: Any, y: Any = None, epochs: int | None = None,
-                 **fit_params: Any) -> SelectorNet:
-        """skorch's loop; an interrupt that no callback raised is recorded as one."""
-        self._stopped_by = None
-        try:
-            return super().fit_loop(X, y, epochs=epochs, **fit_params)
-        except KeyboardInterrupt:
-            if self._stopped_by is None:
-                self.interrupted = True
-            raise
+    def get_iterator(self, dataset: Any, training: bool = False) -> Any:
+        """The training batches, from the fit's :class:`SelectorSampler` (the same one
+        every epoch: each pass over it is the selector's next epoch); held-out data in
+        fixed batches (:meth:`held_out_batches`)."""
+        if not training:  # skorch asks for it only for the held-out data
+            return self.held_out_batches(dataset)
+        sampler = self.sampler_
+        if sampler is None or sampler.n_samples != len(dataset) or \
+                sampler.selector is not self.selector:
+            sampler = self.sampler_ = self.start_sampler(len(dataset))
+        # Data held whole where the module computes, or in this process's memory for
+        # training on the CPU, is gathered batch by batch, without a DataLoader (whose
+        # per-batch machinery a small model's step notices); a Dataset's items are
+        # loaded by workers, and host data for a GPU is pinned by the loader.
+        if isinstance(dataset, TensorViews) and (dataset.resident_device is not None
+                                                 or not self._on_gpu()):
+            return dataset.batches(sampler)
+        return self._loader(dataset, sampler)
 
-    def notify(self, method_name: str, **cb_kwargs: Any) -> None:
-        """skorch's ``notify``, remembering which callback stopped training, if one did
-        (skorch's callbacks stop it by raising ``KeyboardInterrupt``). The net's own hook
-        runs unless it is one of skorch's empty per-step hooks (:data:`_EMPTY_HOOKS`)."""
-        if method_name not in _EMPTY_HOOKS or \
-                getattr(type(self), method_name) is not getattr(NeuralNet, method_name):
-            getattr(self, method_name)(self, **cb_kwargs)
-        for name, callback in self._listening(method_name):
-            try:
-                getattr(callback, method_name)(self, **cb_kwargs)
-            except KeyboardInterrupt as exc:
-                if _raised_on_purpose(exc):
-                    self._stopped_by = name
-                raise
+    def start_sampler(self, n: int) -> SelectorSampler:
+        """The sampler of this fit's ``n`` training rows: the net's selector, sliced over
+        the processes without padding (the step gathers rows of any count), taking over
+        the selection embeddings a previous fit on the same rows left (a warm start, a
+        saved model)."""
+        world, rank = self.replicas()
+        sampler = SelectorSampler(self.selector, n, labels=self.labels,
+                                  selection_pass=self.selection_pass,
+                                  num_replicas=world, rank=rank, even=False)
+        pending = self.pending_selection_
+        if pending and pending.get("embeddings") is not None and \
+                len(pending["embeddings"]) == n:
+            sampler.load_embedding_state(pending)
+        self.pending_selection_ = None
+        return sampler
 
-    def _listening(self, method_name: str) -> list[tuple[str, Any]]:
-        """The callbacks that override ``method_name`` (skorch's base methods do nothing):
-        the per-batch hooks then cost nothing for callbacks that only act per epoch. The
-        cache holds the list it was made from, so a new or changed list rebuilds it."""
-        callbacks = self.callbacks_
-        made_from, size, cache = self.__dict__.get("_listeners", (None, 0, {}))
-        if made_from is not callbacks or size != len(callbacks):
-            cache = {}
-            self._listeners = (callbacks, len(callbacks), cache)
-        if method_name not in cache:
-            base = getattr(skorch.callbacks.Callback, method_name, None)
-            cache[method_name] = [(name, cb) for name, cb in callbacks
-                                  if getattr(type(cb), method_name, None) is not base
-                                  or method_name in vars(cb)]
-        return cache[method_name]
+    def replicas(self) -> tuple[int, int]:
+        """The data-parallel processes and this one's rank (one process here)."""
+        return 1, 0
 
-    def check_finite_weights(self) -> None:
-        """Refuse a trained network with a NaN or infinite weight or buffer (batch-norm
-        statistics, a memory's state), naming it (one device read when all are finite).
-        Called at every exit of a fit: its end, an early stop, an interrupt."""
-        state = {f"module.{k}": v for k, v in self.inference_module().state_dict().items()}
-        state.update({f"criterion.{k}": v for k, v in self.criterion_.state_dict().items()})
-        bad = first_non_finite({k: v.detach() for k, v in state.items()
-                                if isinstance(v, torch.Tensor)})
-        if bad is None:
-            return
-        message = (
-            f"after {len(self.history)} epoch(s) the network's {bad!r} holds NaN or "
-            f"infinite values, so its embeddings would be NaN; the model was not kept (the "
-            f"estimator is as it was before this fit). Lower the learning rate "
-            f"(lr={self.lr}), raise the temperature "
-            f"(temperature={plain_temperature(self.criterion_)}), or check that the "
-            "module does not output NaN or inf")
-        if self.interrupted is not None:  # the interrupt goes on, without the NaN model
-            raise TrainingInterrupted(f"{self.interrupted}; and {message}")
-        raise TrainingDivergedError(f"training diverged in its last steps: {message}")
+    def _on_gpu(self) -> bool:
+        return self.compute_device.type == "cuda"
 
-    def check_finite_outputs(self, data: Any, rows: int = 8) -> None:
-        """Refuse a trained network whose embeddings of a few training rows (``rows``,
-        spread over ``data``) are NaN or infinite, or overflow when normalised: finite
-        weights can still overflow the activations (a last update of lr=1e30). Called
-        at every exit of a fit, after :meth:`check_finite_weights`."""
-        n = len(data)
-        if n == 0:
-            return
-        index = np.unique(np.linspace(0, n - 1, min(rows, n)).astype(np.int64))
-        out = self.embed(data.select(0), view=0, indices=index) if self.labelled else \
-            self.embed(data, indices=index)
-        if bool(torch.isfinite(out.reshape(len(out), -1, out.shape[-1]).norm(dim=-1)).all()):
-            return
-        message = (
-            f"after {len(self.history)} epoch(s) the network embeds training rows as NaN or "
-            f"infinite values (its weights are finite, its activations overflow), so "
-            f"transform would return them; the model was not kept (the estimator is as it "
-            f"was before this fit). Lower the learning rate (lr={self.lr}), raise the "
-            f"temperature (temperature={plain_temperature(self.criterion_)}), or check that "
-            "the module does not output NaN or inf")
-        if self.interrupted is not None:
-            raise TrainingInterrupted(f"{self.interrupted}; and {message}")
-        raise TrainingDivergedError(f"training diverged in its last steps: {message}")
+    def _loader(self, data: ViewData, batch_sampler: Any) -> DataLoader:
+        # Workers load a Dataset's items; array rows are one index away, in this process.
+        # Its own generator: a DataLoader draws its workers' base seed from torch's
+        # global one otherwise, which would advance the caller's random stream.
+        workers = self.num_workers if isinstance(data, ItemViews) else 0
+        generator = torch.Generator().manual_seed(self.seed + len(self.history or ()))
+        return DataLoader(data, batch_sampler=batch_sampler, collate_fn=_as_batch,
+                          num_workers=workers, pin_memory=self._on_gpu(),
+                          persistent_workers=workers > 0, generator=generator)
 
-    # -- state that travels: warm starts and saved models ------------------------------
+    def held_out_batches(self, data: ViewData) -> Any:
+        """The same batches of the held-out data every epoch, of the training batch size
+        (a last batch of one sample joins the one before)."""
+        order = np.random.default_rng([self.seed, 4]).permutation(len(data))
+        size = max(2, min(self.valid_batch_size or len(data), len(data)))
+        batches = [order[i:i + size] for i in range(0, len(data), size)]
+        if len(batches) > 1 and len(batches[-1]) == 1:
+            batches[-2:] = [np.concatenate(batches[-2:])]
+        return self._fixed_batches(data, batches)
 
-    def training_state(self) -> dict:
-        """Everything a later fit continues from: weights, the loss module's state (a
-        learned temperature, a memory), the optimizer's state (a copy), the history, the
-        selector's epoch, the seed and the held-out rows."""
-        optimizer = getattr(self.optimizer_, "optimizer", self.optimizer_)
-        return {"module": self.inference_module().state_dict(),
-                "criterion": self.criterion_.state_dict(),
-                "optimizer": copy.deepcopy(optimizer.state_dict()),
-                "optimizer_class": type(optimizer),
-                "history": self.history.to_list(),
-                "selector_epoch": self.selector.current_epoch,
-                "selector_state": self.selector.state_dict(),
-                "selection": self.selection_state(),
-                "held_out_rows": None if self.held_out_rows is None
-                else np.asarray(self.held_out_rows).tolist(),
-                "seed": self.seed,
-                "grad_scaler": None if getattr(self, "grad_scaler_", None) is None
-                else self.grad_scaler_.state_dict()}
+    def inference_batches(self, data: ViewData, indices: np.ndarray | None = None) -> Any:
+        """Consecutive batches of ``data`` (or of its rows ``indices``), in order; never the
+        whole set on the GPU at once."""
+        indices = np.arange(len(data)) if indices is None else indices
+        return self._fixed_batches(data, [indices[s:s + INFERENCE_BATCH]
+                                          for s in range(0, len(indices), INFERENCE_BATCH)])
 
-    def load_training_state(self, state: dict, restart: tuple[str, ...] = (),
-                            rows: str | bool | None = True) -> None:
-        """Continue from :meth:`training_state` (of this net's structure).
+    def _fixed_batches(self, data: ViewData, batches: list[np.ndarray]) -> Any:
+        device = data.resident_device
+        if device is not None:
+            return [data.gather(torch.as_tensor(b, device=device)) for b in batches]
+        return self._loader(data, [b.tolist() for b in batches])
 
-        The optimizer's state is taken when the optimizer is of the same class and
-        holds the same parameter groups; its settings (learning rate, ...) stay this
-        net's own. A learned loss parameter (temperature, SigLIP's bias) is taken when
-        this net learns it too and it is not in ``restart`` (the parameters whose
-        starting value the loss changed); otherwise it is this net's start. The
-        embeddings of the training rows that ``selection_pass='cached'`` keeps (the
-        net's, and a selector's under ``'cache'``) are taken when ``rows``, the digest of
-        the rows this net trains on (:meth:`ViewData.fingerprint`), is the one they were
-        computed on (``True``: as they are, for a loaded model); a fit on other rows
-        starts without them.
-        """
-        if rows is not True and (rows is None or
-                                 (state.get("selection") or {}).get("rows") != rows):
-            state = without_row_caches(state)
-        _load_state(self.inference_module(), state["module"], "the network")
-        criterion = dict(state["criterion"])
-        learned = tuple(ContrastiveCriterion.PARAMETERS.values())
-        for name, key in ContrastiveCriterion.PARAMETERS.items():
-            value = criterion.pop(key, None)
-            if value is not None and name not in restart and hasattr(self.criterion_, key):
-                criterion[key] = value
-        _load_state(self.criterion_, criterion, "the loss module", optional=learned)
-        self._load_optimizer(state.get("optimizer"), state.get("optimizer_class"))
-        self.history = History(copy.deepcopy(state["history"]))
-        self.selector.set_epoch(state["selector_epoch"])
-        self.selector.load_state_dict(state.get("selector_state", {}))
-        self.load_selection_state(state.get("selection"))
-        rows = state.get("held_out_rows")
-        self.held_out_rows = None if rows is None else np.asarray(rows, dtype=np.int64)
-        scaler = state.get("grad_scaler")
-        if scaler and self.precision == "float16":
-            self.grad_scaler_ = torch.amp.GradScaler(self.compute_device.type)
-            self.grad_scaler_.load_state_dict(scaler)
+    def prepare_selection(self) -> float:
+        """Before an epoch: the sampler's adaptive selector gets the loss as it is now
+        (its learned temperature, weights, options) and the network's embeddings of
+        the training rows its selection needs anew (:meth:`SelectorSampler.due`: all
+        of them when a pass is due by ``selection_pass``). Returns the seconds spent."""
+        import time
 
-    def _load_optimizer(self, saved: dict | None, kind: type | str | None) -> None:
-        """Take a saved optimizer state into an optimizer of the class it was saved from
-        (``kind``: the class, or its dotted name as a saved model holds it)."""
-        optimizer = getattr(self.optimizer_, "optimizer", self.optimizer_)
-        own = type(optimizer)
-        if saved is None or kind not in (None, own, f"{own.__module__}.{own.__qualname__}"):
-            return
-        fresh = optimizer.state_dict()
-        sizes = [len(g["params"]) for g in saved["param_groups"]]
-        if sizes != [len(g["params"]) for g in fresh["param_groups"]]:
-            warnings.warn("the optimizer's parameter groups changed (optimizer__param_groups "
-                          "or the parameters that train), so its state (e.g. Adam's moments) "
-                          "starts afresh", UserWarning, stacklevel=3)
-            return
-        _check_optimizer_state(saved["state"], [p for g in optimizer.param_groups
-                                                for p in g["params"]])
-        # the saved state under this net's own settings (lr, weight decay, ...)
-        groups = [{**g, "params": list(s["params"])}
-                  for g, s in zip(fresh["param_groups"], saved["param_groups"], strict=True)]
-        optimizer.load_state_dict({"state": saved["state"], "param_groups": groups})
+        start = time.perf_counter()
+        sampler = self.sampler_
+        assert sampler is not None  # made by get_iterator
+        if self.selector.needs_embeddings:
+            sampler.loss = self.loss_module().live_loss()
+            due = sampler.due()
+            if len(due):
+                sampler.update(due, self.selection_embeddings(due), pushed=False)
+        return time.perf_counter() - start
 
-    def _get_params_for_optimizer(self, prefix: str, named_parameters: Any) -> tuple:
-        """skorch's parameter groups (``optimizer__param_groups``), with two changes:
-        a pattern may name parameters as ``freeze`` names parts of the module (without
-        the ``encoders.<i>.`` prefix of the fitted ``module_``), and a pattern that
-        matches no parameter is an error, not silently ignored."""
-        kwargs = self.get_params_for(prefix)
-        params = list(named_parameters)
-        groups = []
-        for pattern, group in kwargs.pop("param_groups", []):
-            matches = [i for i, (name, _) in enumerate(params)
-                       if any(fnmatch.fnmatch(alias, pattern) for alias in _aliases(name))]
-            if not matches:
-                names = sorted({a for name, _ in params for a in _aliases(name)[-1:]})
-                raise ValueError(
-                    f"optimizer__param_groups: the pattern {pattern!r} matches no parameter "
-                    f"that is still unassigned; parameters are named as in the module (e.g. "
-                    f"{names[:6]}) or as in the fitted net_.module_ ('encoders.0.<name>', "
-                    "'heads.0.<name>')")
-            groups.append({"params": [params.pop(i)[1] for i in reversed(matches)], **group})
-        if params:
-            groups.append({"params": [p for _, p in params]})
-        kwargs.setdefault("lr", self.lr)
-        return (groups,), kwargs
-
-    def on_epoch_begin(self, net: Any, dataset_train: Any = None, dataset_valid: Any = None,
-                       **kwargs: Any) -> None:
-        """Each epoch draws its random numbers (dropout, augmentations, the selection
-        pass) from streams seeded by ``(seed, epoch)``: torch's generators and the
-        augmentation's own. So an epoch is the same whether the fit runs on or stops
-        and continues (a warm start, a saved and loaded model, a pickle): 2 + 2 epochs
-        are 4, on any device."""
-        super().on_epoch_begin(net, dataset_train=dataset_train, dataset_valid=dataset_valid,
-                               **kwargs)
-        epoch = len(self.history) - 1  # skorch has opened this epoch's row
-        seed_torch(_stream(self.seed, 5, epoch))
-        if self.augmentation is not None:
-            self.augmentation.seed(self.compute_device, _stream(self.seed, 2, epoch))
-        memory = self.memory_state
-        if memory is not None:  # e.g. SogCLR's schedule of gamma counts epochs
-            memory.set_epoch(epoch)
-
-    @property
-    def memory_state(self) -> Any:
-        """The memory's state (:mod:`skcontrast.memory`) inside the criterion, or None."""
-        return getattr(getattr(self, "criterion_", None), "memory_state", None)
-
-    def on_train_end(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
-        super().on_train_end(net, X=X, y=y, **kwargs)
-        self.training_data = None
-
+    # -- the epoch ----------------------------------------------------------------------
 
     def run_single_epoch(self, iterator: Any, training: bool, prefix: str, step_fn: Any,
                          **fit_params: Any) -> None:
         """skorch's epoch loop, reading the batch values from the device once per epoch.
 
-        With ``verbose`` the values are read per batch, for the progress bar. If the
-        epoch is interrupted, the values of the steps already applied are still
-        recorded. A non-finite loss stops training (:meth:`check_finite`).
+        A training epoch first prepares the selection (:meth:`prepare_selection`) and
+        records how long choosing its batches took (``select_time``) and how many it has
+        (``n_batches``). With ``verbose`` the values are read per batch, for the
+        progress bar. If the epoch is interrupted, the values of the steps already
+        applied are still recorded. A non-finite loss stops training
+        (:meth:`check_finite`).
         """
         if iterator is None:
             return
         if not training:
             with self.fixed_randomness():
-                return self._run_epoch(iterator, training, prefix, step_fn, **fit_params)
-        return self._run_epoch(iterator, training, prefix, step_fn, **fit_params)
+                self._run_epoch(iterator, training, prefix, step_fn, **fit_params)
+            return
+        select_time = self.prepare_selection()
+        self._run_epoch(iterator, training, prefix, step_fn, **fit_params)
+        assert self.sampler_ is not None  # made by get_iterator
+        self.history.record("select_time", select_time + self.sampler_.select_time)
+        self.history.record("n_batches", self.history[-1, "train_batch_count"])
 
     def _run_epoch(self, iterator: Any, training: bool, prefix: str, step_fn: Any,
                    **fit_params: Any) -> None:
@@ -479,11 +417,17 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
         pending: list[torch.Tensor] = []
         sizes: list[int] = []
         kept: list[tuple[int, torch.Tensor]] = []  # rows a curating selector kept
+        begin, end = (self._listening(hook) for hook in ("on_batch_begin", "on_batch_end"))
         try:
             for batch in iterator:
-                self.notify("on_batch_begin", batch=batch, training=training)
+                if begin:
+                    self.notify("on_batch_begin", batch=batch, training=training)
+                else:  # the net's own hook alone (it opens the batch's history row)
+                    self.on_batch_begin(self, batch=batch, training=training)
                 step = step_fn(batch, **fit_params)
-                values = (step["loss"].detach(), step["positive"], step["entropy"])
+                terms = step["terms"]
+                values = (step["loss"].detach(), terms.positive.detach(),
+                          terms.entropy.detach())
                 if "kept" in step:  # rows embedded to choose, and the rows that trained
                     kept.append((step["selection_rows"], step["kept"]))
                 sizes.append(len(step["kept"]) if "kept" in step
@@ -494,7 +438,8 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
                     self.check_finite(prefix, first + len(sizes) - 1)
                 else:
                     pending.extend(values)  # read from the device once, after the epoch
-                self.notify("on_batch_end", batch=batch, training=training, **step)
+                if end:
+                    self.notify("on_batch_end", batch=batch, training=training, **step)
         finally:
             if pending:
                 rows = torch.stack(pending).view(-1, 3).tolist()
@@ -505,6 +450,20 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
                 self._record_curation(kept, first)
         self.history.record(prefix + "_batch_count", len(sizes))
         self.check_finite(prefix, first, first + len(sizes))
+
+    def _listening(self, hook: str) -> bool:
+        """Whether a callback acts on a per-step ``hook`` (skorch's base methods do
+        nothing, and calling every callback's each step costs a small model's step;
+        the net's own ``on_batch_end`` and ``on_grad_computed`` do nothing either)."""
+        fit = self.fit_
+        if fit is None:
+            return True
+        if hook not in fit.listeners:
+            base = getattr(skorch.callbacks.Callback, hook, None)
+            fit.listeners[hook] = [cb for _, cb in self.callbacks_
+                                   if getattr(type(cb), hook, None) is not base
+                                   or hook in vars(cb)]
+        return bool(fit.listeners[hook])
 
     def _record_curation(self, kept: list[tuple[int, torch.Tensor]], first: int) -> None:
         """Per step of a curating selector: the training rows kept (``'kept'``) and the
@@ -540,32 +499,385 @@ class SelectorNet(BatchSupply, TrainingStep, NeuralNet):
                     f"{value} at epoch {len(self.history)}, "
                     f"batch {position + 1} of this epoch, so the weights are no longer "
                     f"finite. Lower the learning rate (lr={self.lr}), raise the "
-                    f"temperature (temperature={plain_temperature(self.criterion_)}), keep "
+                    f"temperature (temperature={self.plain_temperature()}), keep "
                     "the embeddings normalised (loss__normalize=True), or check that "
                     "the module does not output NaN or inf")
 
+    # -- the step -----------------------------------------------------------------------
 
+    def train_step(self, batch: Any, **fit_params: Any) -> dict:
+        """Zero the gradients, take the loss and its gradients once (without skorch's
+        closure, which only optimizers that evaluate the loss several times need), tell
+        the callbacks that watch gradients (if any: building their parameter generator
+        costs every step otherwise), step the optimizer (through the gradient scaler in
+        float16). ``LBFGS``, which evaluates a closure, gets skorch's own step."""
+        optimizer, scaler = self.optimizer_, self.grad_scaler_
+        if scaler is None and isinstance(getattr(optimizer, "optimizer", optimizer),
+                                         torch.optim.LBFGS):
+            return super().train_step(batch, **fit_params)
+        optimizer.zero_grad(set_to_none=True)
+        step = self.train_step_single(batch, **fit_params)
+        if scaler is not None:
+            scaler.unscale_(optimizer)  # callbacks (e.g. gradient clipping) see true grads
+        if self._listening("on_grad_computed"):
+            self.notify("on_grad_computed", named_parameters=TeeGenerator(
+                self.get_all_learnable_params()), batch=batch, training=True)
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)
+            scaler.update()
+        return step
+
+    def train_step_single(self, batch: Any, **fit_params: Any) -> dict:
+        """One training batch: to the device, augmented (twice: two views), curated, the
+        loss (of the whole batch, in micro-batches with gradient caching) and its
+        backward pass. Returns ``loss``, ``y_pred`` and the loss's ``terms`` (with a
+        curating selector also the rows ``kept`` and ``selection_rows``, those embedded
+        to choose them)."""
+        self.set_mode(True)
+        Xi, yi, index = batch
+        Xi = to_device(Xi, self.compute_device, self.image_normalization)
+        if self.augmentation is not None:
+            Xi = (self.augment(Xi), self.augment(Xi))
+        kept = embedded = None
+        if self.selector.curates:
+            Xi, yi, index, embedded = self.curate(Xi, yi, index)
+            kept = index
+        micro = self.micro_batch_size
+        if micro is not None and batch_length(Xi) > micro:
+            terms, y_pred = self.cached_step(Xi, yi, index, micro, **fit_params)
+        else:
+            with self.training_autocast():
+                y_pred = self.forward_batch(Xi, **fit_params)
+            terms = self.loss_terms(y_pred, yi, index=index, training=True)
+            self.backward(terms.loss)
+        self.remember_embeddings(y_pred, index)
+        step = {"loss": terms.loss, "y_pred": y_pred, "terms": terms}
+        if kept is not None:
+            step["kept"], step["selection_rows"] = kept, embedded
+            self.selector.remember(kept, self.gathered(y_pred.detach()))
+        return step
+
+    def validation_step(self, batch: Any, **fit_params: Any) -> dict:
+        """The loss of a held-out batch without gradients (and without the memory)."""
+        self.set_mode(False)
+        Xi, yi, _ = batch
+        Xi = to_device(Xi, self.compute_device, self.image_normalization)
+        with torch.no_grad():
+            if self.augmentation is not None:
+                Xi = (self.augmentation(Xi), self.augmentation(Xi))
+            with self.autocast():
+                y_pred = self.forward_batch(Xi, **fit_params)
+            terms = self.loss_terms(y_pred, yi, training=False)
+        return {"loss": terms.loss, "y_pred": y_pred, "terms": terms}
+
+    def get_loss(self, y_pred: torch.Tensor, y_true: Any, X: Any = None,
+                 training: bool = False) -> torch.Tensor:
+        """The criterion's loss of a batch (without the memory: the step, which knows the
+        batch's dataset indices, calls :meth:`loss_terms`)."""
+        return self.loss_terms(y_pred, y_true, training=training).loss
+
+    def loss_terms(self, y_pred: torch.Tensor, y_true: Any, index: torch.Tensor | None = None,
+                   training: bool = False) -> LossTerms:
+        """The :class:`~skcontrast.losses.LossTerms` of a batch of embeddings, in float32;
+        a training batch with its dataset ``index`` also goes through the memory
+        (:mod:`skcontrast.memory`), if any."""
+        if y_true is not None:
+            y_true = y_true.to(y_pred.device, non_blocking=True)
+        return self.criterion_(y_pred.float(), y_true, index=index,
+                               remember=training and index is not None, training=training)
+
+    def forward_batch(self, x: Any, **fit_params: Any) -> torch.Tensor:
+        """The module's output for a batch :func:`~._data.to_device` has prepared (a
+        tensor or a tuple of them, straight to the module: skorch's ``infer`` would
+        convert it again, a cost per step that a small model notices); keyword views and
+        fit parameters take skorch's way."""
+        tensors = isinstance(x, torch.Tensor) or (
+            isinstance(x, tuple) and all(isinstance(t, torch.Tensor) for t in x))
+        if tensors and not fit_params:
+            return self.module_(x)
+        return self.infer(x, **fit_params)
+
+    def set_mode(self, training: bool) -> None:
+        """Train or eval mode for the module and the loss module, walked only when
+        needed: every step asks for training mode, and walking the module trees each
+        time costs a small model's step about 1%. The walk is skipped while the modules
+        all still hold the modes the last walk left them in (anything that switches one,
+        e.g. the selection pass or a callback, makes the next call walk again)."""
+        fit = self.fit_
+        tops = (self.module_, self.criterion_)
+        modes = None if fit is None else fit.modes
+        if (modes is not None and modes[0] == training
+                and all(a is b for a, b in zip(modes[1], tops, strict=True))
+                and all(m.training is mode for m, mode in modes[2])):
+            return
+        for top in tops:
+            top.train(training)
+        if fit is not None:
+            fit.modes = (training, tops, [(m, m.training) for top in tops
+                                          for m in top.modules()])
+
+    def remember_embeddings(self, embeddings: torch.Tensor, index: torch.Tensor) -> None:
+        """Push a training batch's embeddings (detached, on the device) to the sampler,
+        by dataset index, for the selections between passes (``selection_pass`` other
+        than ``'fresh'``), in the form a pass gives: both views of pairs, the first
+        view (or crop) of single views."""
+        sampler = self.sampler_
+        if sampler is None or sampler.pass_every == 1 or not self.selector.needs_embeddings:
+            return
+        embeddings = self.gathered(embeddings.detach())
+        if self.labelled or self.augmentation is not None:
+            embeddings = embeddings[:, 0] if embeddings.ndim == 3 else embeddings
+        elif embeddings.ndim == 3:
+            embeddings = embeddings[:, :2]  # not the hard negatives
+        sampler.update(index, embeddings)
+
+    def augment(self, x: torch.Tensor) -> torch.Tensor:
+        """One random view of a batch; the first of a fit is checked to keep its shape."""
+        out = self.augmentation(x)
+        fit = self.fit_
+        if fit is not None and not fit.checked_augmentation:
+            fit.checked_augmentation = True
+            shape = tuple(getattr(out, "shape", ()))
+            if not isinstance(out, torch.Tensor) or shape != tuple(x.shape):
+                hint = ""
+                if len(shape) == x.ndim + 1:  # e.g. kornia on (n, H, W): (1, n, H, W)
+                    hint = (" The augmentation probably expects images (n, C, H, W): give "
+                            "single-channel images a channel axis, e.g. X[:, None]")
+                raise ValueError(f"the augmentation must return a batch of the shape it is "
+                                 f"given: it got {tuple(x.shape)} and returned "
+                                 f"{shape if isinstance(out, torch.Tensor) else describe(out)}."
+                                 f"{hint}")
+        return out
+
+    def cached_step(self, Xi: Any, yi: Any, index: Any, micro: int,
+                    **fit_params: Any) -> tuple[LossTerms, torch.Tensor]:
+        """Gradient caching (GradCache; Gao et al., 2021): the loss of the whole batch with
+        the encoder's memory of one micro-batch.
+
+        1. The batch is embedded ``micro`` items at a time without a graph (random
+           states saved per micro-batch, batch-norm running statistics restored after).
+        2. The loss of the whole batch (memory included) is back-propagated to the
+           embeddings only, giving each its gradient (scaled once, for float16).
+        3. Each micro-batch is embedded again with a graph, under the same random
+           state (dropout draws the same masks), and back-propagated with its cached
+           gradient; in data-parallel training the gradients are synchronised at the
+           last micro-batch only.
+
+        The parameter gradients are those of the plain step on the same batch, up to
+        float rounding, for any encoder whose output for an item does not depend on the
+        other items of its batch (not batch normalisation, which normalises each
+        micro-batch with its own statistics: a warning says so).
+        """
+        device = self.compute_device
+        parts = split_rows(Xi, micro)
+        norms = batch_norms(self.module_) if self.module_.training else []
+        statistics = [{k: v.clone() for k, v in m.state_dict().items()} for m in norms]
+        states, outputs = [], []
+        with torch.no_grad():
+            for part in parts:
+                states.append(rng_states(device))
+                with self.training_autocast():
+                    outputs.append(self.forward_batch(part, **fit_params).float())
+        for layer, saved in zip(norms, statistics, strict=True):
+            layer.load_state_dict(saved)  # the pass with gradients updates them, once
+        after = rng_states(device)
+        embeddings = torch.cat(outputs).requires_grad_()
+        terms = self.loss_terms(embeddings, yi, index=index, training=True)
+        self.backward(terms.loss)
+        assert embeddings.grad is not None  # the loss depends on every embedding
+        cached = embeddings.grad.split([len(out) for out in outputs])
+        for i, (part, state, grad) in enumerate(zip(parts, states, cached, strict=True)):
+            set_rng_states(state, device)
+            with self.training_autocast():
+                out = self.forward_batch(part, **fit_params)
+            self.backward_embeddings(out.float(), grad, last=i == len(parts) - 1)
+        set_rng_states(after, device)
+        return terms, embeddings.detach()
+
+    def autocast(self) -> Any:
+        """The mixed-precision context of a forward pass (``precision``)."""
+        dtype = PRECISIONS[self.precision]
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.compute_device.type, dtype=dtype)
+
+    def training_autocast(self) -> Any:
+        """The mixed-precision context of the training forward pass."""
+        return self.autocast()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backpropagate a training step's loss (through the float16 grad scaler)."""
+        if self.grad_scaler_ is not None:
+            self.grad_scaler_.scale(loss).backward()
+        else:
+            loss.backward()
+
+    def backward_embeddings(self, embeddings: torch.Tensor, grad: torch.Tensor,
+                            last: bool) -> None:
+        """Backpropagate a micro-batch's embeddings with their cached gradient."""
+        embeddings.backward(grad)
+
+    def gathered(self, rows: torch.Tensor) -> torch.Tensor:
+        """Rows of every process, in process order (one process: ``rows``)."""
+        return rows
+
+    # -- curation -------------------------------------------------------------------------
+
+    def curate(self, Xi: Any, yi: Any, index: torch.Tensor
+               ) -> tuple[Any, Any, torch.Tensor, int]:
+        """The rows of a super-batch a curating selector keeps (``selector.curate``),
+        judged by the learner's embeddings of it, computed without gradient in inference
+        mode, and a reference model's: the rows this process trains on, the dataset
+        indices of all kept rows, and how many rows were embedded to choose them.
+
+        Only the rows the selector asks for are embedded (``stale_rows``: all with a
+        fresh selection pass); in data-parallel training each process embeds a slice of
+        them and the slices are gathered, so every process chooses from the same
+        embeddings and keeps the same rows.
+        """
+        selector = self.selector
+        stale = selector.stale_rows(index)
+        embedded = len(stale)
+        fresh = self.embed_for_selection(self.selection_forward, take_rows(Xi, stale))
+        embeddings = selector.complete(index, stale, fresh)
+        reference = None
+        if selector.scores_with_model:
+            stale = selector.stale_rows(index, "reference")
+            embedded += len(stale)
+            fresh = self.embed_for_selection(
+                lambda views: selector.embed_reference(views, self.compute_device),
+                take_rows(Xi, stale))
+            reference = selector.complete(index, stale, fresh, "reference")
+        labels = None if yi is None else yi.to(embeddings.device, non_blocking=True)
+        positions = selector.curate(CurationBatch(
+            embeddings, index, labels, None, self.loss_module().live_loss(), reference))
+        own = self.own_positions(positions)
+        rows = own.to(index.device)
+        return take_rows(Xi, own), None if yi is None else yi[rows.to(yi.device)], \
+            index[positions.to(index.device)], embedded
+
+    def selection_forward(self, Xi: Any) -> torch.Tensor:
+        """The learner's embeddings of a batch for a selection: no gradient, inference
+        mode (dropout off, batch-norm statistics untouched)."""
+        module = self.module_
+        was_training = module.training
+        module.eval()
+        try:
+            with torch.no_grad(), self.autocast():
+                return self.forward_batch(Xi).float()
+        finally:
+            module.train(was_training)
+
+    def embed_for_selection(self, embed: Any, part: Any) -> torch.Tensor | None:
+        """``embed(part)``, or ``None`` for no rows (one process: the whole part)."""
+        return embed(part) if batch_length(part) else None
+
+    def own_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        """The kept positions this process trains on (one process: all)."""
+        return positions
+
+    # -- embedding passes ---------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def fixed_randomness(self) -> Iterator[None]:
+        """The same random views of the held-out data every epoch, leaving the training
+        stream of random numbers where it was."""
+        device = self.compute_device
+        generator = getattr(self.augmentation, "generator", None)
+        saved = None if generator is None else generator.get_state()
+        with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda"
+                                   else []):
+            seed_torch(self.seed + 3)
+            if generator is not None:
+                generator.manual_seed(self.seed + 3)
+            try:
+                yield
+            finally:
+                if generator is not None:
+                    generator.set_state(saved)
+
+    @torch.no_grad()
+    def embed(self, data: ViewData, view: int | None = None, augment: Any = None,
+              indices: np.ndarray | None = None, head: bool = True) -> torch.Tensor:
+        """Embeddings of ``data`` in inference mode, batch by batch, on the net's device.
+
+        ``view=None`` runs the module's own ``forward`` (both views of pairs); an int
+        embeds single-view data with that view's encoder, through its projection head or
+        (``head=False``) not. ``augment`` is applied to each batch on the device first;
+        ``indices`` restricts the pass to those rows. Returns float32 on the CPU.
+        """
+        module: Any = self.inference_module()
+        was_training = module.training
+        module.eval()
+        out = []
+        try:
+            for batch in self.inference_batches(data, indices):
+                xb = to_device(batch.views, self.compute_device, self.image_normalization)
+                if augment is not None:
+                    xb = augment(xb)
+                with self.autocast():
+                    z = module(xb) if view is None else module.encode(xb, view, head=head)
+                out.append(z.float())
+        finally:
+            module.train(was_training)
+        if not out:
+            return torch.empty(0)
+        return torch.cat(out).cpu()
+
+    def selection_embeddings(self, indices: np.ndarray | None = None) -> np.ndarray:
+        """What adaptive selectors look at: current embeddings of the training set (or of
+        its rows ``indices``), refused when training has diverged.
+
+        Paired data gives ``(n, 2, k)``; single views (augmented, or SupCon's) ``(n, k)``,
+        from the first view of SupCon's two-crop items.
+        """
+        assert self.fit_ is not None  # only while a fit runs
+        data = self.fit_.data
+        if self.labelled:
+            out = self.embed(data.select(0), view=0, indices=indices).numpy()
+        else:
+            out = self.embed(data, indices=indices).numpy()
+            out = out[:, :2] if out.ndim == 3 else out  # not the hard negatives
+        if not np.isfinite(out).all():
+            bad = int((~np.isfinite(out)).reshape(len(out), -1).any(1).sum())
+            raise TrainingDivergedError(
+                f"training diverged: at the start of epoch {len(self.history)} the "
+                f"network embeds {bad} training sample(s) as NaN or inf, so "
+                f"{type(self.selector).__name__} has nothing to select on. Lower the "
+                f"learning rate (lr={self.lr}) or raise the temperature "
+                f"(temperature={self.plain_temperature()})")
+        return out
+
+    # -- state that travels: warm starts, saved models and pickles ----------------------
+
+    def selection_state(self) -> dict:
+        """What ``selection_pass='cached'`` carries to the next fit on the same rows: the
+        sampler's embeddings of them (a copy), with the rows' digest."""
+        sampler = self.sampler_
+        state = sampler.embedding_state() if sampler is not None else \
+            (self.pending_selection_ or {})
+        return {**state, "rows": self.data_fingerprint}
+
+    def load_selection_state(self, state: dict | None) -> None:
+        """Continue from :meth:`selection_state`: the next fit's sampler starts from it
+        (the caller drops it when the rows differ)."""
+        self.pending_selection_ = state or None
+        self.data_fingerprint = (state or {}).get("rows")
+        self.sampler_ = None
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
-        for transient in ("_batch_terms", "training_data", "_checked_augmentation",
-                          "_stopped_by", "_listeners", "_mode_snapshot"):
-            state.pop(transient, None)  # rebuilt by every fit
+        state["fit_"] = None  # rebuilt by every fit
         # the sampler is made anew by the next fit, from the embeddings it held
-        state["_pending_selection"] = self.selection_state()
+        state["pending_selection_"] = self.selection_state()
         state["sampler_"] = None
         state["train_split"] = None  # the held-out data stays out of the pickle
         return state
 
 
-
-def without_row_caches(state: dict) -> dict:
-    """A training state without the embeddings of training rows it carries (the net's
-    selection embeddings, and every selector's ``'cache'`` entry)."""
-
-    def strip(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k != "cache"}
-        return value
-
-    return {**state, "selection": None, "selector_state": strip(state.get("selector_state", {}))}
+def _as_batch(batch: Any) -> Any:
+    """The ``DataLoader``'s collate function: the dataset's ``__getitems__`` made the
+    batch already."""
+    return batch

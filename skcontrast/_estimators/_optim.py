@@ -157,16 +157,11 @@ class LazyAdam(torch.optim.Adam):
 
 
 def _row_sums(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rows a sparse gradient touches (ascending) and each row's summed gradient.
-
-    What ``grad.coalesce()`` gives, without its sort of the whole ``(nnz, d)`` entries
-    (which took 40% of a text step): a unique of the row ids and one ``index_add_``."""
-    if grad.is_coalesced():
-        return grad.indices()[0], grad.values()
-    rows, where = torch.unique(grad._indices()[0], sorted=True, return_inverse=True)
-    values = grad._values()
-    sums = values.new_zeros((len(rows), *values.shape[1:])).index_add_(0, where, values)
-    return rows, sums
+    """The rows a sparse gradient touches (ascending) and each row's summed gradient:
+    its coalesced form (as fast here as a unique of the row ids and one ``index_add_``
+    over torch's private accessors of an uncoalesced tensor, and bit for bit the same)."""
+    grad = grad.coalesce()
+    return grad.indices()[0], grad.values()
 
 
 #: The optimizers that update sparse gradients, each with the settings that must be off

@@ -46,7 +46,7 @@ ModuleLike = nn.Module | type | Callable[..., Any] | Mapping[Any, Any] | Sequenc
 LossLike = str | Loss | Callable[..., Any]
 OptimizerName = Literal["adam", "adamw", "sgd"]
 Precision = Literal["float32", "bfloat16", "float16"]
-SelectionPass = Literal["fresh", "cached"]
+SelectionPass = Literal["fresh", "cached"] | int
 HeadLike = Literal["mlp"] | int | nn.Module | None
 FreezeLike = Literal["backbone"] | Sequence[str] | None
 Seed = int | np.random.RandomState | np.random.Generator | None
@@ -199,7 +199,7 @@ class ParameterChecks(BaseEstimator):
     data_on_device: Any
     micro_batch_size: int | None
     image_normalization: Any
-    selection_pass: str
+    selection_pass: SelectionPass
     accelerator: Any
     device: str
     random_state: Any
@@ -290,7 +290,7 @@ class ParameterChecks(BaseEstimator):
         "num_workers": [Interval(int, 0)],
         "micro_batch_size": [None, Interval(int, 1)],
         "image_normalization": [Checked(_check_normalization, "None or (mean, std)")],
-        "selection_pass": [Options("fresh", "cached")],
+        "selection_pass": [Options("fresh", "cached"), Interval(int, 1)],
         "callbacks": [Checked(_check_callbacks, "a list of skorch callbacks")],
         "transform_from": [Options("head", "backbone")],
         "verbose": [Interval(int, 0), bool],

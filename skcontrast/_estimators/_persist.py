@@ -40,6 +40,7 @@ import torch
 from sklearn.base import BaseEstimator
 
 from .._validation import first_non_finite
+from ..datasets import DigitAugmentation
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -70,6 +71,10 @@ LOSS_MODULES_0_2 = {
 }
 
 
+#: Classes whose objects take no parameter: stored by name, made again by calling them
+RECIPES: tuple[type, ...] = (DigitAugmentation,)
+
+
 @functools.cache
 def allowed_objects() -> dict[str, Any]:
     """Every class and function :func:`load` may name or construct, by its path.
@@ -89,7 +94,7 @@ def allowed_objects() -> dict[str, Any]:
     chosen: list[Any] = [WarmupCosine, text.HashingNgramTokenizer, text.NgramBagEncoder,
                          datasets.GaussianNoise, datasets.RandomFeatureMask,
                          datasets.RandomShift, datasets.Compose, datasets.digit_cnn,
-                         datasets.digit_augmentation]
+                         datasets.digit_augmentation, *RECIPES]
     chosen += [getattr(selectors, name) for name in selectors.__all__
                if isinstance(getattr(selectors, name), type)
                and issubclass(getattr(selectors, name), selectors.BatchSelector)]
@@ -167,9 +172,8 @@ def _encode(value: Any) -> Any:
         return {"estimator": path_of(type(value)), "params": {"dict": params}}
     if isinstance(value, _field_objects()):
         return {"object": path_of(type(value)), "state": _encode(dict(vars(value)))}
-    recipe = getattr(value, "_skcontrast_recipe", None)
-    if isinstance(recipe, str) and recipe in allowed:
-        return {"call": recipe}
+    if type(value) in RECIPES:  # made again by calling its class
+        return {"call": path_of(type(value))}
     if isinstance(value, functools.partial) and _named(value.func) in allowed:
         return {"partial": _named(value.func), "args": _encode(list(value.args)),
                 "keywords": _encode(dict(value.keywords))}
@@ -291,9 +295,10 @@ def _decode(value: Any, entry: str) -> Any:
 
 
 def _factories() -> tuple[Callable, ...]:
+    """What load may call without arguments: the recipes (and 0.2.0's name of one)."""
     from .. import datasets
 
-    return (datasets.digit_augmentation,)
+    return (datasets.digit_augmentation, *RECIPES)
 
 
 def _decode_kwargs(value: Any, entry: str) -> dict:

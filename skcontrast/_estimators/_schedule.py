@@ -73,22 +73,19 @@ class ScheduleCallback(Callback):
 
     def on_train_begin(self, net: Any, **kwargs: Any) -> None:
         self.step_ = 0
-        self.base_ = [[group.get("initial_lr", group["lr"]) for group in
-                       getattr(net, name + "_").param_groups] for name in net._optimizers]
-        for name, bases in zip(net._optimizers, self.base_, strict=True):
-            for group, base in zip(getattr(net, name + "_").param_groups, bases, strict=True):
-                group["initial_lr"] = base
+        groups = net.optimizer_.param_groups
+        self.base_ = [group.get("initial_lr", group["lr"]) for group in groups]
+        for group, base in zip(groups, self.base_, strict=True):
+            group["initial_lr"] = base
 
     def on_batch_begin(self, net: Any, training: bool = False, **kwargs: Any) -> None:
         if not training:
             return
         factor = self.schedule.factor(self.step_, self.batches_per_epoch * self.epochs,
                                       self.batches_per_epoch)
-        for name, bases in zip(net._optimizers, self.base_, strict=True):
-            for group, base in zip(getattr(net, name + "_").param_groups, bases, strict=True):
-                group["lr"] = base * factor
+        for group, base in zip(net.optimizer_.param_groups, self.base_, strict=True):
+            group["lr"] = base * factor
         self.step_ += 1
 
     def on_epoch_end(self, net: Any, **kwargs: Any) -> None:
-        optimizer = getattr(net, net._optimizers[0] + "_")
-        net.history.record("lr", optimizer.param_groups[0]["lr"])
+        net.history.record("lr", net.optimizer_.param_groups[0]["lr"])

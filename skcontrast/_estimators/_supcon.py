@@ -183,12 +183,12 @@ class SupConEmbedder(BaseEmbedder):
         convention = getattr(self.loss, "anchors_without_positives", "exclude")
         if self.augmentation is None and not spec.items_paired:
             warn_single_member_classes(codes, classes, convention)
-        net = self._fit_net(data, spec, codes, codes, True, held_out, kept)
+        net, interrupted = self._fit_net(data, spec, codes, codes, True, held_out, kept)
         embeddings = embed_net(net, data.select(0))
         _, centres = class_centres(embeddings, codes)
         self._commit(net, spec, classes_=classes, class_centres_=centres,
                      sample=sample_of(data), **features)
-        self._finish(net)
+        self._finish(interrupted)
         return self
 
     def transform(self, X: Any) -> np.ndarray:

@@ -14,6 +14,7 @@ Needs ``sentence-transformers`` (``pip install sentence-transformers``).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -21,13 +22,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._validation import check_int, describe
+from .._validation import describe
 from ..losses import LossBatch, make_loss
 from ..selectors import BatchSelector, FitSettings, SelectorSampler
 
+#: ``refresh_every`` not given (its deprecated alias of ``selection_pass``)
+_UNSET: Any = object()
+
 
 def batch_sampler(selector: BatchSelector, *, model: Any = None,
-                  embed: Callable[[np.ndarray], Any] | None = None, refresh_every: int = 1
+                  embed: Callable[[np.ndarray], Any] | None = None,
+                  selection_pass: str | int = "fresh", refresh_every: Any = _UNSET
                   ) -> Callable[..., SelectorSampler]:
     """A ``batch_sampler`` for ``SentenceTransformerTrainingArguments``: the trainer
     calls it with the dataset and its settings, and gets a
@@ -47,14 +52,20 @@ def batch_sampler(selector: BatchSelector, *, model: Any = None,
       labels (``max_same_label`` guards, label losses);
     - an adaptive selector's embeddings come from ``embed(indices) -> (n, 2, d)`` (a
       teacher), or from ``model`` (the SentenceTransformer being trained: its
-      embeddings of the first two text columns, every ``refresh_every`` epochs).
+      embeddings of the first two text columns, when ``selection_pass`` asks for a
+      pass).
 
     Parameters
     ----------
     selector : BatchSelector
     model : SentenceTransformer or None
     embed : callable or None
-    refresh_every : int, default=1
+    selection_pass : {'fresh', 'cached'} or int, default='fresh'
+        When the embeddings are taken anew (see
+        :class:`~skcontrast.selectors.SelectorSampler`): every epoch, once, or every
+        ``k`` epochs.
+    refresh_every : int
+        Deprecated alias of ``selection_pass``.
 
     Examples
     --------
@@ -69,7 +80,11 @@ def batch_sampler(selector: BatchSelector, *, model: Any = None,
     if model is not None and embed is not None:
         raise ValueError("give model (the embeddings of the model being trained) or embed "
                          "(a teacher), not both")
-    check_int(refresh_every, "refresh_every", minimum=1)
+    if refresh_every is not _UNSET:
+        warnings.warn("batch_sampler(refresh_every=...) is deprecated: it is "
+                      "selection_pass (1 is 'fresh', k is k)", FutureWarning, stacklevel=2)
+        selection_pass = "fresh" if refresh_every == 1 else refresh_every
+    SelectorSampler.pass_period(selection_pass)  # refused here, not when the trainer calls
 
     def make(dataset: Any, batch_size: int, drop_last: bool,
              valid_label_columns: list[str] | None = None,
@@ -91,7 +106,7 @@ def batch_sampler(selector: BatchSelector, *, model: Any = None,
         # one replica: Accelerate's BatchSamplerShard deals this sampler's whole batches
         # to the processes; slicing them here as well would lose rows
         return SelectorSampler(chosen, len(dataset), embed=fn, labels=labels,
-                               refresh_every=refresh_every, drop_last=bool(drop_last),
+                               selection_pass=selection_pass, drop_last=bool(drop_last),
                                num_replicas=1, rank=0)
 
     return make

@@ -14,7 +14,6 @@ A fresh ``fit`` (or a ``clone``) starts from an empty state.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from sklearn.base import BaseEstimator
@@ -62,15 +61,15 @@ class MemoryState(nn.Module):
         for name in self._counters:
             setattr(self, name, state[name])
 
-    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any,
-                              **kwargs: Any) -> None:
-        # buffers allocated on first use (their width is the embedding's) take the
-        # saved shape before the values are copied in
+    def match_saved(self, state_dict: dict, prefix: str = "") -> None:
+        """Make ready to load ``state_dict`` (this state's entries under ``prefix``):
+        buffers allocated on first use (their width is the embedding's) take the saved
+        shapes, so that ``load_state_dict`` copies the values in. Called before every
+        load of a training state (:func:`skcontrast._estimators._state.restore`)."""
         for name, buffer in self.named_buffers(recurse=False):
             saved = state_dict.get(prefix + name)
             if saved is not None and saved.shape != buffer.shape:
                 setattr(self, name, torch.empty_like(saved, device=buffer.device))
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, batch_loss: Callable[..., LossTerms], embeddings: torch.Tensor,
                 labels: torch.Tensor | None, index: torch.Tensor, *, structure: str,

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
@@ -129,8 +128,9 @@ class XBMState(MemoryState):
         self.register_buffer("keys", torch.zeros(0, dtype=torch.long))
         self.register_buffer("views", torch.zeros(0, dtype=torch.int8))
 
-    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any,
-                              **kwargs: Any) -> None:
+    def match_saved(self, state_dict: dict, prefix: str = "") -> None:
+        """As :meth:`MemoryState.match_saved`, refusing a saved queue whose size or
+        counters the configuration does not describe."""
         # a saved queue holds `size` entries (or none yet): a configuration declaring
         # another size would reallocate it, at that size, at the next step
         bank = state_dict.get(prefix + "bank")
@@ -145,7 +145,7 @@ class XBMState(MemoryState):
                              f"{counters.get('filled')}), but the configuration declares "
                              f"size={self.size}: it does not describe the saved state "
                              "(edited or damaged)")
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        super().match_saved(state_dict, prefix)
 
     def forward(self, batch_loss: Callable[..., LossTerms], embeddings: torch.Tensor,
                 labels: torch.Tensor | None, index: torch.Tensor, *, structure: str,

@@ -47,7 +47,7 @@ from ._binding import BindingSelector, Corollary21, batch_interaction_graph, che
 from ._community import CommunityBatchSelector
 from ._curation import CuratingSelector, CurationBatch, JESTSelector, RhoLossSelector
 from ._jest import jest_select
-from ._sampler import SelectorSampler
+from ._sampler import SampledBatch, SelectorSampler
 from ._spectral import SpectralBatchSelector, spectral_batches
 from ._tempered import TemperedSelector
 from ._walk import RandomWalkBatchSelector
@@ -71,6 +71,7 @@ __all__ = [
     "RandomBatchSelector",
     "RandomWalkBatchSelector",
     "RhoLossSelector",
+    "SampledBatch",
     "ScBSelector",
     "SelectorSampler",
     "ShuffledBatchSelector",

@@ -153,7 +153,7 @@ class FitSettings(NamedTuple):
 
     batch_size: int | None = None
     random_state: int | None = None
-    selection_pass: str | None = None
+    selection_pass: str | int | None = None
     rows: np.ndarray | None = None
     n_rows: int | None = None
     drop_last: bool | None = None

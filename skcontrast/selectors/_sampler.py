@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -10,6 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from .._batch import world_size
 from .._validation import as_numpy, check_int, describe
 from ._base import BatchSelector, index_arrays
 
@@ -19,12 +21,23 @@ def _reads_at_once(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
-def _world() -> tuple[int, int]:
-    import torch.distributed as dist
+#: ``refresh_every`` not given (its deprecated alias of ``selection_pass``)
+_UNSET: Any = object()
 
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), dist.get_rank()
-    return 1, 0
+
+class SampledBatch(list):
+    """One batch of :class:`SelectorSampler`: the sample indices this process loads (a
+    list, as a ``DataLoader`` takes them), and ``batch``, the whole selected batch (an
+    ``int64`` array; the same indices with one process)."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self, rows: Any, batch: np.ndarray) -> None:
+        super().__init__(rows)
+        self.batch = batch
+
+    def __reduce__(self) -> tuple:  # a DataLoader worker receives it pickled
+        return (SampledBatch, (list(self), self.batch))
 
 
 class SelectorSampler(Sampler[list[int]]):
@@ -39,15 +52,18 @@ class SelectorSampler(Sampler[list[int]]):
 
     - by **callback**: ``embed(indices) -> array`` of the samples' current embeddings
       (``(len(indices), 2, d)`` pairs or ``(len(indices), d)`` single views), called
-      when an epoch starts, every ``refresh_every`` epochs, for all samples, and for
-      samples that have none yet;
-    - or by **push**: ``sampler.update(indices, embeddings)`` from the training loop,
-      e.g. with the embeddings each step computes anyway (what the next epoch then
-      selects on, up to an epoch old; a tensor stays on its device, so a step costs no
-      copy to the host). Samples never pushed are embedded by ``embed`` (if given) or
-      raise. With ``refresh_every=None``, ``embed`` runs for all samples once, before the
-      first epoch, and then, every epoch, for those never pushed (so they are current):
-      the estimators' ``selection_pass='cached'``.
+      when an epoch starts for the samples :meth:`due` names;
+    - or by **push**: ``sampler.update(indices, embeddings)`` from the training loop:
+      before an epoch, the embeddings of the samples :meth:`due` names (a pass of the
+      network over them, ``pushed=False``), and at each step, if you like, the
+      embeddings the step computed anyway (what the next epoch then selects on, up to an
+      epoch old; a tensor stays on its device, so a step costs no copy to the host).
+
+    ``selection_pass`` says when a pass over every sample is due: ``'fresh'`` before
+    every epoch; ``'cached'`` once, before the first, and then only for the samples no
+    step pushed (so every embedding is at most an epoch old); an int ``k`` every ``k``
+    epochs, with the pushed embeddings (or the last pass's) between. The estimators'
+    ``selection_pass`` is this very setting.
 
     **Epochs** follow the selector: ``set_epoch(e)`` (as ``DistributedSampler``) makes
     the next pass epoch ``e``, so a resumed run draws the batches it would have drawn.
@@ -103,9 +119,12 @@ class SelectorSampler(Sampler[list[int]]):
     loss : Loss or None, default=None
         What an adaptive selector whose own ``loss`` is ``None`` scores with: your
         training loss object (:mod:`skcontrast.losses`), with its current temperature.
-    refresh_every : int or None, default=1
-        Epochs between two calls of ``embed`` for all samples (pushed embeddings are
-        used as they come); ``None``: once, before the first epoch.
+    selection_pass : {'fresh', 'cached'} or int, default='fresh'
+        When a pass over every sample is due (see above): before every epoch, once
+        (then the samples no step pushed), or every ``k`` epochs.
+    refresh_every : int or None
+        Deprecated alias of ``selection_pass`` (``1``: ``'fresh'``, ``None``:
+        ``'cached'``, ``k``: ``k``).
     num_replicas, rank : int or None, default=None
         Data-parallel processes and this one's rank; ``None``: from ``torch.distributed``
         if it is initialised, else one process.
@@ -125,13 +144,18 @@ class SelectorSampler(Sampler[list[int]]):
     >>> sampler = SelectorSampler(ShuffledBatchSelector(4, random_state=0), 10)
     >>> [len(b) for (b,) in DataLoader(data, batch_sampler=sampler)]
     [4, 4, 2]
+
+    Each batch it yields is a list of this process's sample indices (a
+    :class:`SampledBatch`); its ``batch`` attribute holds the whole selected batch,
+    which differs from the list only in data-parallel training.
     """
 
     def __init__(self, selector: BatchSelector, n_samples: int, *,
                  embed: Callable[[np.ndarray], Any] | None = None, labels: Any = None,
-                 loss: Any = None, refresh_every: int | None = 1,
-                 num_replicas: int | None = None, rank: int | None = None,
-                 drop_last: bool = False, even: bool = True) -> None:
+                 loss: Any = None, selection_pass: str | int = "fresh",
+                 refresh_every: Any = _UNSET, num_replicas: int | None = None,
+                 rank: int | None = None, drop_last: bool = False, even: bool = True
+                 ) -> None:
         if not isinstance(selector, BatchSelector):
             raise ValueError(f"selector must be a BatchSelector from skcontrast.selectors; "
                              f"got {describe(selector)}")
@@ -146,8 +170,14 @@ class SelectorSampler(Sampler[list[int]]):
             raise ValueError(f"labels has {len(self.labels)} entries but n_samples is "
                              f"{self.n_samples}")
         self.loss = loss
-        self.refresh_every = None if refresh_every is None else check_int(
-            refresh_every, "refresh_every", minimum=1)
+        if refresh_every is not _UNSET:
+            warnings.warn("SelectorSampler(refresh_every=...) is deprecated: it is "
+                          "selection_pass (refresh_every=1 is selection_pass='fresh', None "
+                          "is 'cached', k is k)", FutureWarning, stacklevel=2)
+            selection_pass = "cached" if refresh_every is None else \
+                "fresh" if refresh_every == 1 else refresh_every
+        self.selection_pass = selection_pass
+        self.pass_every = self.pass_period(selection_pass)
         if (num_replicas is None) != (rank is None):
             raise ValueError("num_replicas and rank go together: give both or neither")
         if num_replicas is not None:
@@ -169,6 +199,21 @@ class SelectorSampler(Sampler[list[int]]):
         self._pushed: torch.Tensor = torch.zeros(self.n_samples, dtype=torch.bool)
         self._refreshed_at: int | None = None
         self.refreshes = 0
+        self.select_time = 0.0  # seconds the last epoch's selection took
+
+    @staticmethod
+    def pass_period(selection_pass: Any, name: str = "selection_pass") -> int | None:
+        """Epochs between two passes over every sample: 1 for ``'fresh'``, ``None`` for
+        ``'cached'`` (one, before the first epoch), ``k`` for an int ``k >= 1``; anything
+        else is refused, naming ``name``."""
+        if selection_pass == "fresh":
+            return 1
+        if selection_pass == "cached":
+            return None
+        if isinstance(selection_pass, str):
+            raise ValueError(f"{name} must be 'fresh', 'cached' or an int >= 1; got "
+                             f"{describe(selection_pass)}")
+        return check_int(selection_pass, name, minimum=1)
 
     # -- epochs -----------------------------------------------------------------------
 
@@ -184,11 +229,20 @@ class SelectorSampler(Sampler[list[int]]):
     def __len__(self) -> int:
         return self.selector.get_n_splits(self.n_samples, self.labels)
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def __iter__(self) -> Iterator[SampledBatch]:
+        for rows, batch in self.selections():
+            yield SampledBatch(rows.tolist(), batch)
+
+    def selections(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The next epoch: for each batch, the ``int64`` indices this process loads and
+        the whole selected batch (what :meth:`__iter__` yields, as arrays). Every
+        process gets the same batches, each its slice of them (a curating selector's
+        super-batch whole: every process curates it)."""
         self._check_batch_size(self._replicas()[0])
-        for batch in self.epoch_batches():
-            yield (batch if self.selector.curates  # every process curates it whole
-                   else self.rank_slice(batch)).tolist()
+        batches = self.epoch_batches()
+        if self.selector.curates or self._replicas()[0] == 1:
+            return [(batch, batch) for batch in batches]
+        return [(self.rank_slice(batch), batch) for batch in batches]
 
     def rank_slice(self, rows: Any) -> np.ndarray:
         """This process's contiguous slice of ``rows`` (e.g. the positions a curating
@@ -243,15 +297,19 @@ class SelectorSampler(Sampler[list[int]]):
 
     def epoch_batches(self) -> list[np.ndarray]:
         """The global batches of the next epoch (every process gets the same), checked:
-        ``int64`` arrays of two samples or more (see the class's description)."""
+        ``int64`` arrays of two samples or more (see the class's description). The time
+        it took, the embedding pass through ``embed`` included, is :attr:`select_time`."""
+        start = time.perf_counter()
         epoch = self.epoch
         if not self.selector.needs_embeddings:
             placeholder = np.zeros((self.n_samples, 1), dtype=np.float32)
             batches = self.selector.epoch_batches(placeholder, self.labels)
         else:
-            X = self._current_embeddings(epoch)
+            X = self._current_embeddings()
             batches = self.selector.epoch_batches(X, self.labels, loss=self.loss)
-        return self._checked(batches, epoch)
+        checked = self._checked(batches, epoch)
+        self.select_time = time.perf_counter() - start
+        return checked
 
     def _checked(self, batches: Any, epoch: int) -> list[np.ndarray]:
         """``batches`` checked, without those of fewer than two samples (a warning says
@@ -309,8 +367,9 @@ class SelectorSampler(Sampler[list[int]]):
     def update(self, indices: Any, embeddings: Any, *, pushed: bool = True) -> None:
         """Record the embeddings of the samples ``indices`` (e.g. those a training step
         computed), for the next epoch's selection. A tensor stays on its device (no copy
-        to the host, no wait on a GPU). ``pushed=False``: embeddings of ``embed`` (which
-        ``refresh_every=None`` renews for the samples never pushed).
+        to the host, no wait on a GPU). ``pushed=False``: embeddings of a pass of the
+        network (:meth:`due`); a pass over every sample is the pass ``selection_pass``
+        asks for.
 
         ``indices`` must be integers in ``[0, n_samples)`` (a negative index does not
         count from the end). Indices on the host are checked here; an index tensor on a
@@ -336,6 +395,9 @@ class SelectorSampler(Sampler[list[int]]):
         self._known[index] = True
         if pushed:
             self._pushed[index] = True
+        elif len(index) == self.n_samples:  # a pass over every sample
+            self._refreshed_at = self.epoch
+            self.refreshes += 1
 
     def _index(self, indices: Any) -> torch.Tensor:
         """``indices`` as a flat ``int64`` tensor on its device, refused unless they are
@@ -384,7 +446,20 @@ class SelectorSampler(Sampler[list[int]]):
             raise ValueError("refresh needs embed=, a callable embed(indices) -> array")
         self.update(np.arange(self.n_samples), self.embed(np.arange(self.n_samples)),
                     pushed=False)
-        self.refreshes += 1
+
+    def due(self) -> np.ndarray:
+        """The samples whose embeddings the next epoch's selection needs anew (give them
+        with ``update(indices, embeddings, pushed=False)``): every sample when a pass is
+        due by ``selection_pass``, else those no step pushed (``'cached'``: every
+        embedding is at most an epoch old) or, between the passes of ``k``, never
+        embedded; none for a selector that looks at no embedding."""
+        if not self.selector.needs_embeddings:
+            return np.zeros(0, dtype=np.int64)
+        last, every = self._refreshed_at, self.pass_every
+        if last is None or (every is not None and self.epoch - last >= every):
+            return np.arange(self.n_samples)
+        stale = ~self._pushed if every is None else ~self._known
+        return np.flatnonzero(stale.cpu().numpy())
 
     def embedding_state(self) -> dict:
         """The embeddings the sampler holds (a copy, tensors on the CPU) and whether the
@@ -412,23 +487,20 @@ class SelectorSampler(Sampler[list[int]]):
         refreshed = state.get("refreshed")
         self._refreshed_at = None if refreshed is None else int(refreshed)
 
-    def _current_embeddings(self, epoch: int) -> np.ndarray:
-        due = self._refreshed_at is None or (
-            self.refresh_every is not None and epoch - self._refreshed_at >= self.refresh_every)
-        if self.embed is not None and due:
-            self.refresh()
-            self._refreshed_at = epoch
-        # refreshed once only: the samples never pushed are embedded anew every epoch
-        stale = ~self._pushed if self.refresh_every is None and not due else ~self._known
-        missing = np.flatnonzero(stale.cpu().numpy())
+    def _current_embeddings(self) -> np.ndarray:
+        """One embedding per sample for the next epoch's selection: those :meth:`due`
+        names asked of ``embed`` (if given), the others as pushed."""
+        if self.embed is not None:
+            missing = self.due()
+            if len(missing):
+                self.update(missing, self.embed(missing), pushed=False)
+        missing = np.flatnonzero(~self._known.cpu().numpy())
         if len(missing):
-            if self.embed is None:
-                raise ValueError(
-                    f"{type(self.selector).__name__} selects by embeddings, and "
-                    f"{len(missing)} of the {self.n_samples} samples have none: give "
-                    "SelectorSampler an embed(indices) callback, or push embeddings with "
-                    "sampler.update(indices, embeddings) before the epoch starts")
-            self.update(missing, self.embed(missing), pushed=False)
+            raise ValueError(
+                f"{type(self.selector).__name__} selects by embeddings, and "
+                f"{len(missing)} of the {self.n_samples} samples have none: give "
+                "SelectorSampler an embed(indices) callback, or push embeddings with "
+                "sampler.update(indices, embeddings) before the epoch starts")
         embeddings = self.embeddings
         assert embeddings is not None  # every sample has one now
         return embeddings
@@ -436,7 +508,7 @@ class SelectorSampler(Sampler[list[int]]):
     def _replicas(self) -> tuple[int, int]:
         if self.num_replicas is not None and self.rank is not None:
             return self.num_replicas, self.rank
-        return _world()
+        return world_size()
 
     def __repr__(self) -> str:
         return (f"SelectorSampler({self.selector!r}, n_samples={self.n_samples}, "

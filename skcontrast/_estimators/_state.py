@@ -1,0 +1,212 @@
+"""Training state: what a later fit continues from, written and restored in one place.
+
+:func:`training_state` is everything a net's training carries from one fit to the next
+(weights, the loss module's state with a learned temperature and a memory, the
+optimizer's moments, the history, the selector's epoch and state, the embeddings a
+cached selection pass keeps, the seed, the held-out rows, the float16 scaler);
+:func:`restore` puts it back into a fresh net of the same structure. A warm start, a
+saved and loaded model (:mod:`._persist`), a pickle and
+:class:`~._distributed.AcceleratorCheckpoint` (whose accelerator restores the weights
+and the optimizer itself) all go through :func:`restore`, so one process and many
+continue alike: 2 + 2 epochs are 4.
+
+:func:`check_trained` refuses a net whose training diverged, at every exit of a fit.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from skorch.history import History
+
+from .._validation import first_non_finite
+from ..exceptions import TrainingDivergedError
+from ._modules import ContrastiveCriterion
+
+#: The parts of a training state, as :func:`training_state` names them.
+PARTS = ("module", "criterion", "optimizer", "history", "selector", "selection",
+         "held_out_rows", "grad_scaler")
+
+
+def training_state(net: Any) -> dict:
+    """Everything a later fit continues from (a copy of the optimizer's state; the
+    tensors of the module and the loss module as their ``state_dict`` holds them)."""
+    optimizer = getattr(net.optimizer_, "optimizer", net.optimizer_)  # accelerate wraps it
+    scaler = getattr(net, "grad_scaler_", None)
+    return {"module": net.inference_module().state_dict(),
+            "criterion": net.loss_module().state_dict(),
+            "optimizer": copy.deepcopy(optimizer.state_dict()),
+            "optimizer_class": type(optimizer),
+            "history": net.history.to_list(),
+            "selector_epoch": net.selector.current_epoch,
+            "selector_state": net.selector.state_dict(),
+            "selection": net.selection_state(),
+            "held_out_rows": None if net.held_out_rows is None
+            else np.asarray(net.held_out_rows).tolist(),
+            "seed": net.seed,
+            "grad_scaler": None if scaler is None else scaler.state_dict()}
+
+
+def restore(net: Any, state: dict, *, restart: tuple[str, ...] = (),
+            rows: str | bool | None = True, parts: tuple[str, ...] = PARTS) -> None:
+    """Continue ``net`` (initialised, of the structure the state was taken from) from
+    :func:`training_state`'s ``state``, or its ``parts``.
+
+    The optimizer's state is taken when the optimizer is of the same class and holds
+    the same parameter groups; its settings (learning rate, ...) stay this net's own.
+    A learned loss parameter (temperature, SigLIP's bias) is taken when this net learns
+    it too and it is not in ``restart`` (the parameters whose starting value the loss
+    changed); otherwise it is this net's start. The embeddings of the training rows
+    that ``selection_pass='cached'`` keeps (the net's, and a selector's under
+    ``'cache'``) are taken when ``rows``, the digest of the rows this net trains on
+    (:meth:`~._data.ViewData.fingerprint`), is the one they were computed on (``True``:
+    as they are, for a loaded model); a fit on other rows starts without them.
+    """
+    if rows is not True and (rows is None or
+                             (state.get("selection") or {}).get("rows") != rows):
+        state = without_row_caches(state)
+    if "module" in parts:
+        _load_state(net.inference_module(), state["module"], "the network")
+    if "criterion" in parts:
+        criterion = dict(state["criterion"])
+        learned = tuple(ContrastiveCriterion.PARAMETERS.values())
+        for name, key in ContrastiveCriterion.PARAMETERS.items():
+            value = criterion.pop(key, None)
+            if value is not None and name not in restart and \
+                    hasattr(net.loss_module(), key):
+                criterion[key] = value
+        _load_state(net.loss_module(), criterion, "the loss module", optional=learned)
+    if "optimizer" in parts:
+        _load_optimizer(net, state.get("optimizer"), state.get("optimizer_class"))
+    if "history" in parts:
+        net.history = History(copy.deepcopy(state["history"]))
+    if "selector" in parts:
+        net.selector.set_epoch(state["selector_epoch"])
+        net.selector.load_state_dict(state.get("selector_state", {}))
+    if "selection" in parts:
+        net.load_selection_state(state.get("selection"))
+        if rows is not True:
+            net.data_fingerprint = rows
+    if "held_out_rows" in parts:
+        held = state.get("held_out_rows")
+        net.held_out_rows = None if held is None else np.asarray(held, dtype=np.int64)
+    scaler = state.get("grad_scaler")
+    if "grad_scaler" in parts and scaler and net.precision == "float16":
+        net.grad_scaler_ = torch.amp.GradScaler(net.compute_device.type)
+        net.grad_scaler_.load_state_dict(scaler)
+
+
+def without_row_caches(state: dict) -> dict:
+    """A training state without the embeddings of training rows it carries (the net's
+    selection embeddings, and every selector's ``'cache'`` entry)."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != "cache"}
+        return value
+
+    return {**state, "selection": None, "selector_state": strip(state.get("selector_state", {}))}
+
+
+def _load_state(module: torch.nn.Module, state: dict, what: str,
+                optional: tuple[str, ...] = ()) -> None:
+    """``module.load_state_dict(state)``, with a clear error when they do not fit."""
+    memory = getattr(module, "memory_state", None)
+    if memory is not None:  # buffers sized on first use take the saved sizes first
+        memory.match_saved(state, "memory_state.")
+    try:
+        result = module.load_state_dict(state, strict=False)
+    except RuntimeError as exc:
+        raise ValueError(f"the saved state of {what} does not fit it ({exc}); the model "
+                         "was built with other settings") from None
+    missing = [k for k in result.missing_keys if k not in optional]
+    if missing or result.unexpected_keys:
+        raise ValueError(f"the saved state of {what} does not fit it (missing "
+                         f"{missing[:5]}, unexpected {list(result.unexpected_keys)[:5]}); "
+                         "the model was built with other settings")
+
+
+def _load_optimizer(net: Any, saved: dict | None, kind: type | str | None) -> None:
+    """Take a saved optimizer state into an optimizer of the class it was saved from
+    (``kind``: the class, or its dotted name as a saved model holds it)."""
+    optimizer = getattr(net.optimizer_, "optimizer", net.optimizer_)
+    own = type(optimizer)
+    if saved is None or kind not in (None, own, f"{own.__module__}.{own.__qualname__}"):
+        return
+    fresh = optimizer.state_dict()
+    sizes = [len(g["params"]) for g in saved["param_groups"]]
+    if sizes != [len(g["params"]) for g in fresh["param_groups"]]:
+        warnings.warn("the optimizer's parameter groups changed (optimizer__param_groups "
+                      "or the parameters that train), so its state (e.g. Adam's moments) "
+                      "starts afresh", UserWarning, stacklevel=4)
+        return
+    _check_optimizer_state(saved["state"], [p for g in optimizer.param_groups
+                                            for p in g["params"]])
+    # the saved state under this net's own settings (lr, weight decay, ...)
+    groups = [{**g, "params": list(s["params"])}
+              for g, s in zip(fresh["param_groups"], saved["param_groups"], strict=True)]
+    optimizer.load_state_dict({"state": saved["state"], "param_groups": groups})
+
+
+def _check_optimizer_state(state: dict, parameters: list) -> None:
+    """Refuse a saved optimizer state that does not fit the parameters it is for (a
+    moment of a shape that does not broadcast to its parameter's, or of a parameter
+    that does not exist), naming it. Factored moments (Adafactor's row and column
+    statistics) broadcast to their parameter's shape."""
+    for index, values in state.items():
+        if not 0 <= int(index) < len(parameters):
+            raise ValueError(f"the saved optimizer state has an entry for parameter {index}, "
+                             f"but the optimizer has {len(parameters)} parameters")
+        shape = tuple(parameters[int(index)].shape)
+        for key, value in values.items():
+            if not isinstance(value, torch.Tensor) or not value.ndim or \
+                    tuple(value.shape) == shape:
+                continue
+            fits = value.ndim == len(shape) and all(
+                a in (1, b) for a, b in zip(value.shape, shape, strict=True))
+            if not fits:
+                raise ValueError(f"the saved optimizer state 'optimizer.{index}.{key}' has "
+                                 f"shape {tuple(value.shape)}, but parameter {index} has "
+                                 f"shape {shape}: it is not this model's optimizer state")
+
+
+def check_trained(net: Any, data: Any, interrupted: str | None, rows: int = 8) -> None:
+    """Refuse a trained network with a NaN or infinite weight or buffer (batch-norm
+    statistics, a memory's state), or whose embeddings of a few training ``rows`` of
+    ``data`` are not finite, or overflow when normalised (finite weights can still
+    overflow the activations: a last update of lr=1e30). Called at every exit of a fit:
+    its end, an early stop, an interrupt (``interrupted``: how far it got)."""
+    state = {f"module.{k}": v for k, v in net.inference_module().state_dict().items()}
+    state.update({f"criterion.{k}": v for k, v in net.loss_module().state_dict().items()})
+    bad = first_non_finite({k: v.detach() for k, v in state.items()
+                            if isinstance(v, torch.Tensor)})
+    if bad is not None:
+        _diverged(net, f"the network's {bad!r} holds NaN or infinite values, so its "
+                       "embeddings would be NaN", interrupted)
+    n = len(data)
+    if n == 0:
+        return
+    index = np.unique(np.linspace(0, n - 1, min(rows, n)).astype(np.int64))
+    out = net.embed(data.select(0), view=0, indices=index) if net.labelled else \
+        net.embed(data, indices=index)
+    if not bool(torch.isfinite(out.reshape(len(out), -1, out.shape[-1]).norm(dim=-1)).all()):
+        _diverged(net, "the network embeds training rows as NaN or infinite values (its "
+                       "weights are finite, its activations overflow), so transform would "
+                       "return them", interrupted)
+
+
+def _diverged(net: Any, what: str, interrupted: str | None) -> None:
+    from ..exceptions import TrainingInterrupted
+
+    message = (f"after {len(net.history)} epoch(s) {what}; the model was not kept (the "
+               f"estimator is as it was before this fit). Lower the learning rate "
+               f"(lr={net.lr}), raise the temperature "
+               f"(temperature={net.plain_temperature()}), or check that the module does "
+               "not output NaN or inf")
+    if interrupted is not None:  # the interrupt goes on, without the NaN model
+        raise TrainingInterrupted(f"{interrupted}; and {message}")
+    raise TrainingDivergedError(f"training diverged in its last steps: {message}")
