@@ -219,6 +219,7 @@ class DigitAugmentation(torch.nn.Module):
             K.RandomGaussianNoise(std=0.1, p=0.5))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """One random view of each image of the batch ``x`` ``(n, 1, 8, 8)``."""
         return self.pipeline(x)
 
 

@@ -65,7 +65,7 @@ class MemoryState(nn.Module):
         """Make ready to load ``state_dict`` (this state's entries under ``prefix``):
         buffers allocated on first use (their width is the embedding's) take the saved
         shapes, so that ``load_state_dict`` copies the values in. Called before every
-        load of a training state (:func:`skcontrast._estimators._state.restore`)."""
+        load of a training state (a warm start, a saved model, a checkpoint)."""
         for name, buffer in self.named_buffers(recurse=False):
             saved = state_dict.get(prefix + name)
             if saved is not None and saved.shape != buffer.shape:

@@ -235,7 +235,7 @@ class SelectorSampler(Sampler[list[int]]):
 
     def selections(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """The next epoch: for each batch, the ``int64`` indices this process loads and
-        the whole selected batch (what :meth:`__iter__` yields, as arrays). Every
+        the whole selected batch (what iterating the sampler yields, as arrays). Every
         process gets the same batches, each its slice of them (a curating selector's
         super-batch whole: every process curates it)."""
         self._check_batch_size(self._replicas()[0])
@@ -298,7 +298,7 @@ class SelectorSampler(Sampler[list[int]]):
     def epoch_batches(self) -> list[np.ndarray]:
         """The global batches of the next epoch (every process gets the same), checked:
         ``int64`` arrays of two samples or more (see the class's description). The time
-        it took, the embedding pass through ``embed`` included, is :attr:`select_time`."""
+        it took, the embedding pass through ``embed`` included, is ``select_time``."""
         start = time.perf_counter()
         epoch = self.epoch
         if not self.selector.needs_embeddings:
