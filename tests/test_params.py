@@ -1,8 +1,6 @@
 """Tests of ``skcontrast._estimators._params``: the shared estimator parameters, their
 validation, per-group learning rates and tunable module/optimizer parameters."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -117,35 +115,6 @@ def test_parameter_errors(digits):
         ContrastiveEmbedder(data_on_device="yes", **SMALL_IMAGES).fit(X)
     with pytest.raises(ValueError, match="data_on_device=True needs array or tensor data"):
         ContrastiveEmbedder(data_on_device=True, **SMALL_IMAGES).fit(PairDataset(images))
-
-
-@pytest.mark.slow  # runs the type checker over the package
-def test_a_type_checker_sees_the_estimators_parameters(tmp_path):
-    """``__init__`` is written out with annotations (it was generated from a table at
-    import time, which no editor or type checker sees): mypy flags a wrong type."""
-    import subprocess
-    import sys
-
-    snippet = tmp_path / "snippet.py"
-    snippet.write_text(
-        "from skcontrast import ContrastiveEmbedder, SupConEmbedder\n"
-        "ContrastiveEmbedder(max_epochs=10, precision='bfloat16', selection_pass='cached')\n"
-        "ContrastiveEmbedder(max_epochs='ten')\n"
-        "SupConEmbedder(precision='float64')\n")
-    import skcontrast
-
-    # the package the suite imports: an installed wheel mypy finds by its py.typed, a
-    # source tree (an editable install, whose import hook mypy cannot follow) from it
-    root = Path(skcontrast.__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental",
-                           "--follow-imports=silent", "--ignore-missing-imports",
-                           str(snippet)], capture_output=True, text=True,
-                          cwd=tmp_path if "site-packages" in root.parts else root)
-    errors = [line for line in done.stdout.splitlines() if ": error:" in line]
-    assert len(errors) == 2, done.stdout
-    assert 'snippet.py:3: error: Argument "max_epochs" to "ContrastiveEmbedder" has ' \
-           'incompatible type "str"; expected "int"' in errors[0]
-    assert 'snippet.py:4: error: Argument "precision" to "SupConEmbedder"' in errors[1]
 
 
 def test_the_parameters_are_declared_and_checked_in_fit():
