@@ -1,0 +1,146 @@
+"""The table form: a table of columns, read as the form its columns spell (text, flat
+features, or a dict of views); see :class:`TableForm`."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from ..._tables import (
+    column_kind,
+    is_table,
+    order_columns,
+    table_columns,
+    table_kind,
+    text_rows,
+)
+from .._data import InputSpec, View, ViewData
+from ._array import ARRAY
+from ._dict import DICT
+from ._flat import FLAT
+from ._form import InputForm
+from ._text import TEXT
+
+
+class TableForm(InputForm):
+    """A table of columns (:mod:`skcontrast._tables`): a pandas ``DataFrame``, a Hugging
+    Face ``datasets.Dataset`` in any format, or a list of row dicts, read by column name.
+
+    Text columns (every value a string) are text views, by name: the first two the
+    views (one for single views), further ones hard-negative columns, as in the dict
+    form. Numeric columns are scikit-learn's features (``feature_names_in_``), and
+    columns of per-row arrays are views (the first two) and hard-negative columns, as
+    in the dict form. A table mixing text and numeric columns, or a column of missing,
+    mixed or ragged values, is refused naming the column; so is a label column (pass
+    the labels as ``y``). After ``fit`` a table is read by the column names seen in fit,
+    in any order (:func:`~skcontrast._tables.order_columns`; the views' columns without
+    the hard-negative ones, or the first view's alone, for ``transform``); a missing,
+    unseen or renamed column is refused naming it. A model fitted without column names
+    (lists, arrays, a table whose names are not strings) reads a table by position,
+    with scikit-learn's warning.
+    """
+
+    name = "table"
+    container = True
+
+    def detect(self, X: Any) -> bool:
+        return is_table(X)
+
+    def fit(self, estimator: Any, X: Any, *, single: bool, labelled: bool,
+            view_split: Any) -> tuple[ViewData, InputSpec, dict]:
+        columns = table_columns(X)
+        kind = table_kind(columns)
+        if kind == "text":
+            if single and len(columns) != 1:
+                raise ValueError(f"{type(estimator).__name__} takes single texts: a table "
+                                 f"of one text column; got columns {list(columns)}")
+            return TEXT.fit(estimator, text_rows(columns), single=single, labelled=labelled,
+                            view_split=view_split, names=list(columns))
+        form = FLAT if kind == "features" else DICT
+        return form.fit(estimator, _table_values(X, columns, kind), single=single,
+                        labelled=labelled, view_split=view_split)
+
+    def read(self, estimator: Any, X: Any, spec: InputSpec) -> ViewData:
+        columns = table_columns(X)
+        kind = table_kind(columns)
+        if (kind == "text") != (spec.form == "text") or spec.form not in (
+                "text", "flat", "dict"):
+            what = "text" if spec.form == "text" else f"{spec.form} input, not text"
+            raise ValueError(f"{type(estimator).__name__} was fitted on {what}; got a "
+                             f"table of {'text' if kind == 'text' else 'numeric'} columns "
+                             f"{list(columns)}")
+        fitted = _fitted_columns(estimator, spec)
+        if fitted is None:
+            _warn_unnamed(estimator, columns)
+        elif spec.form == "flat":
+            columns = order_columns(columns, fitted)
+            X = None  # the columns in the fit's order
+        else:
+            negatives = list(spec.negative_names)
+            columns = order_columns(columns, fitted, leading=True, expected=(
+                f"the {'text' if spec.form == 'text' else 'view'} columns seen in fit, "
+                f"{fitted[:len(spec.views)]}"
+                + (f", then optionally the hard-negative columns {negatives}"
+                   if negatives else "") + " (or their first ones), in any order"))
+        if spec.form == "text":
+            return TEXT.read(estimator, text_rows(columns), spec)
+        if fitted is None and spec.form == "dict":  # by position
+            if len(columns) > len(fitted_views(spec)):
+                raise ValueError(f"X has {len(columns)} columns; the model was fitted on "
+                                 f"{len(fitted_views(spec))}: {fitted_views(spec)}")
+            columns = dict(zip(fitted_views(spec), columns.values(), strict=False))
+        form = FLAT if spec.form == "flat" else DICT
+        return form.read(estimator, _table_values(X, columns, kind), spec)
+
+    def read_view(self, X: Any, view: View, name: str, tokenizer: Any) -> ViewData:
+        columns = table_columns(X, name)
+        if len(columns) != 1:
+            raise ValueError(f"{name} for {view.describe()} must be a table of one column; "
+                             f"got columns {list(columns)}")
+        if isinstance(view.name, str):
+            order_columns(columns, [view.name], name)
+        (values,) = columns.values()  # strings (a list) or numbers (an array)
+        form = TEXT if view.text or column_kind(values) == "text" else ARRAY
+        return form.view_form(view).read_view(values, view, name, tokenizer)
+
+
+TABLE = TableForm()
+
+
+def fitted_views(spec: InputSpec) -> list:
+    """The names of the views and then of the hard-negative columns a fit saw."""
+    return [v.name for v in spec.views] + list(spec.negative_names)
+
+
+def _fitted_columns(estimator: Any, spec: InputSpec) -> list | None:
+    """The column names a table given after fit must have, ``None`` for a fit without
+    names (scikit-learn records string names only)."""
+    if spec.form == "flat":
+        names = getattr(estimator, "feature_names_in_", None)
+        return None if names is None else list(names)
+    names = fitted_views(spec)
+    return names if all(isinstance(c, str) for c in names) else None
+
+
+def _warn_unnamed(estimator: Any, columns: dict) -> None:
+    warnings.warn(f"X has column names {list(columns)}, but {type(estimator).__name__} "
+                  "was fitted without column names: its columns are read by position",
+                  UserWarning, stacklevel=5)
+
+
+def _table_values(X: Any, columns: dict, kind: str) -> Any:
+    """A numeric table as the form that reads it: a DataFrame of scalar columns
+    (scikit-learn's features, with their names: ``X`` itself if it is one, else made of
+    ``columns``) or a dict of views."""
+    if kind == "views":
+        return columns
+    if X is not None and hasattr(X, "iloc"):
+        return X
+    try:
+        import pandas as pd
+    except ImportError as exc:
+        raise ValueError("a table of numeric columns other than a DataFrame is read as "
+                         "scikit-learn's features with their names, which needs pandas: "
+                         "install it, or pass the matrix as an array") from exc
+    return pd.DataFrame(columns)
+
