@@ -37,6 +37,7 @@ from _harness import (
 )
 
 from skcontrast import geometry, metrics
+from skcontrast.metrics._retrieval import _Screen
 
 INCLUDE = ("mean_average_precision_at_r", "r_precision", "precision_at_1")
 
@@ -63,13 +64,13 @@ def row(n: int, d: int, classes: int, pml) -> list[list[str]]:
     t_ours, m_ours = measure(lambda: found.update(screened=ours(H, y)), repeats=1, warmup=0)
     rows = [[f"mAP@R + R-prec. + P@1, n={n:,}", "skcontrast", fmt_seconds(t_ours),
              fmt_mib(m_ours), ""]]
-    if metrics._Screen.worth_it(n):  # the same pass without the bfloat16 screen
-        threshold, metrics._Screen.MIN_COLUMNS = metrics._Screen.MIN_COLUMNS, n + 1
+    if _Screen.worth_it(n):  # the same pass without the bfloat16 screen
+        threshold, _Screen.MIN_COLUMNS = _Screen.MIN_COLUMNS, n + 1
         try:
             t_dense, m_dense = measure(lambda: found.update(dense=ours(H, y)), repeats=1,
                                        warmup=0)
         finally:
-            metrics._Screen.MIN_COLUMNS = threshold
+            _Screen.MIN_COLUMNS = threshold
         agree = max(abs(found["screened"][key] - found["dense"][key]) for key in INCLUDE)
         rows.append(["", "skcontrast, dense float32", fmt_seconds(t_dense), fmt_mib(m_dense),
                      f"|Δ| {agree:.1e}"])

@@ -15,6 +15,7 @@ from skcontrast import geometry as G
 from skcontrast import metrics as M
 from skcontrast.datasets import make_paired_gaussians
 from skcontrast.metrics import get_scorer
+from skcontrast.metrics._retrieval import _Screen, _top
 
 
 class NoisyPairEmbedder(TransformerMixin, BaseEstimator):
@@ -204,10 +205,10 @@ def test_the_bfloat16_screen_ranks_exactly_like_the_brute_force_loop(monkeypatch
     bfloat16), on references whose order bfloat16 scrambles (so the error bound decides
     the candidates), and on collapsed data, where the block falls back to the dense
     product."""
-    monkeypatch.setattr(M._Screen, "MIN_COLUMNS", 1)
-    monkeypatch.setattr(M._Screen, "_faster", True)
-    monkeypatch.setattr(M._Screen, "WIDTH", 1000 if data == "whole" else 4)
-    monkeypatch.setattr(M._Screen, "SHARE", 8 if data in ("random", "collapsed") else 1)
+    monkeypatch.setattr(_Screen, "MIN_COLUMNS", 1)
+    monkeypatch.setattr(_Screen, "_faster", True)
+    monkeypatch.setattr(_Screen, "WIDTH", 1000 if data == "whole" else 4)
+    monkeypatch.setattr(_Screen, "SHARE", 8 if data in ("random", "collapsed") else 1)
     monkeypatch.setattr(G, "BLOCK_ELEMENTS", 10 * 300)
     rng = np.random.default_rng(7)
     if data in ("random", "whole"):  # whole: every column a candidate, the query's too
@@ -228,14 +229,14 @@ def test_the_bfloat16_screen_ranks_exactly_like_the_brute_force_loop(monkeypatch
         H, R = np.ones((300, 8)), np.ones((200, 8))
     y, r = rng.integers(0, 60, size=300), rng.integers(0, 60, size=200)
     seen = []
-    original = M._Screen.candidates
+    original = _Screen.candidates
 
     def spy(self, *args):
         found = original(self, *args)
         seen.append((found is not None, self.width))
         return found
 
-    monkeypatch.setattr(M._Screen, "candidates", spy)
+    monkeypatch.setattr(_Screen, "candidates", spy)
     for args in ((H, y), (H, y, R, r)):
         together = M.class_retrieval(*args)
         np.testing.assert_allclose([together[k] for k in ("map_at_r", "r_map", "r_precision",
@@ -258,7 +259,7 @@ def test_the_grouped_top_k_gives_top_ks_values(dtype, width):
     rng = np.random.default_rng(width)
     x = torch.from_numpy(rng.integers(0, 50, size=(9, 8**4 * width)) / 7.0).to(dtype)
     x[:, ::5] = -torch.inf
-    values, columns = M._top(x, width, 8)
+    values, columns = _top(x, width, 8)
     expected, _ = x.topk(width, dim=1)
     assert torch.equal(values, expected)
     assert torch.equal(x.gather(1, columns), values)

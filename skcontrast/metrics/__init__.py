@@ -1,0 +1,74 @@
+"""Retrieval metrics and scikit-learn compatible scorers for embeddings.
+
+Metrics take embeddings (NumPy arrays or torch tensors, rows are items) and return
+floats. Scorers are plain callables ``scorer(estimator, X, y=None)`` — what
+:class:`~sklearn.model_selection.GridSearchCV` accepts for ``scoring`` — because
+:func:`sklearn.metrics.make_scorer` can only call ``predict``, not ``transform``.
+They follow scikit-learn's sign convention: greater is better, so gaps and distances
+are negated.
+
+==========================  ===========================================================
+``_retrieval.py``           exact retrieval by cosine similarity, block by block:
+                            :func:`recall_at_k`, :func:`tie_tolerance`, and the class-level
+                            pass the ranking metrics score
+``_ranking.py``             :func:`map_at_r`, :func:`r_map`, :func:`r_precision`,
+                            :func:`precision_at_1`, :func:`class_retrieval`, and
+                            :func:`ranking_scores` of ranked results
+``_classifiers.py``         :func:`ncc_accuracy`, :func:`knn_accuracy`,
+                            :func:`linear_probe_accuracy`, :func:`leave_one_out_ncc`
+                            and the class centres
+``_scorers.py``             :class:`EmbeddingScorer` and the scorers by name
+                            (:func:`get_scorer`)
+==========================  ===========================================================
+"""
+
+from ._classifiers import (
+    class_centres,
+    knn_accuracy,
+    leave_one_out_ncc,
+    linear_probe_accuracy,
+    ncc_accuracy,
+    nearest_centre,
+)
+from ._ranking import (
+    REFERENCE_DOC,
+    class_retrieval,
+    map_at_r,
+    precision_at_1,
+    r_map,
+    r_precision,
+    ranking_scores,
+)
+from ._retrieval import recall_at_k, tie_tolerance
+from ._scorers import (
+    SCORERS,
+    EmbeddingScorer,
+    get_scorer,
+    is_scorer_name,
+    pair_embeddings,
+    resolve_scoring,
+)
+
+__all__ = [
+    "REFERENCE_DOC",
+    "SCORERS",
+    "EmbeddingScorer",
+    "class_centres",
+    "class_retrieval",
+    "get_scorer",
+    "is_scorer_name",
+    "knn_accuracy",
+    "leave_one_out_ncc",
+    "linear_probe_accuracy",
+    "map_at_r",
+    "ncc_accuracy",
+    "nearest_centre",
+    "pair_embeddings",
+    "precision_at_1",
+    "r_map",
+    "r_precision",
+    "ranking_scores",
+    "recall_at_k",
+    "resolve_scoring",
+    "tie_tolerance",
+]
