@@ -6,20 +6,6 @@ floats. Scorers are plain callables ``scorer(estimator, X, y=None)`` — what
 :func:`sklearn.metrics.make_scorer` can only call ``predict``, not ``transform``.
 They follow scikit-learn's sign convention: greater is better, so gaps and distances
 are negated.
-
-==========================  ===========================================================
-``_retrieval.py``           exact retrieval by cosine similarity, block by block:
-                            :func:`recall_at_k`, :func:`tie_tolerance`, and the class-level
-                            pass the ranking metrics score
-``_ranking.py``             :func:`map_at_r`, :func:`r_map`, :func:`r_precision`,
-                            :func:`precision_at_1`, :func:`class_retrieval`, and
-                            :func:`ranking_scores` of ranked results
-``_classifiers.py``         :func:`ncc_accuracy`, :func:`knn_accuracy`,
-                            :func:`linear_probe_accuracy`, :func:`leave_one_out_ncc`
-                            and the class centres
-``_scorers.py``             :class:`EmbeddingScorer` and the scorers by name
-                            (:func:`get_scorer`)
-==========================  ===========================================================
 """
 
 from ._classifiers import (

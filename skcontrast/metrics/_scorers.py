@@ -1,11 +1,6 @@
-"""scikit-learn compatible scorers for embeddings, by name (:func:`get_scorer`).
-
-Scorers are plain callables ``scorer(estimator, X, y=None)`` — what
-:class:`~sklearn.model_selection.GridSearchCV` accepts for ``scoring`` — because
-:func:`sklearn.metrics.make_scorer` can only call ``predict``, not ``transform``.
-They follow scikit-learn's sign convention: greater is better, so gaps and distances
-are negated.
-"""
+"""scikit-learn compatible scorers for embeddings, by name (:func:`get_scorer`): plain
+callables ``scorer(estimator, X, y=None)``, greater is better (why they are not
+:func:`sklearn.metrics.make_scorer`'s: :mod:`skcontrast.metrics`)."""
 
 from __future__ import annotations
 
