@@ -151,6 +151,7 @@ def class_retrieval(H: Any, y: Any, reference: Any = None, reference_labels: Any
 for _metric in (map_at_r, r_map, r_precision, precision_at_1, class_retrieval):
     _metric.__doc__ = (_metric.__doc__ or "").replace("{reference}", REFERENCE_DOC)
 
+
 def ranking_scores(ranked: Any, query_groups: Any, document_groups: Any, k: int = 10
                    ) -> dict[str, float]:
     """Search quality from ranked results: recall@1, recall@k, nDCG@k and MRR@k.

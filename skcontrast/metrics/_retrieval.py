@@ -104,6 +104,7 @@ def recall_at_k(U: Any, V: Any, k: int = 1, direction: str = "both") -> float:
              for name, a, b in (("u2v", U, V), ("v2u", V, U)) if direction in (name, "both")}
     return float(np.mean(list(found.values())))
 
+
 class _Retrieval(NamedTuple):
     """Per query: relevant references ``R``, ``sum_{k<=R} P(k) rel(k)``, relevant items
     in the top ``R``, and whether the nearest reference is relevant."""
