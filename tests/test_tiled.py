@@ -133,7 +133,7 @@ def test_tiled_losses_at_temperature_001_in_float32_and_with_leading_dimensions(
 
 
 def test_chunk_size_auto_and_bad_values():
-    from skcontrast.losses._tiled import resolve_chunk_size
+    from skcontrast.losses._core import resolve_chunk_size
 
     assert resolve_chunk_size("auto", 4096, 4096) is None
     assert resolve_chunk_size("auto", 2 * 16384, 2 * 16384) == 2048

@@ -37,7 +37,6 @@ their own options), and an estimator's ``loss=`` takes one (grids tune
 arXiv:2307.05906 Eq. 5, the affinity of the spectral batch selector.
 """
 
-from ._batch import STRUCTURES, LossBatch, LossInputs, loss_inputs
 from ._batched import pair_affinity, pairwise_lower_bound
 from ._contrastive_margin import ContrastiveMargin, contrastive_margin
 from ._core import LossTerms
@@ -50,7 +49,15 @@ from ._incremental import GrowingBatches
 from ._info_nce import InfoNCE, info_nce
 from ._kcl import KCL, kcl
 from ._nt_xent import NTXent, nt_xent
-from ._objects import MIN_LEARNED_TEMPERATURE, FunctionLoss, Loss
+from ._objects import (
+    MIN_LEARNED_TEMPERATURE,
+    STRUCTURES,
+    FunctionLoss,
+    Loss,
+    LossBatch,
+    LossInputs,
+    loss_inputs,
+)
 from ._registry import (
     LABEL_LOSSES,
     LOSSES,

@@ -9,6 +9,7 @@ that trains the network.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -18,6 +19,11 @@ import torch.nn.functional as F
 from .._validation import as_float_tensor, check_choice, check_positive, check_real, describe
 
 REDUCTIONS = ("mean", "sum", "none")
+
+#: ``chunk_size='auto'`` tiles once one dense ``rows x cols`` float32 matrix would take
+#: more than this many bytes (a dense loss holds a few such matrices), and then uses
+#: tiles of about this size.
+AUTO_TILE_BYTES = 256 * 2**20
 
 
 class LossTerms(NamedTuple):
@@ -35,7 +41,14 @@ class LossTerms(NamedTuple):
 
 def check_loss_options(temperature: Any, lambda_pos: Any, lambda_ent: Any,
                        reduction: str | None = None) -> None:
-    """Validate the arguments every loss shares."""
+    """Validate the arguments every loss shares.
+
+    What a training step passes (:func:`_plain_options`) is accepted at once; anything
+    else goes through the full checks of :mod:`skcontrast._validation`, which accept
+    every real type and name what they refuse.
+    """
+    if _plain_options(temperature, lambda_pos, lambda_ent, reduction):
+        return
     check_positive(temperature, "temperature", allow_tensor=True)
     for name, value in (("lambda_pos", lambda_pos), ("lambda_ent", lambda_ent)):
         if not isinstance(value, torch.Tensor):
@@ -44,10 +57,25 @@ def check_loss_options(temperature: Any, lambda_pos: Any, lambda_ent: Any,
         check_choice(reduction, "reduction", REDUCTIONS)
 
 
+def _plain_options(temperature: Any, lambda_pos: Any, lambda_ent: Any,
+                   reduction: str | None) -> bool:
+    """Whether the options are valid as they stand: a positive finite float or a scalar
+    tensor temperature, finite float (or tensor) weights, a known reduction."""
+    if isinstance(temperature, torch.Tensor):
+        if temperature.numel() != 1:
+            return False
+    elif not (type(temperature) is float and 0.0 < temperature < math.inf):
+        return False
+    for weight in (lambda_pos, lambda_ent):
+        if not (isinstance(weight, torch.Tensor) or
+                (type(weight) is float and math.isfinite(weight))):
+            return False
+    return reduction is None or reduction in REDUCTIONS
+
+
 def check_views(u: Any, v: Any, *, normalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Return two views as tensors of one dtype, shape ``(..., B, d)`` with ``B >= 2``."""
-    u = as_float_tensor(u, "u")
-    v = as_float_tensor(v, "v")
+    u, v = float_tensor(u, "u"), float_tensor(v, "v")
     if u.ndim < 2:
         raise ValueError(f"u must have shape (..., B, d); got {describe(u)}")
     if u.shape != v.shape:
@@ -63,7 +91,7 @@ def check_views(u: Any, v: Any, *, normalize: bool) -> tuple[torch.Tensor, torch
 
 def check_labelled(z: Any, y: Any, *, normalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Return embeddings ``(..., B, d)`` and integer labels ``(..., B)`` as tensors."""
-    z = as_float_tensor(z, "z")
+    z = float_tensor(z, "z")
     if z.ndim < 2:
         raise ValueError(f"z must have shape (..., B, d); got {describe(z)}")
     _check_batch_rows(z, "z")
@@ -74,6 +102,33 @@ def check_labelled(z: Any, y: Any, *, normalize: bool) -> tuple[torch.Tensor, to
             f"got {describe(y)}"
         )
     return maybe_normalize(z, normalize), y
+
+
+def float_tensor(x: Any, name: str) -> torch.Tensor:
+    """``x`` itself when it is a floating-point tensor already (what a training step
+    passes), else :func:`~skcontrast._validation.as_float_tensor`'s conversion."""
+    if isinstance(x, torch.Tensor) and x.is_floating_point():
+        return x
+    return as_float_tensor(x, name)
+
+
+def resolve_chunk_size(chunk_size: Any, rows: int, cols: int) -> int | None:
+    """``None`` (dense), or the number of anchor rows per tile.
+
+    ``'auto'``: dense while one ``rows x cols`` float32 matrix takes at most
+    :data:`AUTO_TILE_BYTES` (256 MiB: B = 4,096 pairs for NT-Xent's 2B x 2B logits),
+    else tiles of as many rows as fit in that size.
+    """
+    if chunk_size is None:
+        return None
+    if chunk_size == "auto":
+        if rows * cols * 4 <= AUTO_TILE_BYTES:
+            return None
+        return max(1, AUTO_TILE_BYTES // (4 * cols))
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be None, 'auto' or a positive integer; got "
+                         f"{chunk_size!r}")
+    return chunk_size
 
 
 def as_label_tensor(y: Any, device: torch.device | None = None) -> torch.Tensor:

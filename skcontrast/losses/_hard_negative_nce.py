@@ -36,6 +36,7 @@ from ._core import (
     check_views,
     finish,
     reduce_terms,
+    resolve_chunk_size,
 )
 from ._negatives import (
     CandidateMask,
@@ -45,7 +46,6 @@ from ._negatives import (
     with_negatives,
 )
 from ._softmax import _SoftmaxLoss
-from ._tiled import resolve_chunk_size
 
 NEGATIVES = ("both views", "other view")
 

@@ -29,6 +29,7 @@ from ._core import (
     estimate_entropy,
     finish,
     reduce_terms,
+    resolve_chunk_size,
     similarity,
 )
 from ._negatives import (
@@ -40,7 +41,16 @@ from ._negatives import (
     with_negatives,
 )
 from ._softmax import _SoftmaxLoss
-from ._tiled import resolve_chunk_size
+
+
+def _extras(u: torch.Tensor, hard_negatives: Any, share_negatives: Any, exclude: Any,
+            exclude_negatives: Any, normalize: bool) -> Extras | None:
+    """The batch's checked hard negatives and exclusions (:func:`check_extras`), or
+    ``None`` at once when none are given (a training step on plain pairs)."""
+    if hard_negatives is None and exclude is None and exclude_negatives is None:
+        return None
+    return check_extras(u, hard_negatives, share_negatives, exclude, exclude_negatives,
+                        normalize)
 
 
 def _one_sided_terms(u: torch.Tensor, v: torch.Tensor, temperature: Any,
@@ -129,8 +139,8 @@ def info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: float = 1.0,
     """
     check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
     u, v = check_views(u, v, normalize=normalize)
-    extras = check_extras(u, hard_negatives, share_negatives, exclude, exclude_negatives,
-                          normalize)
+    extras = _extras(u, hard_negatives, share_negatives, exclude, exclude_negatives,
+                     normalize)
     chunk = resolve_chunk_size(chunk_size, u.shape[-2], v.shape[-2])
     if chunk is None and denominator is None and reduction != "none" and extras is None \
             and not same_view_negatives:

@@ -19,10 +19,11 @@ from ._core import (
     finish,
     maybe_normalize,
     reduce_terms,
+    resolve_chunk_size,
     squared_distances,
 )
 from ._objects import Loss
-from ._tiled import resolve_chunk_size, tiled_kernel_row_sums
+from ._tiled import tiled_kernel_row_sums
 
 
 def _gaussian(sq_dist: torch.Tensor, temperature: Any) -> torch.Tensor:

@@ -31,9 +31,9 @@ from typing import Any, NamedTuple
 import torch
 
 from .._validation import as_float_tensor, describe
-from ._core import masked_logsumexp, maybe_normalize
+from ._core import masked_logsumexp, maybe_normalize, resolve_chunk_size
 from ._gram import gram_logsumexp
-from ._tiled import resolve_chunk_size, tiled_logsumexp
+from ._tiled import tiled_logsumexp
 
 
 class Extras(NamedTuple):

@@ -1,5 +1,6 @@
-"""The losses as objects: the base class :class:`Loss` of every loss's object, and
-:class:`FunctionLoss`, a bare callable as one.
+"""The losses as objects: the base class :class:`Loss` of every loss's object,
+:class:`FunctionLoss`, a bare callable as one, and :class:`LossBatch`, a batch as a loss
+sees it.
 
 A loss object holds the loss's parameters (its temperature, fixed or learned, the
 balance weights of Sors et al. 2021, arXiv:2112.11743, Eq. 5, ``chunk_size`` and its own options)
@@ -33,6 +34,18 @@ Each built-in loss is one module holding its function and its class (``_info_nce
 :func:`info_nce` and :class:`InfoNCE`, ...); the softmax losses derive from
 ``_softmax._SoftmaxLoss``. A new built-in loss is one such module, its class added to
 ``REGISTERED`` in ``_registry.py`` and its names exported in ``__init__.py``.
+
+**A batch's layout travels in one object.** :class:`LossBatch` holds a batch's
+embeddings with its ``structure`` (pairs and their hard-negative columns, single
+labelled views, two crops), its labels, its rows of the training data, the content ids
+of its items and their groups. Everything that computes a loss on a batch takes one,
+built once by whoever knows the batch (the estimators' criterion, the simulation, a
+curating selector from its super-batch, :meth:`Loss.score_batches` from selection
+embeddings), and reads the layout from it alone: :meth:`Loss.batch_terms` (training,
+curation's row losses, the memories' batch term), :meth:`Loss.sub_batch_losses` (many
+index subsets of one batch: batch scoring and curation's sub-batches),
+:meth:`LossBatch.anchor_rows` (what a memory's queue stores) and
+:meth:`LossBatch.pair_views` (where a single view is its own positive).
 """
 
 from __future__ import annotations
@@ -42,19 +55,124 @@ import functools
 import inspect
 import numbers
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator
 
 from .._validation import describe, store_params
-from ._batch import LossBatch, LossInputs, loss_inputs
 from ._batched import batch_values, pair_affinity
-from ._core import LossTerms, pair_labels
+from ._core import LossTerms, as_label_tensor, pair_labels
 
 #: A learned temperature stays above this (CLIP caps its inverse at 100).
 MIN_LEARNED_TEMPERATURE = 0.01
+
+#: How a batch's rows reach a loss (:attr:`LossBatch.structure`): two views per item (and
+#: hard-negative columns), one view per labelled item, or two augmented crops of each
+#: labelled item.
+STRUCTURES = ("pairs", "single", "crops")
+
+_Rows = TypeVar("_Rows", torch.Tensor, np.ndarray)
+
+
+class LossBatch(NamedTuple):
+    """One batch as a loss sees it: the one carrier of a batch's layout.
+
+    Attributes
+    ----------
+    embeddings : torch.Tensor
+        ``(B, 2 + k, d)`` for ``'pairs'`` (anchor, positive, ``k`` hard-negative
+        columns), or ``(B, d)`` pairs of single views, each its own positive;
+        ``(B, d)`` for ``'single'``; ``(B, 2, d)`` for ``'crops'``.
+    structure : {'pairs', 'single', 'crops'}, default='pairs'
+    labels : torch.Tensor or None
+        ``(B,)`` labels of a label loss's items (``'single'`` and ``'crops'``).
+    index : torch.Tensor or None
+        ``(B,)`` the items' rows of the training data (a guide's embeddings are indexed by
+        them; a memory remembers by them).
+    content : torch.Tensor or None
+        ``(B, 2 + k)`` content ids of each item's columns
+        (:meth:`~skcontrast.losses.FalseNegativeGuard.content_ids`), for a
+        ``same_content`` guard.
+    groups : torch.Tensor or None
+        ``(B,)`` each item's group, for a ``same_group`` guard.
+    """
+
+    embeddings: torch.Tensor
+    structure: str = "pairs"
+    labels: torch.Tensor | None = None
+    index: torch.Tensor | None = None  # type: ignore[assignment]  # a field, not tuple.index
+    content: torch.Tensor | None = None
+    groups: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, embeddings: torch.Tensor, labels: torch.Tensor | None, labelled: bool,
+           **fields: Any) -> LossBatch:
+        """The batch of embeddings laid out as selection and curation hand them over,
+        ``(B, 2, d)`` or ``(B, d)``: with ``labels`` and a label loss (``labelled``,
+        :attr:`Loss.labelled`) two crops or single views of labelled items, else pairs
+        (a single view then its own positive)."""
+        if labels is not None and labelled:
+            structure = "crops" if embeddings.ndim == 3 else "single"
+            return cls(embeddings, structure, labels, **fields)
+        return cls(embeddings, "pairs", None, **fields)
+
+    @staticmethod
+    def pair_views(x: _Rows) -> tuple[_Rows, _Rows]:
+        """The two views of pairs ``x`` (a tensor or an array, no copy): columns 0 and 1
+        of ``(n, 2 + k, d)``, or ``(n, d)`` single views twice, each its own positive.
+        The one place where a single view is paired with itself."""
+        if x.ndim == 3:
+            return x[:, 0], x[:, 1]
+        return x, x
+
+    def anchor_rows(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every anchor row of the batch in the loss's order, each with its key (rows of
+        one key are positives of each other) and its view: ``[view 0; view 1]`` keyed by
+        the items' rows of the training data for pairs (their hard-negative columns
+        aside); the items' labels for single views, and for two crops stacked item by
+        item. What a memory's queue stores."""
+        z = self.embeddings
+        device = z.device
+        if self.structure == "pairs":
+            assert self.index is not None  # pairs are keyed by their rows
+            u, v = self.pair_views(z)
+            keys = self.index.to(device, torch.long).repeat(2)
+            views = torch.arange(2, device=device, dtype=torch.int8).repeat_interleave(len(z))
+            return torch.cat([u, v]), keys, views
+        a, labels, _, _ = loss_inputs(self)
+        assert labels is not None  # single views and crops come with labels
+        return a, labels.to(device, torch.long), torch.zeros(len(a), dtype=torch.int8,
+                                                             device=device)
+
+
+class LossInputs(NamedTuple):
+    """What a loss function takes for a :class:`LossBatch`: ``(a, b)`` two views (``b``
+    the labels of a label loss), hard negatives, and how many of its rows one item
+    makes."""
+
+    a: torch.Tensor
+    b: torch.Tensor | None
+    negatives: torch.Tensor | None
+    rows_per_item: int
+
+
+def loss_inputs(batch: LossBatch) -> LossInputs:
+    """The inputs a loss function takes for ``batch``: single views with their labels,
+    two crops of an item as two rows of its label, or the two views of pairs and their
+    hard-negative columns (a label loss sees each pair as its own class)."""
+    z, structure = batch.embeddings, batch.structure
+    if structure == "pairs":
+        u, v = LossBatch.pair_views(z)
+        return LossInputs(u, v, z[:, 2:] if z.ndim == 3 and z.shape[1] > 2 else None, 1)
+    if structure == "single":
+        return LossInputs(z, batch.labels, None, 1)
+    if structure == "crops":
+        assert batch.labels is not None  # crops are of labelled items
+        return LossInputs(z.reshape(-1, z.shape[-1]), batch.labels.repeat_interleave(2),
+                          None, 2)
+    raise ValueError(f"structure must be one of {STRUCTURES}; got {describe(structure)}")
 
 
 class Loss(BaseEstimator):
@@ -206,33 +324,45 @@ class Loss(BaseEstimator):
             params = overrides
         return batch_values(u, v, batches, fn=fn, **params)
 
+    def sub_batch_losses(self, batch: LossBatch, subsets: Any,
+                         **overrides: Any) -> torch.Tensor:
+        """The loss of each sub-batch of ``batch``, ``(m,)``: ``subsets`` are index arrays
+        into its items (a list, of any sizes, or an ``(m, T)`` array), scored in
+        vectorised calls (:meth:`batch_losses`) in the form its structure says: the two
+        views of pairs, single views with their labels, both crops of each item with
+        its label (hard-negative columns are not scored). Gradients flow."""
+        a, b, _, per_item = loss_inputs(batch)
+        if per_item > 1:  # the rows of each item's crops, side by side
+            subsets = [(per_item * np.asarray(s)[:, None] + np.arange(per_item)).reshape(-1)
+                       for s in subsets]
+        if batch.structure == "pairs":
+            return self.batch_losses(a, b, subsets, **overrides)
+        return self.batch_losses(a, batches=subsets, y=b, **overrides)
+
     def score_batches(self, X: Any, batches: Any, y: Any = None,
                       **overrides: Any) -> np.ndarray:
         """The loss of each index batch of embeddings ``X``, without gradients: what
         batch selection ranks and measures batches by.
 
-        ``X`` is ``(n, 2, d)`` pairs, scored in the paired form of
-        :meth:`batch_losses`, or ``(n, d)`` single views: with labels ``y`` and a label
-        loss in the label form, else each row its own positive. A batch of a single
-        sample has nothing to contrast: its score is NaN.
+        ``X`` is ``(n, 2, d)`` pairs, or ``(n, d)`` single views: with labels ``y`` and a
+        label loss, labelled views (each batch in the label form), else pairs of single
+        views, each its own positive (:meth:`sub_batch_losses` of the one
+        :class:`LossBatch` of ``X``). A batch of a single sample has nothing to
+        contrast: its score is NaN.
         """
         from .._validation import check_embeddings
 
         X = check_embeddings(X)
-        u, v = (X[:, 0], X[:, 1]) if X.ndim == 3 else (X, X)
         batches = list(batches)
         scorable = [i for i, b in enumerate(batches) if len(b) >= 2]
         out = np.full(len(batches), np.nan)
         if not scorable:
             return out
-        chosen = [batches[i] for i in scorable]
+        rows = torch.from_numpy(X)
+        batch = LossBatch(rows, "single", as_label_tensor(y)) \
+            if X.ndim == 2 and y is not None and self.labelled else LossBatch(rows)
         with torch.no_grad():
-            if X.ndim == 2 and y is not None and self.labelled:
-                values = self.batch_losses(torch.from_numpy(u), batches=chosen, y=y,
-                                           **overrides)
-            else:
-                values = self.batch_losses(torch.from_numpy(u), torch.from_numpy(v), chosen,
-                                           **overrides)
+            values = self.sub_batch_losses(batch, [batches[i] for i in scorable], **overrides)
         out[scorable] = values.cpu().numpy()
         return out
 

@@ -39,9 +39,9 @@ from ._core import (
     finish,
     maybe_normalize,
     reduce_terms,
+    resolve_chunk_size,
 )
 from ._objects import Loss
-from ._tiled import resolve_chunk_size
 
 
 def _tile(a: torch.Tensor, b: torch.Tensor, start: int, stop: int) -> torch.Tensor:

@@ -19,12 +19,12 @@ from ._core import (
     finish,
     masked_logsumexp,
     reduce_terms,
+    resolve_chunk_size,
     similarity,
 )
-from ._info_nce import _cross_entropy_terms, _one_sided_terms, _same_view_lse
-from ._negatives import check_extras, with_negatives
+from ._info_nce import _cross_entropy_terms, _extras, _one_sided_terms, _same_view_lse
+from ._negatives import with_negatives
 from ._softmax import _SoftmaxLoss
-from ._tiled import resolve_chunk_size
 
 DIRECTION_MODES = ("sum", "mean")
 
@@ -71,10 +71,11 @@ def symmetric_info_nce(u: Any, v: Any, *, temperature: Any = 0.1, lambda_pos: fl
         Shape ``(...)``, or ``(..., 2, B)`` with ``reduction='none'``.
     """
     check_loss_options(temperature, lambda_pos, lambda_ent, reduction)
-    check_choice(directions, "directions", DIRECTION_MODES)
+    if directions not in DIRECTION_MODES:  # refused, naming the choices
+        check_choice(directions, "directions", DIRECTION_MODES)
     u, v = check_views(u, v, normalize=normalize)
-    extras = check_extras(u, hard_negatives, share_negatives, exclude, exclude_negatives,
-                          normalize)
+    extras = _extras(u, hard_negatives, share_negatives, exclude, exclude_negatives,
+                     normalize)
     chunk = resolve_chunk_size(chunk_size, u.shape[-2], v.shape[-2])
     if chunk is None and denominator is None and reduction != "none" and extras is None \
             and not same_view_negatives:

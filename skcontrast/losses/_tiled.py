@@ -30,30 +30,6 @@ from torch.utils.checkpoint import checkpoint
 
 from ._core import squared_distances
 
-#: ``chunk_size='auto'`` tiles once one dense ``rows x cols`` float32 matrix would take
-#: more than this many bytes (a dense loss holds a few such matrices), and then uses
-#: tiles of about this size.
-AUTO_TILE_BYTES = 256 * 2**20
-
-
-def resolve_chunk_size(chunk_size: Any, rows: int, cols: int) -> int | None:
-    """``None`` (dense), or the number of anchor rows per tile.
-
-    ``'auto'``: dense while one ``rows x cols`` float32 matrix takes at most
-    :data:`AUTO_TILE_BYTES` (256 MiB: B = 4,096 pairs for NT-Xent's 2B x 2B logits),
-    else tiles of as many rows as fit in that size.
-    """
-    if chunk_size is None:
-        return None
-    if chunk_size == "auto":
-        if rows * cols * 4 <= AUTO_TILE_BYTES:
-            return None
-        return max(1, AUTO_TILE_BYTES // (4 * cols))
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be None, 'auto' or a positive integer; got "
-                         f"{chunk_size!r}")
-    return chunk_size
-
 
 def _tile_logits(a: torch.Tensor, b: torch.Tensor, temperature: Any, start: int, stop: int,
                  skip_self: bool, partner: int | None, mask: Any) -> torch.Tensor:
