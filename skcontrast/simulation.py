@@ -42,7 +42,7 @@ from sklearn.base import clone
 
 from . import geometry
 from ._validation import check_choice, check_int, check_positive, describe, encode_labels
-from .losses import Loss, make_loss
+from .losses import Loss, LossBatch, make_loss
 from .selectors import (
     BatchSelector,
     BcSSelector,
@@ -200,8 +200,8 @@ def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
     start = _initial(init, n, d, labelled, nonnegative, random_state)
     selector = _seeded(selector, random_state)
     state = None
-    if memory is not None:
-        state = _memory_state(memory, n, loss, update)
+    if memory is not None:  # of batches laid out as _loss_batch lays them out
+        state = _memory_state(memory, n, loss, update, "single" if labelled else "pairs")
     y_t = None
     if labelled:
         if not loss.labelled:
@@ -219,7 +219,7 @@ def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
         groups = [epoch] if update == "epoch" else [[b] for b in epoch]
         for batches in groups:
             if state is None:
-                objective = _batches_loss(params, batches, loss, y_t)
+                objective = loss.sub_batch_losses(_loss_batch(params, y_t), batches).mean()
             else:
                 objective = _memory_loss(params, batches[0], loss, state, y_t)
             grads = torch.autograd.grad(objective, params)
@@ -236,7 +236,7 @@ def optimize_embeddings(n: int, d: int, selector: BatchSelector | None = None,
                             tuple(x.copy() for x in start))
 
 
-def _memory_state(memory: Any, n: int, loss: Any, update: str) -> Any:
+def _memory_state(memory: Any, n: int, loss: Any, update: str, structure: str) -> Any:
     from .memory import BaseMemory
 
     if not isinstance(memory, BaseMemory):
@@ -245,7 +245,7 @@ def _memory_state(memory: Any, n: int, loss: Any, update: str) -> Any:
     if update != "batch":
         raise ValueError("memory needs update='batch': a memory follows a sequence of "
                          "batches, one update each")
-    return memory.build(n, loss, "single" if loss.labelled else "pairs").double()
+    return memory.build(n, loss, structure).double()
 
 
 def _loss(loss: Any) -> Loss:
@@ -259,18 +259,22 @@ def _loss(loss: Any) -> Loss:
     return obj
 
 
+def _loss_batch(params: list[torch.Tensor], y_t: torch.Tensor | None,
+                index: torch.Tensor | None = None) -> LossBatch:
+    """The embeddings (``index``: the rows of one batch) as the loss takes them: one view
+    per labelled point, or the pairs ``(U, V)``."""
+    rows = slice(None) if index is None else index
+    if y_t is not None:
+        return LossBatch(params[0][rows], "single", y_t[rows], index)
+    return LossBatch(torch.stack([params[0][rows], params[1][rows]], dim=1), index=index)
+
+
 def _memory_loss(params: list[torch.Tensor], batch: np.ndarray, loss: Loss, state: Any,
                  y_t: torch.Tensor | None) -> torch.Tensor:
     """The loss of one batch through the memory."""
-    index = torch.as_tensor(batch)
-    if y_t is not None:
-        z, y = params[0][index], y_t[index]
-        terms = state(lambda **extra: loss.label_terms(z, y, **extra), z, y, index,
-                      structure="single", loss=loss, overrides={})
-    else:
-        u, v = params[0][index], params[1][index]
-        terms = state(lambda **extra: loss.pair_terms(u, v, **extra), torch.stack([u, v], 1),
-                      None, index, structure="pairs", loss=loss, overrides={})
+    rows = _loss_batch(params, y_t, torch.as_tensor(batch))
+    terms = state(lambda **extra: loss.batch_terms(rows, **extra), rows, loss=loss,
+                  overrides={})
     return terms.loss
 
 
@@ -322,23 +326,14 @@ def _selector_view(params: list[torch.Tensor], labelled: bool) -> np.ndarray:
     return arrays[0] if labelled else np.stack(arrays, axis=1)
 
 
-def _batches_loss(params: list[torch.Tensor], batches: list[np.ndarray], loss: Loss,
-                  y_t: torch.Tensor | None) -> torch.Tensor:
-    """Mean loss of the batches."""
-    if y_t is not None:
-        return loss.batch_losses(params[0], batches=batches, y=y_t).mean()
-    return loss.batch_losses(params[0], params[1], batches).mean()
-
-
 def _record(step: int, params: list[torch.Tensor], batches: list[np.ndarray], loss: Loss,
             y_t: torch.Tensor | None, y: Any, reference_kind: str | None) -> dict:
     with torch.no_grad():
+        full = float(loss.batch_terms(_loss_batch(params, y_t)).loss)
         if y_t is not None:
-            full = float(loss(params[0], y_t))
             gap = geometry.orthogonal_frame_gap(params[0].numpy(), y) \
                 if len(np.unique(y)) > 1 else math.nan
         else:
-            full = float(loss.pair_terms(params[0], params[1]).loss)
             gap = geometry.etf_gap(params[0].numpy(), params[1].numpy(), reference_kind) \
                 if reference_kind else math.nan
     return {"step": step, "loss": full, "gap": gap, "batches": [b.tolist() for b in batches]}

@@ -14,6 +14,7 @@ from sklearn.model_selection import GridSearchCV
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast.datasets import make_paired_gaussians
 from skcontrast.losses import (
+    LossBatch,
     LossTerms,
     dcl,
     info_nce,
@@ -47,8 +48,8 @@ def pair_step(state, loss, u, v, index, tau, **options):
     obj = loss_object(loss, **options)
     overrides = learned(options)
     return state(lambda **extra: obj.pair_terms(u, v, **overrides, **extra),
-                 torch.stack([u, v], 1), None, torch.as_tensor(index),
-                 structure="pairs", loss=obj, overrides=overrides)
+                 LossBatch(torch.stack([u, v], 1), "pairs", index=torch.as_tensor(index)),
+                 loss=obj, overrides=overrides)
 
 
 def shuffled_epochs(n, b, epochs, seed=0):
@@ -189,7 +190,7 @@ def test_supcon_with_two_crops_shares_one_estimate_per_item():
     state = SogCLRMemory().build(n, loss, "crops").double()
     flat, labels = z.reshape(-1, 3), y.repeat_interleave(2)
     state(lambda **extra: supcon(flat, labels, return_terms=True, temperature=tau, **extra),
-          z, y, torch.arange(n), structure="crops", loss=loss, overrides={})
+          LossBatch(z, "crops", y, torch.arange(n)), loss=loss, overrides={})
     unit = torch.nn.functional.normalize(flat, dim=1).numpy()
     g = np.array([np.mean([np.exp(unit[a] @ unit[c] / tau) for c in range(2 * n) if c != a])
                   for a in range(2 * n)])
@@ -284,7 +285,7 @@ def test_xbm_against_a_brute_force_loop_through_wrap_around(loss, options):
     written = []
     for step, (z, y) in enumerate(stream):
         kwargs = {"temperature": tau, **options} if loss == "supcon" else dict(options)
-        got = state(zero_loss, z, y, torch.arange(4), structure="single",
+        got = state(zero_loss, LossBatch(z, "single", y, torch.arange(4)),
                     loss=loss_object(loss, **kwargs), overrides={})
         written.append([(z[r].detach(), int(y[r])) for r in range(4)])
         queue = ref.xbm_queue(written, size)
@@ -319,8 +320,8 @@ def test_xbm_with_pairs_uses_sample_ids_and_views(loss):
     for step, index in enumerate([[0, 1, 2], [3, 4, 0], [1, 2, 3]]):
         x = torch.tensor(rng.normal(size=(b, 2, 3)), requires_grad=True)
         got = pair_step(state, loss, x[:, 0], x[:, 1], index, tau) if loss != "info_nce" \
-            else state(zero_loss, torch.stack([x[:, 0], x[:, 1]], 1), None,
-                       torch.as_tensor(index), structure="pairs",
+            else state(zero_loss, LossBatch(torch.stack([x[:, 0], x[:, 1]], 1), "pairs",
+                                            index=torch.as_tensor(index)),
                        loss=loss_object(loss, temperature=tau), overrides={})
         if loss != "info_nce":  # remove the batch term to compare the memory term
             fn = PAIR_FNS[loss]
@@ -379,8 +380,8 @@ def test_xbm_matches_pytorch_metric_learning_cross_batch_memory():
     state = CrossBatchMemory(size=size).build(100, loss, "single")
     for z, y in labelled_stream(6, 8, 5, 4, seed=11):
         z = z.float().detach().requires_grad_()
-        got = state(lambda **extra: LossTerms(*(torch.zeros(()),) * 3), z, y,
-                    torch.arange(8), structure="single", loss=loss, overrides={})
+        got = state(lambda **extra: LossTerms(*(torch.zeros(()),) * 3),
+                    LossBatch(z, "single", y, torch.arange(8)), loss=loss, overrides={})
         (g_got,) = torch.autograd.grad(got.loss, z)
         z2 = z.detach().clone().requires_grad_()
         want = theirs(z2, y)
@@ -394,7 +395,7 @@ def test_xbm_starts_at_start_step():
     state = CrossBatchMemory(size=32, start_step=2).build(10, loss, "single").double()
     for step, (z, y) in enumerate(labelled_stream(3, 4, 3, 2, seed=12)):
         got = state(lambda z=z, y=y, **extra: supcon(z, y, temperature=0.5, return_terms=True),
-                    z, y, torch.arange(4), structure="single", loss=loss, overrides={})
+                    LossBatch(z, "single", y, torch.arange(4)), loss=loss, overrides={})
         plain = supcon(z, y, temperature=0.5)
         if step < 2:
             torch.testing.assert_close(got.loss, plain)

@@ -313,7 +313,8 @@ def _to_cpu(module: Any) -> Any:
 class ContrastiveCriterion(nn.Module):
     """Loss of a batch of embeddings: the estimator's loss object, with what it learns.
 
-    ``structure`` says how a batch's rows reach the loss:
+    ``structure`` says how a batch's rows reach the loss, and is what the one
+    :class:`~skcontrast.losses.LossBatch` of each batch carries (:meth:`loss_batch`):
     ``'pairs'`` takes ``(B, 2, k)`` embeddings (a label loss then sees each pair as its
     own class); ``'single'`` takes ``(B, k)`` embeddings with labels; ``'crops'`` takes
     ``(B, 2, k)`` (two augmented crops of each row), whose rows are stacked and labels
@@ -350,7 +351,6 @@ class ContrastiveCriterion(nn.Module):
         self.row_groups = row_groups
         self.held_out_keys = held_out_keys
         self.held_out_groups = held_out_groups
-        self.labelled = structure != "pairs"
         if getattr(loss, "learn_temperature", False):
             excess = float(loss.temperature) - MIN_LEARNED_TEMPERATURE
             self.log_temperature_excess = nn.Parameter(torch.tensor(math.log(excess)))
@@ -394,8 +394,7 @@ class ContrastiveCriterion(nn.Module):
         if remember and self.memory_state is not None:
             return self.memory_state(
                 lambda **extra: self.loss.batch_terms(batch, **overrides, **extra),
-                embeddings, y, index, structure=self.structure, loss=self.loss,
-                overrides=overrides)
+                batch, loss=self.loss, overrides=overrides)
         return self.loss.batch_terms(batch, **overrides)
 
     def loss_batch(self, embeddings: torch.Tensor, y: torch.Tensor | None,
@@ -407,7 +406,7 @@ class ContrastiveCriterion(nn.Module):
         rows = None if index is None or (keys is None and groups is None) else \
             index.to("cpu", torch.long)
         # a held-out batch's rows are not training rows: a guide table does not index them
-        return LossBatch(embeddings, self.structure, y if self.labelled else None,
+        return LossBatch(embeddings, self.structure, None if self.structure == "pairs" else y,
                          index if training else None,
                          None if keys is None or rows is None else keys[rows],
                          None if groups is None or rows is None else groups[rows])

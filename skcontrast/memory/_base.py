@@ -20,20 +20,20 @@ from sklearn.base import BaseEstimator
 from torch import nn
 
 from .._validation import describe
-from ..losses import STRUCTURES, Loss, LossTerms
+from ..losses import STRUCTURES, Loss, LossBatch, LossTerms
 
 
 class MemoryState(nn.Module):
     """What a memory remembers, as buffers of a ``torch.nn.Module``.
 
-    ``forward(batch_loss, embeddings, labels, index, structure=..., loss=...,
-    overrides=...)`` returns the :class:`~skcontrast.losses.LossTerms` of a training
-    batch and updates the state. ``batch_loss(**extra)`` computes the plain loss of the
-    batch (with extra keyword arguments for the loss); ``embeddings`` are ``(B, 2, k)``
-    for pairs and crops, ``(B, k)`` for single views; ``index`` holds the dataset
-    indices of the ``B`` items; ``loss`` is the estimator's loss object and
-    ``overrides`` its learned values (a temperature tensor), so the memory computes
-    with the very loss that trains.
+    ``forward(batch_loss, batch, loss=..., overrides=...)`` returns the
+    :class:`~skcontrast.losses.LossTerms` of a training batch and updates the state.
+    ``batch_loss(**extra)`` computes the plain loss of the batch (with extra keyword
+    arguments for the loss); ``batch`` is the :class:`~skcontrast.losses.LossBatch` the
+    loss computes on: its embeddings, its structure (all the memory reads of the
+    batch's layout), its labels and ``index``, the dataset indices of its ``B`` items;
+    ``loss`` is the estimator's loss object and ``overrides`` its learned values (a
+    temperature tensor), so the memory computes with the very loss that trains.
 
     Plain Python counters (epoch, steps, queue position) are part of the state dict
     through ``get_extra_state``.
@@ -71,8 +71,7 @@ class MemoryState(nn.Module):
             if saved is not None and saved.shape != buffer.shape:
                 setattr(self, name, torch.empty_like(saved, device=buffer.device))
 
-    def forward(self, batch_loss: Callable[..., LossTerms], embeddings: torch.Tensor,
-                labels: torch.Tensor | None, index: torch.Tensor, *, structure: str,
+    def forward(self, batch_loss: Callable[..., LossTerms], batch: LossBatch, *,
                 loss: Loss, overrides: dict) -> LossTerms:
         """The loss of one batch with what the memory remembers, and the memory updated.
 

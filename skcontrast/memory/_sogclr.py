@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from .._validation import check_choice, check_int, check_real
-from ..losses import LOSSES, Loss, LossTerms
+from ..losses import LOSSES, Loss, LossBatch, LossTerms
 from ._base import BaseMemory, MemoryState
 
 GAMMA_SCHEDULES = ("constant", "cosine")
@@ -190,10 +190,10 @@ class SogCLRState(MemoryState):
     def current_gamma(self) -> float:
         return gamma_at(self.epoch, self.gamma, self.schedule, self.decay_epochs)
 
-    def forward(self, batch_loss: Callable[..., LossTerms], embeddings: torch.Tensor,
-                labels: torch.Tensor | None, index: torch.Tensor, *, structure: str,
+    def forward(self, batch_loss: Callable[..., LossTerms], batch: LossBatch, *,
                 loss: Loss, overrides: dict) -> LossTerms:
-        return batch_loss(denominator=partial(self.estimate, index=index))
+        assert batch.index is not None  # a training batch knows its rows
+        return batch_loss(denominator=partial(self.estimate, index=batch.index))
 
     def estimate(self, lse: torch.Tensor, count: int, *, index: torch.Tensor) -> torch.Tensor:
         """Replace the batch log-sum-exps ``lse`` by the moving averages, and update them.

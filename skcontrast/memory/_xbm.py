@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 
 from .._validation import check_int, check_nonnegative
-from ..losses import LOSSES, Loss, LossTerms
+from ..losses import LOSSES, Loss, LossBatch, LossTerms
 from ._base import BaseMemory, MemoryState
 
 
@@ -147,14 +147,13 @@ class XBMState(MemoryState):
                              "(edited or damaged)")
         super().match_saved(state_dict, prefix)
 
-    def forward(self, batch_loss: Callable[..., LossTerms], embeddings: torch.Tensor,
-                labels: torch.Tensor | None, index: torch.Tensor, *, structure: str,
+    def forward(self, batch_loss: Callable[..., LossTerms], batch: LossBatch, *,
                 loss: Loss, overrides: dict) -> LossTerms:
         terms = batch_loss()
         if self.step < self.start_step:
             self.step += 1
             return terms
-        rows, keys, views = _rows(embeddings, labels, index, structure)
+        rows, keys, views = batch.anchor_rows()
         slots = self.enqueue(rows.detach(), keys, views)
         extra = self.memory_terms(rows, keys, views, slots, loss, overrides)
         self.step += 1
@@ -190,22 +189,3 @@ class XBMState(MemoryState):
         return loss.queue_terms(rows, views, self.bank, self.views, candidates, same,
                                 **overrides)
 
-
-def _rows(embeddings: torch.Tensor, labels: torch.Tensor | None, index: torch.Tensor,
-          structure: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The batch's embeddings as rows, with their keys and views, in the loss's order."""
-    device = embeddings.device
-    if structure == "pairs":  # [view 0; view 1], keyed by sample id
-        b = len(embeddings)
-        rows = torch.cat([embeddings[:, 0], embeddings[:, 1]])
-        keys = index.to(device, torch.long).repeat(2)
-        views = torch.arange(2, device=device, dtype=torch.int8).repeat_interleave(b)
-        return rows, keys, views
-    assert labels is not None  # a label structure comes with labels
-    labels = labels.to(device, torch.long)
-    if structure == "crops":  # two crops per item, item by item
-        rows = embeddings.reshape(-1, embeddings.shape[-1])
-        labels = labels.repeat_interleave(2)
-    else:
-        rows = embeddings
-    return rows, labels, torch.zeros(len(rows), dtype=torch.int8, device=device)

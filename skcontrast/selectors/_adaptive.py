@@ -11,14 +11,13 @@ import numpy as np
 import torch
 
 from .._validation import check_choice, check_int, check_real, store_params
-from ..losses import GrowingBatches, Loss
+from ..losses import GrowingBatches, Loss, LossBatch
 from ._base import (
     BatchSelector,
     batch_sizes,
     check_batch_size,
     n_partition_batches,
     partition,
-    views,
 )
 
 
@@ -163,7 +162,7 @@ class _GreedySelector(BatchSelector):
         n = len(X)
         b = check_batch_size(self.batch_size, n)
         fraction = _check_fraction(self.random_fraction, "random_fraction")
-        u, v = views(X)
+        u, v = LossBatch.pair_views(X)
         capacity = batch_sizes(n, b, False)  # a remainder of one joins a batch
         n_bins = len(capacity)
         state = GrowingBatches(u, v, n_bins, int(capacity.max()), loss.temperature,

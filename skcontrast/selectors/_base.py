@@ -14,13 +14,6 @@ from .._validation import check_embeddings, check_int, describe, resolve_seed
 from ..losses import Loss, SymmetricInfoNCE, make_loss
 
 
-def views(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The two views ``(u, v)`` of checked embeddings; a single view is its own positive."""
-    if X.ndim == 3:
-        return X[:, 0], X[:, 1]
-    return X, X
-
-
 def index_arrays(batches: Any, n: int, *, name: str = "batches[{}]",
                  distinct: bool = True) -> tuple[list[np.ndarray], np.ndarray]:
     """Index batches as 1-D ``int64`` arrays, and their concatenation, checked over the

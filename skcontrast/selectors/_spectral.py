@@ -28,9 +28,9 @@ from threadpoolctl import threadpool_limits
 from .._backend import resolve_backend
 from .._validation import check_choice, check_int, store_params
 from ..exceptions import DegenerateEmbeddingWarning
-from ..losses import Loss, SymmetricInfoNCE, make_loss
+from ..losses import Loss, LossBatch, SymmetricInfoNCE, make_loss
 from ._assignment import _counts, balanced_assignments
-from ._base import BatchSelector, check_batch_size, n_partition_batches, partition, views
+from ._base import BatchSelector, check_batch_size, n_partition_batches, partition
 
 DEFAULT_CHUNK_SIZE = 1280  # 40 batches of 32, Cho et al. 2023, Appendix D.3
 AFFINITIES = ("exp", "bound")
@@ -516,7 +516,7 @@ class SpectralBatchSelector(BatchSelector):
         b, chunk = self._chunk_length(n)
         settings = _settings(b, loss, self.affinity, self.laplacian,
                              self.eigen_solver, self.backend, self.kmeans_iter)
-        u, v = views(X)
+        u, v = LossBatch.pair_views(X)
         u, v = u.astype(np.float32, copy=False), v.astype(np.float32, copy=False)
         order = rng.permutation(n)
         starts = list(range(0, n, chunk))
