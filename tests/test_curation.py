@@ -19,6 +19,7 @@ from skcontrast.losses import (
     DebiasedNCE,
     HardNegativeNCE,
     InfoNCE,
+    LossBatch,
     NTXent,
     SigLIP,
     SupCon,
@@ -35,6 +36,11 @@ from skcontrast.selectors import (
 )
 from skcontrast.selectors._curation import leave_one_out, row_losses, subset_losses
 from skcontrast.selectors._jest import chunk_sizes
+
+
+def scored(z, y, loss):
+    """A super-batch's embeddings (and labels) as the LossBatch curation scores."""
+    return LossBatch.of(z, y, loss.labelled)
 
 
 def pair(n, d, seed):
@@ -191,16 +197,16 @@ def test_subset_losses_and_leave_one_out_are_summed_losses():
     loss = SymmetricInfoNCE(temperature=0.2)
     z = unit_pairs(7, seed=4).double()
     rows = np.array([[0, 1, 2], [3, 5, 6]])
-    got = subset_losses(z, None, loss, rows)
+    got = subset_losses(scored(z, None, loss), loss, rows)
     for r, value in zip(rows, got, strict=True):
         assert float(value) == pytest.approx(summed_pair_loss(loss, z[:, 0], z[:, 1], r))
-    share = leave_one_out(z, None, loss)
+    share = leave_one_out(scored(z, None, loss), loss)
     whole = summed_pair_loss(loss, z[:, 0], z[:, 1], range(7))
     for i in range(7):
         rest = [j for j in range(7) if j != i]
         assert float(share[i]) == pytest.approx(whole - summed_pair_loss(loss, z[:, 0],
                                                                          z[:, 1], rest))
-    assert subset_losses(z, None, loss, np.array([[3]])).tolist() == [0.0]
+    assert subset_losses(scored(z, None, loss), loss, np.array([[3]])).tolist() == [0.0]
 
 
 def test_subset_losses_of_a_label_loss_count_both_crops():
@@ -210,7 +216,7 @@ def test_subset_losses_of_a_label_loss_count_both_crops():
     rows = np.array([[0, 1, 2, 3]])
     crops = z[rows[0]].reshape(-1, 4)
     direct = float(loss(crops, y[rows[0]].repeat_interleave(2))) * 4
-    assert float(subset_losses(z, y, loss, rows)[0]) == pytest.approx(direct)
+    assert float(subset_losses(scored(z, y, loss), loss, rows)[0]) == pytest.approx(direct)
 
 
 @pytest.mark.parametrize("loss", [SymmetricInfoNCE(0.3), InfoNCE(0.3), NTXent(0.3), DCL(0.3),
@@ -220,13 +226,13 @@ def test_subset_losses_of_a_label_loss_count_both_crops():
                          ids=lambda loss: type(loss).__name__)
 def test_row_losses_add_up_to_the_summed_loss(loss):
     z = unit_pairs(9, seed=9).double()
-    rows = row_losses(z, None, loss)
+    rows = row_losses(scored(z, None, loss), loss)
     assert rows.shape == (9,)
-    whole = float(subset_losses(z, None, loss, np.arange(9)[None])[0])
+    whole = float(subset_losses(scored(z, None, loss), loss, np.arange(9)[None])[0])
     if isinstance(loss, ContrastiveMargin):  # no per-anchor terms: leave-one-out shares
         everyone = np.arange(9)
         without = np.stack([np.delete(everyone, i) for i in range(9)])
-        expected = whole - subset_losses(z, None, loss, without)
+        expected = whole - subset_losses(scored(z, None, loss), loss, without)
         torch.testing.assert_close(rows, expected)
     else:
         assert float(rows.sum()) == pytest.approx(whole, rel=1e-9, abs=1e-9)
@@ -234,14 +240,14 @@ def test_row_losses_add_up_to_the_summed_loss(loss):
 
 def test_row_losses_of_two_crops_with_labels_add_up_too():
     z, y = unit_pairs(8, seed=10).double(), torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
-    rows = row_losses(z, y, SupCon(0.5))
-    whole = float(subset_losses(z, y, SupCon(0.5), np.arange(8)[None])[0])
+    rows = row_losses(scored(z, y, SupCon(0.5)), SupCon(0.5))
+    whole = float(subset_losses(scored(z, y, SupCon(0.5)), SupCon(0.5), np.arange(8)[None])[0])
     assert float(rows.sum()) == pytest.approx(whole, rel=1e-9)
     # a crop's terms belong to its own item: crops of item 5 pointing apart make row 5
     # the largest (each item its own class, so its crops are each other's positive)
     apart = z.clone()
     apart[5, 1] = -apart[5, 0]
-    assert int(row_losses(apart, torch.arange(8), SupCon(0.5)).argmax()) == 5
+    assert int(row_losses(scored(apart, torch.arange(8), SupCon(0.5)), SupCon(0.5)).argmax()) == 5
 
 
 def test_rho_loss_keeps_the_largest_reducible_losses():
@@ -250,13 +256,14 @@ def test_rho_loss_keeps_the_largest_reducible_losses():
     sel = RhoLossSelector(4, 0.75, reference=zr, loss=loss, random_state=0)
     batch = torch.as_tensor(next(iter(sel.split(np.zeros((16, 1))))))
     kept = sel.curate(CurationBatch(z, batch))
-    reducible = row_losses(z, None, loss) - row_losses(zr[batch], None, loss)
+    reducible = row_losses(scored(z, None, loss), loss) - \
+        row_losses(scored(zr[batch], None, loss), loss)
     assert set(kept.tolist()) == set(torch.topk(reducible, 4).indices.tolist())
     # without a reference: the learner's loss alone
     alone = RhoLossSelector(4, 0.75, loss=loss, random_state=0)
     list(alone.split(np.zeros((16, 1))))
     assert set(alone.curate(CurationBatch(z, batch)).tolist()) == \
-        set(torch.topk(row_losses(z, None, loss), 4).indices.tolist())
+        set(torch.topk(row_losses(scored(z, None, loss), loss), 4).indices.tolist())
 
 
 def test_a_reference_model_embeds_the_views_on_a_copy():
@@ -405,7 +412,7 @@ def test_a_rows_loss_is_its_own(loss):
     z = unit_pairs(10, seed=11).double()
     z[:, 1] = z[:, 0]  # aligned views, a small loss everywhere ...
     z[3, 1] = -z[3, 0]  # ... except pair 3's, which point apart
-    assert int(row_losses(z, None, loss).argmax()) == 3
+    assert int(row_losses(scored(z, None, loss), loss).argmax()) == 3
 
 
 def test_fixed_reference_embeddings_need_one_row_per_sample_in_the_views_layout():

@@ -522,7 +522,7 @@ def test_a_cached_selection_pass_embeds_rows_once_and_remembers_the_trained_ones
     rows = [epoch["selection_rows"] for epoch in est.history_]
     assert rows == [2 * len(X), 0, 0]  # learner and reference embed every row once
     # the rows that trained last hold that step's embeddings, for the next epoch
-    table = est.net_.selector._caches["learner"][0]
+    table = est.net_.sampler_.embedding_state()["embeddings"]
     torch.testing.assert_close(table[last.kept], last.y_pred)
     steps = est.history_[-1]["batches"]
     assert all(s["train_batch_size"] == len(set(s["kept"])) for s in steps)

@@ -206,7 +206,7 @@ class NetBuilder(ParameterChecks):
             verbose=self.verbose, selector=selector, labels=labels, **placement,
             augmentation=None if self.augmentation is None else Augmentation(self.augmentation),
             seed=seed, precision=self.precision if self.accelerator is None else "float32",
-            num_workers=int(self.num_workers), labelled=self._labelled,
+            num_workers=int(self.num_workers),
             micro_batch_size=self.micro_batch_size, held_out_rows=held_out_rows,
             selection_pass=self.selection_pass,
             image_normalization=self.image_normalization, **criterion,

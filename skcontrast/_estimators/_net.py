@@ -169,8 +169,6 @@ class SelectorNet(NeuralNet):
         ``torch.autocast`` dtype of the forward passes; the loss stays float32.
     num_workers : int
         DataLoader worker processes (a Dataset's items).
-    labelled : bool
-        Adaptive selectors see one view per item (SupCon) rather than pairs.
     micro_batch_size : int or None
         Gradient caching: embed each batch this many items at a time (see
         :meth:`cached_step`).
@@ -195,8 +193,8 @@ class SelectorNet(NeuralNet):
 
     def __init__(self, *args: Any, selector: Any = None, labels: Any = None,
                  augmentation: Any = None, seed: int = 0, precision: str = "float32",
-                 num_workers: int = 0, labelled: bool = False,
-                 micro_batch_size: int | None = None, valid_batch_size: int | None = None,
+                 num_workers: int = 0, micro_batch_size: int | None = None,
+                 valid_batch_size: int | None = None,
                  image_normalization: Any = None, held_out_rows: Any = None,
                  selection_pass: Any = "fresh", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -211,7 +209,6 @@ class SelectorNet(NeuralNet):
         self.seed = seed
         self.precision = precision
         self.num_workers = num_workers
-        self.labelled = labelled
         # the training rows' digest and the sampler of them, which holds the selection
         # embeddings: training state (a warm start on the same rows continues from it)
         self.data_fingerprint: str | None = None
@@ -253,6 +250,13 @@ class SelectorNet(NeuralNet):
     def loss_module(self) -> Any:
         """The loss module (:class:`~._modules.ContrastiveCriterion`), its wrapper off."""
         return self.criterion_
+
+    @property
+    def structure(self) -> str:
+        """How a training batch's rows reach the loss (the criterion's ``structure``):
+        an adaptive selector sees both views of ``'pairs'``, one view per item
+        otherwise."""
+        return self.loss_module().structure
 
     @property
     def memory_state(self) -> Any:
@@ -556,7 +560,6 @@ class SelectorNet(NeuralNet):
         step = {"loss": terms.loss, "y_pred": y_pred, "terms": terms}
         if kept is not None:
             step["kept"], step["selection_rows"] = kept, embedded
-            self.selector.remember(kept, self.gathered(y_pred.detach()))
         return step
 
     def validation_step(self, batch: Any, **fit_params: Any) -> dict:
@@ -620,14 +623,22 @@ class SelectorNet(NeuralNet):
 
     def remember_embeddings(self, embeddings: torch.Tensor, index: torch.Tensor) -> None:
         """Push a training batch's embeddings (detached, on the device) to the sampler,
-        by dataset index, for the selections between passes (``selection_pass`` other
-        than ``'fresh'``), in the form a pass gives: both views of pairs, the first
-        view (or crop) of single views."""
+        by dataset index: a curating selector's kept rows, for the next steps that meet
+        them (:attr:`~skcontrast.selectors.SelectorSampler.caches_rows`), as the step
+        computed them; else, for the selections between passes (``selection_pass``
+        other than ``'fresh'``), in the form a pass gives: both views of pairs, the
+        first view (or crop) of single views."""
         sampler = self.sampler_
-        if sampler is None or sampler.pass_every == 1 or not self.selector.needs_embeddings:
+        if sampler is None:
+            return
+        if self.selector.curates:
+            if sampler.caches_rows:
+                sampler.update(index, self.gathered(embeddings.detach()))
+            return
+        if sampler.pass_every == 1 or not self.selector.needs_embeddings:
             return
         embeddings = self.gathered(embeddings.detach())
-        if self.labelled or self.augmentation is not None:
+        if self.structure != "pairs" or self.augmentation is not None:
             embeddings = embeddings[:, 0] if embeddings.ndim == 3 else embeddings
         elif embeddings.ndim == 3:
             embeddings = embeddings[:, :2]  # not the hard negatives
@@ -732,27 +743,30 @@ class SelectorNet(NeuralNet):
         mode, and a reference model's: the rows this process trains on, the dataset
         indices of all kept rows, and how many rows were embedded to choose them.
 
-        Only the rows the selector asks for are embedded (``stale_rows``: all with a
-        fresh selection pass); in data-parallel training each process embeds a slice of
-        them and the slices are gathered, so every process chooses from the same
-        embeddings and keeps the same rows.
+        The embeddings are the sampler's tables: only the rows it names are embedded
+        (:meth:`~skcontrast.selectors.SelectorSampler.stale_rows`: all with a fresh
+        selection pass), the others read from them; in data-parallel training each
+        process embeds a slice of them and the slices are gathered, so every process
+        chooses from the same embeddings and keeps the same rows.
         """
-        selector = self.selector
-        stale = selector.stale_rows(index)
+        selector, sampler = self.selector, self.sampler_
+        assert sampler is not None  # made by get_iterator
+        stale = sampler.stale_rows(index)
         embedded = len(stale)
         fresh = self.embed_for_selection(self.selection_forward, take_rows(Xi, stale))
-        embeddings = selector.complete(index, stale, fresh)
+        embeddings = sampler.complete(index, stale, fresh)
         reference = None
         if selector.scores_with_model:
-            stale = selector.stale_rows(index, "reference")
+            stale = sampler.stale_rows(index, "reference")
             embedded += len(stale)
             fresh = self.embed_for_selection(
                 lambda views: selector.embed_reference(views, self.compute_device),
                 take_rows(Xi, stale))
-            reference = selector.complete(index, stale, fresh, "reference")
+            reference = sampler.complete(index, stale, fresh, "reference")
         labels = None if yi is None else yi.to(embeddings.device, non_blocking=True)
         positions = selector.curate(CurationBatch(
-            embeddings, index, labels, None, self.loss_module().live_loss(), reference))
+            embeddings, index, labels, None, self.loss_module().live_loss(), reference,
+            sampler))
         own = self.own_positions(positions)
         rows = own.to(index.device)
         return take_rows(Xi, own), None if yi is None else yi[rows.to(yi.device)], \
@@ -835,7 +849,7 @@ class SelectorNet(NeuralNet):
         """
         assert self.fit_ is not None  # only while a fit runs
         data = self.fit_.data
-        if self.labelled:
+        if self.structure != "pairs":
             out = self.embed(data.select(0), view=0, indices=indices).numpy()
         else:
             out = self.embed(data, indices=indices).numpy()
@@ -854,7 +868,8 @@ class SelectorNet(NeuralNet):
 
     def selection_state(self) -> dict:
         """What ``selection_pass='cached'`` carries to the next fit on the same rows: the
-        sampler's embeddings of them (a copy), with the rows' digest."""
+        sampler's tables of their embeddings (a copy: the selection's, or a curating
+        selector's learner's and reference's), with the rows' digest."""
         sampler = self.sampler_
         state = sampler.embedding_state() if sampler is not None else \
             (self.pending_selection_ or {})

@@ -2,8 +2,9 @@
 
 :func:`training_state` is everything a net's training carries from one fit to the next
 (weights, the loss module's state with a learned temperature and a memory, the
-optimizer's moments, the history, the selector's epoch and state, the embeddings a
-cached selection pass keeps, the seed, the held-out rows, the float16 scaler);
+optimizer's moments, the history, the selector's epoch and state, the sampler's tables
+of the training rows' embeddings that a cached selection pass keeps, the seed, the
+held-out rows, the float16 scaler);
 :func:`restore` puts it back into a fresh net of the same structure. A warm start, a
 saved and loaded model (:mod:`._persist`), a pickle and
 :class:`~._distributed.AcceleratorCheckpoint` (whose accelerator restores the weights
@@ -61,8 +62,8 @@ def restore(net: Any, state: dict, *, restart: tuple[str, ...] = (),
     A learned loss parameter (temperature, SigLIP's bias) is taken when this net learns
     it too and it is not in ``restart`` (the parameters whose starting value the loss
     changed); otherwise it is this net's start. The embeddings of the training rows
-    that ``selection_pass='cached'`` keeps (the net's, and a selector's under
-    ``'cache'``) are taken when ``rows``, the digest of the rows this net trains on
+    that ``selection_pass='cached'`` keeps (the sampler's tables, under
+    ``'selection'``) are taken when ``rows``, the digest of the rows this net trains on
     (:meth:`~._data.ViewData.fingerprint`), is the one they were computed on (``True``:
     as they are, for a loaded model); a fit on other rows starts without them.
     """
@@ -101,15 +102,11 @@ def restore(net: Any, state: dict, *, restart: tuple[str, ...] = (),
 
 
 def without_row_caches(state: dict) -> dict:
-    """A training state without the embeddings of training rows it carries (the net's
-    selection embeddings, and every selector's ``'cache'`` entry)."""
-
-    def strip(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k != "cache"}
-        return value
-
-    return {**state, "selection": None, "selector_state": strip(state.get("selector_state", {}))}
+    """A training state without the embeddings of training rows it carries: the
+    sampler's tables (a curating selector's state of 0.2.0 may still hold its own
+    under ``'cache'``; loading drops them, see
+    :meth:`~skcontrast.selectors.CuratingSelector.load_state_dict`)."""
+    return {**state, "selection": None}
 
 
 def _load_state(module: torch.nn.Module, state: dict, what: str,
@@ -191,7 +188,7 @@ def check_trained(net: Any, data: Any, interrupted: str | None, rows: int = 8) -
     if n == 0:
         return
     index = np.unique(np.linspace(0, n - 1, min(rows, n)).astype(np.int64))
-    out = net.embed(data.select(0), view=0, indices=index) if net.labelled else \
+    out = net.embed(data.select(0), view=0, indices=index) if net.structure != "pairs" else \
         net.embed(data, indices=index)
     if not bool(torch.isfinite(out.reshape(len(out), -1, out.shape[-1]).norm(dim=-1)).all()):
         _diverged(net, "the network embeds training rows as NaN or infinite values (its "

@@ -8,7 +8,9 @@ loop of one's own calls it too, with the batches of a
 :class:`~skcontrast.selectors.SelectorSampler`.
 
 Scores are summed losses of sub-batches, ``loss(sub-batch) x its size`` (what JEST sums
-over pairs), computed with the loss being trained as it is at that step.
+over pairs), computed with the loss being trained as it is at that step, on the one
+:class:`~skcontrast.losses.LossBatch` of each model's embeddings of the super-batch
+(:meth:`CurationBatch.loss_batch`), which alone says how its rows meet the loss.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from sklearn.base import clone
 
 from .._batch import take_rows
 from .._validation import check_choice, check_int, check_real, describe, store_params
-from ..losses import Loss, LossBatch
+from ..losses import Loss, LossBatch, loss_inputs
 from ._base import (
     BatchSelector,
     FitSettings,
@@ -33,6 +35,7 @@ from ._base import (
     training_rows,
 )
 from ._jest import SCORES, block_sample, chunk_sizes, gumbel_chunks, score_matrix
+from ._sampler import SelectorSampler
 
 
 class CurationBatch(NamedTuple):
@@ -58,6 +61,10 @@ class CurationBatch(NamedTuple):
         The reference model's embeddings of the super-batch, when the caller computed
         them (:meth:`CuratingSelector.embed_reference`, e.g. shard by shard across
         data-parallel processes); ``None``: the selector computes them from ``views``.
+    sampler : SelectorSampler or None
+        The sampler whose tables keep the rows' embeddings between steps
+        (``selection_pass='cached'``: a reference model's, when the selector computes
+        them); ``None``: a sampler of the selector's own (a loop without one).
     """
 
     embeddings: torch.Tensor
@@ -66,62 +73,61 @@ class CurationBatch(NamedTuple):
     views: Any = None
     loss: Loss | None = None
     reference: torch.Tensor | None = None
+    sampler: SelectorSampler | None = None
+
+    def loss_batch(self, embeddings: torch.Tensor, loss: Loss) -> LossBatch:
+        """A model's ``embeddings`` of the super-batch (the learner's, or the
+        reference's) as the :class:`~skcontrast.losses.LossBatch` that ``loss`` scores:
+        two crops or single views of labelled rows for a label loss, else pairs
+        (:meth:`~skcontrast.losses.LossBatch.of`)."""
+        return LossBatch.of(embeddings, self.labels, loss.labelled)
 
 
 SELECTION_PASSES = ("fresh", "cached")
-MODELS = ("learner", "reference")
 
 
-def subset_losses(embeddings: torch.Tensor, labels: torch.Tensor | None, loss: Loss,
-                  subsets: np.ndarray) -> torch.Tensor:
+def subset_losses(batch: LossBatch, loss: Loss, subsets: np.ndarray) -> torch.Tensor:
     """Summed loss (mean x size) of each row subset ``subsets`` (``(m, T)`` positions in
-    the batch) of a batch's embeddings, in vectorised calls, without gradients. A
-    subset of one row has nothing to contrast: it scores 0."""
+    the batch) of ``batch``, in vectorised calls
+    (:meth:`~skcontrast.losses.Loss.sub_batch_losses`), without gradients. A subset of
+    one row has nothing to contrast: it scores 0."""
+    z = batch.embeddings
     if subsets.shape[1] < 2:
-        return torch.zeros(len(subsets), dtype=embeddings.dtype, device=embeddings.device)
-    batch = LossBatch.of(embeddings, labels, loss.labelled)
-    a, b, _, per_item = loss.batch_inputs(batch)
-    rows = subsets if per_item == 1 else \
-        (per_item * subsets[:, :, None] + np.arange(per_item)).reshape(len(subsets), -1)
+        return torch.zeros(len(subsets), dtype=z.dtype, device=z.device)
     with torch.no_grad():
-        values = loss.batch_losses(a, batches=rows, y=b) if batch.structure != "pairs" \
-            else loss.batch_losses(a, b, rows)
+        values = loss.sub_batch_losses(batch, subsets)
     return values * subsets.shape[1]
 
 
-def row_losses(embeddings: torch.Tensor, labels: torch.Tensor | None, loss: Loss
-               ) -> torch.Tensor:
-    """Each row's loss in the batch, shape ``(S,)``: the terms of its anchors (both views,
+def row_losses(batch: LossBatch, loss: Loss) -> torch.Tensor:
+    """Each row's loss in ``batch``, shape ``(S,)``: the terms of its anchors (both views,
     or both crops) from one call of the loss with ``reduction='none'``, scaled so that
     they add up to the batch's summed loss (mean x size, as :func:`subset_losses`). A
     loss without per-anchor terms (a margin loss) gives each row its
     :func:`leave_one_out` share."""
-    size = len(embeddings)
-    batch = LossBatch.of(embeddings, labels, loss.labelled)
-    per_item = loss.batch_inputs(batch).rows_per_item
+    size = len(batch.embeddings)
     with torch.no_grad():
         terms = loss.batch_terms(batch, reduction="none").loss
     if terms.shape == (size,):
         return terms
     if terms.shape == (2, size):  # the two directions of a symmetric loss
         return terms.sum(0)
-    if terms.shape == (2 * size,):  # [u; v] stacked, or crops 2i and 2i + 1; a mean
+    if terms.shape == (2 * size,):  # crops 2i and 2i + 1, or [u; v] stacked; a mean
         # over 2S anchors, so S x mean is half their sum
-        pairs = terms.view(size, 2) if per_item == 2 else terms.view(2, size).T
+        pairs = terms.view(size, 2) if batch.structure == "crops" else terms.view(2, size).T
         return pairs.sum(1) / 2
-    return leave_one_out(embeddings, labels, loss)
+    return leave_one_out(batch, loss)
 
 
-def leave_one_out(embeddings: torch.Tensor, labels: torch.Tensor | None, loss: Loss
-                  ) -> torch.Tensor:
-    """Each row's share of the batch's summed loss: the summed loss of the batch less
+def leave_one_out(batch: LossBatch, loss: Loss) -> torch.Tensor:
+    """Each row's share of ``batch``'s summed loss: the summed loss of the batch less
     that of the batch without the row (its loss as an anchor and as everyone's
     negative), shape ``(S,)``."""
-    size = len(embeddings)
+    size = len(batch.embeddings)
     everyone = np.arange(size)
-    whole = subset_losses(embeddings, labels, loss, everyone[None])
+    whole = subset_losses(batch, loss, everyone[None])
     without = np.stack([np.delete(everyone, i) for i in range(size)])
-    return whole - subset_losses(embeddings, labels, loss, without)
+    return whole - subset_losses(batch, loss, without)
 
 
 class CuratingSelector(BatchSelector):
@@ -138,14 +144,18 @@ class CuratingSelector(BatchSelector):
 
     **The selection pass.** With ``selection_pass='fresh'`` every step embeds the whole
     super-batch (the learner, and a reference model). With ``'cached'`` a row's
-    embeddings are taken from a table: the learner's from the row's last training step
-    (:meth:`remember`, which the estimators call with the step's embeddings) or the pass
-    that first met it, the reference model's from the first pass that met it (exact for
-    fixed views; with augmentations, that first view stands for all). A step then
-    embeds only the rows it has never met (:meth:`stale_rows`): after the first epoch, a
-    curated step costs about a training step on ``batch_size`` rows plus the scoring.
-    The learner's cached embeddings are up to a few epochs old (a row trains in about
-    ``1 - filter_ratio`` of the epochs): cheaper, and staler.
+    embeddings are taken from the tables of the
+    :class:`~skcontrast.selectors.SelectorSampler` that iterates the selector (the one
+    place every per-sample embedding is kept): the learner's from the row's last
+    training step (pushed with ``sampler.update``, as the estimators do with each
+    step's embeddings) or the pass that first met it, the reference model's from the
+    first pass that met it (exact for fixed views; with augmentations, that first view
+    stands for all). A step then embeds only the rows it has never met
+    (``sampler.stale_rows``): after the first epoch, a curated step costs about a
+    training step on ``batch_size`` rows plus the scoring. The learner's cached
+    embeddings are up to a few epochs old (a row trains in about ``1 - filter_ratio`` of
+    the epochs): cheaper, and staler. In a loop without a sampler, :meth:`stale_rows`,
+    :meth:`complete` and :meth:`remember` keep them in a sampler of the selector's own.
     """
 
     curates = True
@@ -172,41 +182,13 @@ class CuratingSelector(BatchSelector):
             out["selection_pass"] = settings.selection_pass
         return out
 
-    def state_dict(self) -> dict:
-        """With ``selection_pass='cached'``, the embeddings of the training rows it has
-        met, under ``'cache'`` (tensors: a saved model keeps them beside its weights), so
-        that a warm start, a saved and loaded model or a checkpoint continues exactly
-        (2 + 2 epochs = 4)."""
-        state = super().state_dict()
-        caches = getattr(self, "_caches", None)
-        if caches:
-            state["cache"] = {"n_samples": int(self._n_samples),
-                              **{model: {"embeddings": table.detach().cpu().clone(),
-                                         "known": known.clone()}
-                                 for model, (table, known) in caches.items()}}
-        return state
-
     def load_state_dict(self, state: dict) -> CuratingSelector:
-        state = dict(state)
-        cache = state.pop("cache", None)
-        super().load_state_dict(state)
-        self._caches = {}
-        if cache is None:
-            return self
-        n = check_int(cache.get("n_samples"), "the cache's n_samples", minimum=1)
-        for model in MODELS:
-            entry = cache.get(model)
-            if entry is None:
-                continue
-            table, known = entry.get("embeddings"), entry.get("known")
-            if not isinstance(table, torch.Tensor) or not isinstance(known, torch.Tensor) \
-                    or known.dtype != torch.bool or known.shape != (n,) or len(table) != n:
-                raise ValueError(f"the saved {model} embeddings of {type(self).__name__} "
-                                 f"do not hold one row per sample (n_samples={n}) with a "
-                                 "boolean mask: the saved state is damaged")
-            self._caches[model] = (table.float(), known.cpu())
-        self._n_samples = n
-        return self
+        """As :meth:`BatchSelector.load_state_dict`. A state saved by skcontrast 0.2.0
+        may hold the rows' embeddings under ``'cache'``: they are dropped, as when the
+        training rows change (each row is embedded again when a step first meets it);
+        the sampler's tables keep them now."""
+        return super().load_state_dict({k: v for k, v in state.items() if k != "cache"}
+                                       if isinstance(state, dict) else state)
 
     # -- the epoch: super-batches --------------------------------------------------------
 
@@ -229,8 +211,6 @@ class CuratingSelector(BatchSelector):
         batches = partition(rng.permutation(n), self.super_batch_size(n), self.drop_last)
         # the step-level draws of this epoch: reproducible from (random_state, epoch)
         self._generator = torch.Generator().manual_seed(int(rng.integers(2**63)))
-        if getattr(self, "_n_samples", None) != n:
-            self._caches: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self._n_samples = n
         return batches
 
@@ -263,65 +243,47 @@ class CuratingSelector(BatchSelector):
         if not isinstance(self.drop_last, bool):
             raise ValueError(f"drop_last must be True or False; got {describe(self.drop_last)}")
         self._reference_kind()
-        self._cached()
-
-    def _cached(self) -> bool:
         chosen = getattr(self, "selection_pass", None)
-        return chosen is not None and check_choice(chosen, "selection_pass",
-                                                   SELECTION_PASSES) == "cached"
+        if chosen is not None:
+            check_choice(chosen, "selection_pass", SELECTION_PASSES)
 
-    # -- the selection pass: what a step embeds -------------------------------------------
+    # -- the selection pass in a loop without a SelectorSampler ---------------------------
 
     def stale_rows(self, index: torch.Tensor, model: str = "learner") -> torch.Tensor:
         """Positions (int64, on the CPU) of the super-batch's rows whose embeddings by
         ``model`` (``'learner'`` or ``'reference'``) this step must compute: all of them
-        with ``selection_pass='fresh'``, those never embedded with ``'cached'``."""
-        check_choice(model, "model", MODELS)
-        everyone = torch.arange(len(index))
-        cache = getattr(self, "_caches", {}).get(model)
-        if not self._cached() or cache is None:
-            return everyone
-        return everyone[~cache[1][index.to("cpu", torch.long)]]
+        with ``selection_pass='fresh'``, those never embedded with ``'cached'``
+        (:meth:`SelectorSampler.stale_rows` of the selector's own sampler)."""
+        return self._own_sampler().stale_rows(index, model)
 
     def complete(self, index: torch.Tensor, positions: torch.Tensor,
                  embeddings: torch.Tensor | None, model: str = "learner") -> torch.Tensor:
         """The super-batch's embeddings by ``model``: ``embeddings`` of the rows
         ``positions`` (:meth:`stale_rows`), just computed, and the others from the table
-        (``selection_pass='cached'``, which keeps the new ones)."""
-        check_choice(model, "model", MODELS)
-        if not self._cached():
-            if embeddings is None or len(embeddings) != len(index):
-                raise ValueError("selection_pass='fresh' embeds the whole super-batch: "
-                                 f"expected {len(index)} embeddings, got "
-                                 f"{0 if embeddings is None else len(embeddings)}")
-            return embeddings
-        rows = index.to("cpu", torch.long)
-        if embeddings is not None and len(positions):
-            self._store(model, rows[positions.cpu()], embeddings)
-        cache = getattr(self, "_caches", {}).get(model)
-        if cache is None or not bool(cache[1][rows].all()):
-            raise ValueError(f"the {model}'s embeddings of some rows of this super-batch were "
-                             "never computed: embed the rows stale_rows names")
-        return cache[0][rows.to(cache[0].device)].clone()
+        (``selection_pass='cached'``, which keeps the new ones;
+        :meth:`SelectorSampler.complete` of the selector's own sampler)."""
+        return self._own_sampler().complete(index, positions, embeddings, model)
 
     def remember(self, index: torch.Tensor, embeddings: torch.Tensor) -> None:
         """With ``selection_pass='cached'``: the learner's embeddings of the rows
         ``index`` that just trained (the training step's own, without gradient), for the
         next steps that meet them. Nothing otherwise."""
-        if self._cached() and getattr(self, "_n_samples", None) is not None:
-            self._store("learner", index.to("cpu", torch.long), embeddings)
+        sampler = self._own_sampler()
+        if sampler.caches_rows:
+            sampler.update(index, embeddings)
 
-    def _store(self, model: str, rows: torch.Tensor, embeddings: torch.Tensor) -> None:
-        values = embeddings.detach().float()
-        caches = self.__dict__.setdefault("_caches", {})
-        cache = caches.get(model)
-        if cache is not None and cache[0].device != values.device:  # e.g. a loaded state
-            cache = caches[model] = (cache[0].to(values.device), cache[1])
-        if cache is None or cache[0].shape[1:] != values.shape[1:]:
-            table = values.new_zeros((self._n_samples, *values.shape[1:]))
-            cache = caches[model] = (table, torch.zeros(self._n_samples, dtype=torch.bool))
-        cache[0][rows.to(values.device)] = values
-        cache[1][rows] = True
+    def _own_sampler(self) -> SelectorSampler:
+        """The tables of a loop that iterates this selector's ``split`` without a
+        :class:`SelectorSampler`: a sampler of its own over the epoch's samples (made
+        when first needed, and again when their number changes)."""
+        n = getattr(self, "_n_samples", None)
+        if n is None:
+            raise ValueError(f"{type(self).__name__} keeps the embeddings of an epoch's "
+                             "rows: call split (or iterate a SelectorSampler) first")
+        sampler = self.__dict__.get("_sampler")
+        if sampler is None or sampler.n_samples != n:
+            sampler = self._sampler = SelectorSampler(self, n)
+        return sampler
 
     # -- the step ------------------------------------------------------------------------
 
@@ -401,14 +363,16 @@ class CuratingSelector(BatchSelector):
         if batch.views is None:
             raise ValueError("a reference model embeds the super-batch's views; the "
                              "CurationBatch has none (views=None)")
-        stale = self.stale_rows(batch.index, "reference")
+        tables = self._own_sampler() if batch.sampler is None else batch.sampler
+        stale = tables.stale_rows(batch.index, "reference")
         fresh = self.embed_reference(take_rows(batch.views, stale), z.device) \
             if len(stale) else None
-        return self.complete(batch.index, stale, fresh, "reference").to(z.device)
+        return tables.complete(batch.index, stale, fresh, "reference").to(z.device)
 
     def embed_reference(self, views: Any, device: torch.device | str) -> torch.Tensor:
         """The reference model's embeddings (float32, no gradient) of a batch's views, on
-        ``device``: what the step computes for :meth:`stale_rows` (``'reference'``)."""
+        ``device``: what the step computes for the rows ``sampler.stale_rows`` names
+        (``'reference'``)."""
         if self._reference_kind() != "model":
             raise ValueError(f"embed_reference needs a reference model; this selector's "
                              f"reference is {describe(self.reference)}")
@@ -531,19 +495,21 @@ class JESTSelector(CuratingSelector):
         n_chunks = min(int(self.n_chunks), keep)
         learner = batch.embeddings.float() if self.score != "easy_reference" else None
         reference = self.reference_embeddings(batch) if self.score != "hard" else None
+        batches = [None if z is None else batch.loss_batch(z, loss)
+                   for z in (learner, reference)]
         if loss.pair_losses is not None:  # the loss is a sum of pair terms (SigLIP)
-            pairs = [None if z is None else loss.pair_losses(*_views(z)).detach()
-                     for z in (learner, reference)]
+            pairs = [None if b is None else loss.pair_losses(*loss_inputs(b)[:2]).detach()
+                     for b in batches]
             return block_sample(score_matrix(*pairs), keep, n_chunks, self._generator)
-        models = [(z, sign) for z, sign in ((learner, 1.0), (reference, -1.0)) if z is not None]
+        models = [(b, sign) for b, sign in zip(batches, (1.0, -1.0), strict=True)
+                  if b is not None]
 
         def first() -> torch.Tensor:
-            return sum((sign * row_losses(z, batch.labels, loss) for z, sign in models),
+            return sum((sign * row_losses(b, loss) for b, sign in models),
                        torch.zeros(len(batch.embeddings), device=batch.embeddings.device))
 
         def summed(rows: np.ndarray) -> torch.Tensor:
-            return sum((sign * subset_losses(z, batch.labels, loss, rows)
-                        for z, sign in models),
+            return sum((sign * subset_losses(b, loss, rows) for b, sign in models),
                        torch.zeros(len(rows), device=batch.embeddings.device))
 
         def update(gains: torch.Tensor, chosen: torch.Tensor, new: torch.Tensor
@@ -558,11 +524,6 @@ class JESTSelector(CuratingSelector):
             return out
 
         return gumbel_chunks(first(), update, chunk_sizes(keep, n_chunks), self._generator)
-
-
-def _views(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The two views of a batch of pairs (a single view is its own positive)."""
-    return (z[:, 0], z[:, 1]) if z.ndim == 3 else (z, z)
 
 
 class RhoLossSelector(CuratingSelector):
@@ -600,9 +561,9 @@ class RhoLossSelector(CuratingSelector):
         store_params(self, locals())
 
     def _keep(self, batch: CurationBatch, keep: int, loss: Loss) -> torch.Tensor:
-        score = row_losses(batch.embeddings.float(), batch.labels, loss)
+        score = row_losses(batch.loss_batch(batch.embeddings.float(), loss), loss)
         reference = self.reference_embeddings(batch)
         if reference is not None:
-            score = score - row_losses(reference, batch.labels, loss)
+            score = score - row_losses(batch.loss_batch(reference, loss), loss)
         return torch.topk(score, keep).indices
 
