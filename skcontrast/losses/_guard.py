@@ -10,6 +10,7 @@ import torch
 from sklearn.base import BaseEstimator
 
 from .._validation import check_real, describe, store_params
+from ._objects import LossBatch
 
 
 class FalseNegativeGuard(BaseEstimator):
@@ -164,7 +165,7 @@ class FalseNegativeGuard(BaseEstimator):
                 assert rows is not None  # checked above
                 table = torch.as_tensor(np.asarray(self.guide), dtype=torch.float32)
                 guided = table[rows.cpu()].to(u.device)  # the guide's rows of the batch
-                a, p = (guided[:, 0], guided[:, 1]) if guided.ndim == 3 else (guided, guided)
+                a, p = LossBatch.pair_views(guided)
                 a, p = (torch.nn.functional.normalize(x, dim=-1) for x in (a, p))
                 n = None
                 if guided.ndim == 3 and guided.shape[1] > 2 and negatives is not None:
