@@ -253,7 +253,8 @@ class CuratingSelector(BatchSelector):
         """Positions (int64, on the CPU) of the super-batch's rows whose embeddings by
         ``model`` (``'learner'`` or ``'reference'``) this step must compute: all of them
         with ``selection_pass='fresh'``, those never embedded with ``'cached'``
-        (:meth:`SelectorSampler.stale_rows` of the selector's own sampler)."""
+        (:meth:`~skcontrast.selectors.SelectorSampler.stale_rows` of the selector's own
+        sampler)."""
         return self._own_sampler().stale_rows(index, model)
 
     def complete(self, index: torch.Tensor, positions: torch.Tensor,
@@ -261,7 +262,8 @@ class CuratingSelector(BatchSelector):
         """The super-batch's embeddings by ``model``: ``embeddings`` of the rows
         ``positions`` (:meth:`stale_rows`), just computed, and the others from the table
         (``selection_pass='cached'``, which keeps the new ones;
-        :meth:`SelectorSampler.complete` of the selector's own sampler)."""
+        :meth:`~skcontrast.selectors.SelectorSampler.complete` of the selector's own
+        sampler)."""
         return self._own_sampler().complete(index, positions, embeddings, model)
 
     def remember(self, index: torch.Tensor, embeddings: torch.Tensor) -> None:

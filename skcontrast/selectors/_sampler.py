@@ -397,8 +397,8 @@ class SelectorSampler(Sampler[list[int]]):
         selector that meet them. A tensor stays on its device (no copy to the host, no
         wait on a GPU). ``pushed=False``: embeddings of a pass of the network
         (:meth:`due`); a pass over every sample is the pass ``selection_pass`` asks for.
-        ``table``: the learner's, or a curating selector's reference model's
-        (:data:`TABLES`).
+        ``table``: ``'learner'``, or ``'reference'`` for a curating selector's reference
+        model.
 
         ``indices`` must be integers in ``[0, n_samples)`` (a negative index does not
         count from the end). Indices on the host are checked here; an index tensor on a
