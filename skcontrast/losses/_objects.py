@@ -183,6 +183,8 @@ class Loss(BaseEstimator):
     """
 
     function: ClassVar[Callable[..., Any]]
+    #: whether the loss reads class labels (a supervised loss such as SupCon): its
+    #: batches are crops or single views of labelled items, not pairs
     labelled: ClassVar[bool] = False
     #: parameters an estimator can learn (``learn_<name>=True``); a temperature is
     #: learned as ``MIN_LEARNED_TEMPERATURE + exp(theta)``, above the floor and with a
