@@ -9,7 +9,7 @@ import torch
 from hypothesis import HealthCheck, settings
 
 import skcontrast
-from skcontrast.datasets import make_paired_embeddings
+from skcontrast.datasets import load_digit_views, make_paired_embeddings
 from skcontrast.selectors import BatchSelector
 from skcontrast.text import HashingNgramTokenizer
 
@@ -96,6 +96,16 @@ def text_pairs():
     words = ["red heart", "cat face", "thumbs up", "blue car", "green tree", "sun",
              "moon", "star", "rain cloud", "snow man", "fire", "water wave"]
     return [(w, w.upper() + "!") for w in words * 4]
+
+
+@pytest.fixture(scope="module")
+def digit_images():
+    """96 digit images (n, 1, 8, 8), their labels, and caption-like token ids (n, 6)."""
+    _, y, images = load_digit_views(return_images=True)
+    images, y = images[:96, None], y[:96]
+    rng = np.random.default_rng(0)
+    tokens = np.concatenate([y[:, None] + 10, rng.integers(0, 10, size=(96, 5))], axis=1)
+    return images, y, tokens.astype(np.int64)
 
 
 #: A small, reproducible fit of the default text model (a 2^12-id bag).

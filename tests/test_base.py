@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import torch
+from _helpers import SMALL_IMAGES, image_pairs, paired_gaussians, small_mlp, tiny_cnn
 from conftest import RecordingSelector, requires_cuda
 from sklearn.model_selection import GridSearchCV
 from skorch.callbacks import Callback, Checkpoint, EarlyStopping
@@ -21,7 +22,7 @@ from torch import nn
 import skcontrast
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast._estimators import _base
-from skcontrast.datasets import GaussianNoise, load_digit_views, make_paired_gaussians
+from skcontrast.datasets import GaussianNoise, make_paired_gaussians
 from skcontrast.exceptions import TrainingDivergedError, TrainingInterrupted
 from skcontrast.losses import (
     SigLIP,
@@ -507,13 +508,8 @@ def test_data_in_memory_is_batched_without_a_dataloader_unless_a_gpu_needs_it_pi
     assert isinstance(loader, DataLoader) and loader.pin_memory
 
 
-SMALL_FIT = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
-         "random_state": 0, "device": "cpu", "batch_size": 16}
-
-
-@pytest.fixture(scope="module")
-def pairs_fit():
-    return make_paired_gaussians(64, 8, n_clusters=3, random_state=0)
+SMALL_FIT = small_mlp(batch_size=16)
+pairs_fit = paired_gaussians(64)
 
 
 class _Dropout(torch.nn.Module):
@@ -632,13 +628,8 @@ def test_an_interrupt_after_a_nan_does_not_keep_the_nan_model(pairs_fit):
     np.testing.assert_array_equal(est.transform(X), before)  # the model before this fit
 
 
-SMALL_EDGES = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
-         "random_state": 0, "device": "cpu"}
-
-
-@pytest.fixture(scope="module")
-def pairs_edges():
-    return make_paired_gaussians(96, 8, n_clusters=3, random_state=0)
+SMALL_EDGES = small_mlp()
+pairs_edges = paired_gaussians(96)
 
 
 class NaNModule(nn.Module):
@@ -739,34 +730,11 @@ def test_the_epoch_table_has_no_colour_codes_off_a_terminal(pairs_edges, capsys)
     assert "train_loss" in out and "\x1b[" not in out
 
 
-SMALL_IMAGES = {"n_components": 4, "max_epochs": 2, "batch_size": 16, "random_state": 0}
-
-
-def tiny_cnn(n_out=4):
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
-                         nn.Flatten(), nn.Linear(16, n_out))
-
-
-@pytest.fixture(scope="module")
-def digits():
-    """96 digit images (n, 1, 8, 8), their labels, and caption-like token ids (n, 6)."""
-    _, y, images = load_digit_views(return_images=True)
-    images, y = images[:96, None], y[:96]
-    rng = np.random.default_rng(0)
-    tokens = np.concatenate([y[:, None] + 10, rng.integers(0, 10, size=(96, 5))], axis=1)
-    return images, y, tokens.astype(np.int64)
-
-
-def image_pairs(images, shift=1):
-    """Two views of each image: the image and a shifted copy, (n, 2, 1, 8, 8)."""
-    return np.stack([images, np.roll(images, shift, axis=-1)], axis=1)
-
-
-def test_batch_values_are_read_once_per_epoch(digits, monkeypatch):
+def test_batch_values_are_read_once_per_epoch(digit_images, monkeypatch):
     """Reading a value off the device (``item``, ``tolist``) stalls the GPU queue: the
     training loop reads the batch losses once per epoch. Reads made inside torch itself
     (Adam's CPU step counter) are not counted."""
-    images, _, _ = digits
+    images, _, _ = digit_images
     X = image_pairs(images)
     reads = []
 
@@ -796,8 +764,8 @@ def test_batch_values_are_read_once_per_epoch(digits, monkeypatch):
     assert history_many[-1, "train_loss"] == pytest.approx(mean)
 
 
-def test_warm_start_needs_the_same_views(digits):
-    images, _, _ = digits
+def test_warm_start_needs_the_same_views(digit_images):
+    images, _, _ = digit_images
     est = ContrastiveEmbedder(module=tiny_cnn(), warm_start=True, **SMALL_IMAGES)
     est.fit(image_pairs(images))
     est.fit(image_pairs(images))
@@ -809,8 +777,8 @@ def test_warm_start_needs_the_same_views(digits):
 @requires_cuda
 @pytest.mark.gpu
 @pytest.mark.parametrize("data_on_device", [False, True])
-def test_cuda_training_with_and_without_resident_data(digits, data_on_device):
-    images, _, _ = digits
+def test_cuda_training_with_and_without_resident_data(digit_images, data_on_device):
+    images, _, _ = digit_images
     X = image_pairs(images)
     est = ContrastiveEmbedder(module=tiny_cnn(), device="cuda", data_on_device=data_on_device,
                               augmentation=None, precision="bfloat16", **SMALL_IMAGES).fit(X)

@@ -5,6 +5,7 @@ are scaled and normalised whatever their shape."""
 import numpy as np
 import pytest
 import torch
+from _helpers import SMALL_IMAGES, Bag, PairDataset, image_pairs, small_mlp, tiny_cnn
 from conftest import RecordingSelector
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV
@@ -16,7 +17,6 @@ from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast.datasets import (
     GaussianNoise,
     load_digit_images,
-    load_digit_views,
 )
 from skcontrast.selectors import BindingSelector, OSGDSelector, ShuffledBatchSelector
 
@@ -71,8 +71,7 @@ def test_image_normalization_applies_to_float_images_too():
         ContrastiveEmbedder(**SMALL, image_normalization=(mean, std)).fit(X[:, :, :2])
 
 
-SMALL_FLOW = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 3, "lr": 1e-2,
-         "random_state": 0, "device": "cpu"}
+SMALL_FLOW = small_mlp(max_epochs=3)
 
 
 @pytest.fixture(scope="module")
@@ -139,55 +138,6 @@ def test_memory_mapped_arrays_are_not_copied(digits, tmp_path):
     bad[33, 1, 0, 2] = np.nan
     with pytest.raises(ValueError, match="contains 1 NaN"):
         ContrastiveEmbedder(**SMALL_FLOW).fit(np.lib.format.open_memmap(tmp_path / "bad.npy"))
-
-
-SMALL_IMAGES = {"n_components": 4, "max_epochs": 2, "batch_size": 16, "random_state": 0}
-
-
-def tiny_cnn(n_out=4):
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
-                         nn.Flatten(), nn.Linear(16, n_out))
-
-
-class Bag(nn.Module):
-    """Text encoder for token ids: a bag of embeddings."""
-
-    def __init__(self, vocab=20, n_out=4):
-        super().__init__()
-        self.bag = nn.EmbeddingBag(vocab, n_out)
-
-    def forward(self, tokens):
-        return self.bag(tokens)
-
-
-@pytest.fixture(scope="module")
-def digit_images():
-    """96 digit images (n, 1, 8, 8), their labels, and caption-like token ids (n, 6)."""
-    _, y, images = load_digit_views(return_images=True)
-    images, y = images[:96, None], y[:96]
-    rng = np.random.default_rng(0)
-    tokens = np.concatenate([y[:, None] + 10, rng.integers(0, 10, size=(96, 5))], axis=1)
-    return images, y, tokens.astype(np.int64)
-
-
-def image_pairs(images, shift=1):
-    """Two views of each image: the image and a shifted copy, (n, 2, 1, 8, 8)."""
-    return np.stack([images, np.roll(images, shift, axis=-1)], axis=1)
-
-
-class PairDataset(Dataset):
-    """PyTorch's "two crops" pattern: item i is (x0, x1)."""
-
-    def __init__(self, images, views=2):
-        self.images = torch.as_tensor(images)
-        self.views = views
-
-    def __len__(self):
-        return len(self.images)
-
-    def __getitem__(self, i):
-        x = self.images[i]
-        return (x, x.roll(1, dims=-1)) if self.views == 2 else x
 
 
 class BadItems(Dataset):

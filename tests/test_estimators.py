@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _helpers import SMALL_IMAGES, Bag, paired_gaussians, small_mlp, tiny_cnn
 from conftest import RecordingSelector, requires_cuda
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
@@ -623,13 +624,8 @@ def test_a_last_update_that_overflows_the_activations_is_refused(kind):
     np.testing.assert_array_equal(est.transform(data[0]), before)
 
 
-SMALL_EDGES = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
-         "random_state": 0, "device": "cpu"}
-
-
-@pytest.fixture(scope="module")
-def pairs_edges():
-    return make_paired_gaussians(96, 8, n_clusters=3, random_state=0)
+SMALL_EDGES = small_mlp()
+pairs_edges = paired_gaussians(96)
 
 
 def test_supcon_classes_are_set_only_by_a_fit_that_succeeds(pairs_edges):
@@ -738,37 +734,8 @@ def test_set_output_reaches_transform_pairs_and_transform_view(pairs_edges):
         assert list(frame.columns) == list(est.get_feature_names_out())
 
 
-SMALL_IMAGES = {"n_components": 4, "max_epochs": 2, "batch_size": 16, "random_state": 0}
-
-
-def tiny_cnn(n_out=4):
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
-                         nn.Flatten(), nn.Linear(16, n_out))
-
-
-class Bag(nn.Module):
-    """Text encoder for token ids: a bag of embeddings."""
-
-    def __init__(self, vocab=20, n_out=4):
-        super().__init__()
-        self.bag = nn.EmbeddingBag(vocab, n_out)
-
-    def forward(self, tokens):
-        return self.bag(tokens)
-
-
-@pytest.fixture(scope="module")
-def digits():
-    """96 digit images (n, 1, 8, 8), their labels, and caption-like token ids (n, 6)."""
-    _, y, images = load_digit_views(return_images=True)
-    images, y = images[:96, None], y[:96]
-    rng = np.random.default_rng(0)
-    tokens = np.concatenate([y[:, None] + 10, rng.integers(0, 10, size=(96, 5))], axis=1)
-    return images, y, tokens.astype(np.int64)
-
-
-def test_clone_and_pickle_image_models(digits):
-    images, _, tokens = digits
+def test_clone_and_pickle_image_models(digit_images):
+    images, _, tokens = digit_images
     X = {"image": images.astype(np.float32), "text": tokens}
     est = ContrastiveEmbedder(module={"image": tiny_cnn(), "text": Bag()},
                               augmentation=None, **SMALL_IMAGES).fit(X)

@@ -6,6 +6,7 @@ the batch's own rows, for training batches (with or without a memory) and held-o
 import numpy as np
 import pytest
 import torch
+from _helpers import SMALL_IMAGES, Encoder, image_pairs, paired_gaussians, small_mlp, tiny_cnn
 from torch import nn
 
 from skcontrast import ContrastiveEmbedder
@@ -13,8 +14,6 @@ from skcontrast._estimators._modules import ContrastiveCriterion
 from skcontrast.datasets import (
     GaussianNoise,
     load_digit_images,
-    load_digit_views,
-    make_paired_gaussians,
 )
 from skcontrast.losses import (
     FalseNegativeGuard,
@@ -99,25 +98,8 @@ def test_a_learned_temperature_has_a_gradient_down_to_its_floor():
     assert float(parameter.grad.abs()) > 0, name
 
 
-SMALL = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 3, "lr": 1e-2,
-         "random_state": 0, "device": "cpu"}
-
-
-@pytest.fixture(scope="module")
-def pairs():
-    return make_paired_gaussians(120, 8, n_clusters=3, random_state=0)
-
-
-class Encoder(nn.Module):
-    """A class that takes the sizes the estimator knows, and a width of its own."""
-
-    def __init__(self, n_in, n_out, hidden=16):
-        super().__init__()
-        self.body = nn.Sequential(nn.Linear(n_in, hidden), nn.BatchNorm1d(hidden), nn.ReLU())
-        self.out = nn.Linear(hidden, n_out)
-
-    def forward(self, x):
-        return self.out(self.body(x))
+SMALL = small_mlp(max_epochs=3)
+pairs = paired_gaussians(120)
 
 
 @pytest.fixture(scope="module")
@@ -205,29 +187,6 @@ def test_a_transformers_text_encoder_takes_its_view_as_keyword_arguments():
     assert len(est.net_.module_.encoders) == 1  # alike views share the encoder
     assert est.transform(pairs).shape == (64, 16)
     assert est.transform_view(pairs["b"], view="b").shape == (64, 16)
-
-
-SMALL_IMAGES = {"n_components": 4, "max_epochs": 2, "batch_size": 16, "random_state": 0}
-
-
-def tiny_cnn(n_out=4):
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
-                         nn.Flatten(), nn.Linear(16, n_out))
-
-
-@pytest.fixture(scope="module")
-def digit_images():
-    """96 digit images (n, 1, 8, 8), their labels, and caption-like token ids (n, 6)."""
-    _, y, images = load_digit_views(return_images=True)
-    images, y = images[:96, None], y[:96]
-    rng = np.random.default_rng(0)
-    tokens = np.concatenate([y[:, None] + 10, rng.integers(0, 10, size=(96, 5))], axis=1)
-    return images, y, tokens.astype(np.int64)
-
-
-def image_pairs(images, shift=1):
-    """Two views of each image: the image and a shifted copy, (n, 2, 1, 8, 8)."""
-    return np.stack([images, np.roll(images, shift, axis=-1)], axis=1)
 
 
 def test_image_pairs_reach_a_cnn_whole(digit_images):

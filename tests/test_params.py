@@ -4,33 +4,15 @@ validation, per-group learning rates and tunable module/optimizer parameters."""
 import numpy as np
 import pytest
 import torch
+from _helpers import SMALL_IMAGES, Encoder, PairDataset, image_pairs, paired_gaussians, small_mlp
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV
 from torch import nn
-from torch.utils.data import Dataset
 
 from skcontrast import ContrastiveEmbedder
-from skcontrast.datasets import load_digit_views, make_paired_gaussians
 
-SMALL = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 3, "lr": 1e-2,
-         "random_state": 0, "device": "cpu"}
-
-
-@pytest.fixture(scope="module")
-def pairs():
-    return make_paired_gaussians(120, 8, n_clusters=3, random_state=0)
-
-
-class Encoder(nn.Module):
-    """A class that takes the sizes the estimator knows, and a width of its own."""
-
-    def __init__(self, n_in, n_out, hidden=16):
-        super().__init__()
-        self.body = nn.Sequential(nn.Linear(n_in, hidden), nn.BatchNorm1d(hidden), nn.ReLU())
-        self.out = nn.Linear(hidden, n_out)
-
-    def forward(self, x):
-        return self.out(self.body(x))
+SMALL = small_mlp(max_epochs=3)
+pairs = paired_gaussians(120)
 
 
 def test_per_group_learning_rates(pairs):
@@ -70,41 +52,8 @@ def test_mps_without_an_apple_gpu_is_a_clear_error(pairs):
         ContrastiveEmbedder(**{**SMALL, "device": "mps"}).fit(X)
 
 
-SMALL_IMAGES = {"n_components": 4, "max_epochs": 2, "batch_size": 16, "random_state": 0}
-
-
-@pytest.fixture(scope="module")
-def digits():
-    """96 digit images (n, 1, 8, 8), their labels, and caption-like token ids (n, 6)."""
-    _, y, images = load_digit_views(return_images=True)
-    images, y = images[:96, None], y[:96]
-    rng = np.random.default_rng(0)
-    tokens = np.concatenate([y[:, None] + 10, rng.integers(0, 10, size=(96, 5))], axis=1)
-    return images, y, tokens.astype(np.int64)
-
-
-def image_pairs(images, shift=1):
-    """Two views of each image: the image and a shifted copy, (n, 2, 1, 8, 8)."""
-    return np.stack([images, np.roll(images, shift, axis=-1)], axis=1)
-
-
-class PairDataset(Dataset):
-    """PyTorch's "two crops" pattern: item i is (x0, x1)."""
-
-    def __init__(self, images, views=2):
-        self.images = torch.as_tensor(images)
-        self.views = views
-
-    def __len__(self):
-        return len(self.images)
-
-    def __getitem__(self, i):
-        x = self.images[i]
-        return (x, x.roll(1, dims=-1)) if self.views == 2 else x
-
-
-def test_parameter_errors(digits):
-    images, _, _ = digits
+def test_parameter_errors(digit_images):
+    images, _, _ = digit_images
     X = image_pairs(images)
     with pytest.raises(ValueError, match=r"precision must be one of 'float32', 'bfloat16', "
                                          r"'float16'; got 'half'"):

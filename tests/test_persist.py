@@ -11,9 +11,11 @@ import textwrap
 import warnings
 from pathlib import Path
 
+import _helpers
 import numpy as np
 import pytest
 import torch
+from _helpers import SMALL_IMAGES, image_pairs, paired_gaussians, small_mlp, tiny_cnn
 from conftest import TEXT_FIT, requires_cuda
 from skorch.callbacks import Callback
 from torch import nn
@@ -25,7 +27,6 @@ from skcontrast.datasets import (
     GaussianNoise,
     digit_cnn,
     load_digit_images,
-    load_digit_views,
     make_paired_gaussians,
 )
 from skcontrast.losses import (
@@ -506,13 +507,8 @@ def test_saved_strings_are_read_at_their_own_width(saved, tmp_path, dtype, value
     assert names.dtype.itemsize == max(map(len, values)) * (1 if encoding else 4)
 
 
-SMALL_FIT = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
-         "random_state": 0, "device": "cpu", "batch_size": 16}
-
-
-@pytest.fixture(scope="module")
-def pairs_fit():
-    return make_paired_gaussians(64, 8, n_clusters=3, random_state=0)
+SMALL_FIT = small_mlp(batch_size=16)
+pairs_fit = paired_gaussians(64)
 
 
 @pytest.fixture(scope="module")
@@ -818,25 +814,13 @@ def test_malformed_entries_are_errors_that_name_them(saved_model, tmp_path, wher
 ROOT = Path(__file__).resolve().parents[1]
 
 
-SMALL_FLOW = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 3, "lr": 1e-2,
-         "random_state": 0, "device": "cpu"}
+SMALL_FLOW = small_mlp(max_epochs=3)
+pairs_flow = paired_gaussians(120)
 
 
-@pytest.fixture(scope="module")
-def pairs_flow():
-    return make_paired_gaussians(120, 8, n_clusters=3, random_state=0)
-
-
-class Encoder(nn.Module):
-    """A class that takes the sizes the estimator knows, and a width of its own."""
-
-    def __init__(self, n_in, n_out, hidden=16):
-        super().__init__()
-        self.body = nn.Sequential(nn.Linear(n_in, hidden), nn.BatchNorm1d(hidden), nn.ReLU())
-        self.out = nn.Linear(hidden, n_out)
-
-    def forward(self, x):
-        return self.out(self.body(x))
+class Encoder(_helpers.Encoder):
+    """The shared encoder as a class of this module: the saved models below name
+    ``test_persist.Encoder``, and a fresh process imports it from here."""
 
 
 @pytest.mark.slow
@@ -892,29 +876,6 @@ def test_loading_checks_versions_and_names_what_it_will_not_import(pairs_flow, t
         skcontrast.load(folder, module=Encoder)
 
 
-SMALL_IMAGES = {"n_components": 4, "max_epochs": 2, "batch_size": 16, "random_state": 0}
-
-
-def tiny_cnn(n_out=4):
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
-                         nn.Flatten(), nn.Linear(16, n_out))
-
-
-@pytest.fixture(scope="module")
-def digits():
-    """96 digit images (n, 1, 8, 8), their labels, and caption-like token ids (n, 6)."""
-    _, y, images = load_digit_views(return_images=True)
-    images, y = images[:96, None], y[:96]
-    rng = np.random.default_rng(0)
-    tokens = np.concatenate([y[:, None] + 10, rng.integers(0, 10, size=(96, 5))], axis=1)
-    return images, y, tokens.astype(np.int64)
-
-
-def image_pairs(images, shift=1):
-    """Two views of each image: the image and a shifted copy, (n, 2, 1, 8, 8)."""
-    return np.stack([images, np.roll(images, shift, axis=-1)], axis=1)
-
-
 class TensorSpy(pickle.Pickler):
     """Plain pickling that records the storage of every tensor it has to write itself."""
 
@@ -942,12 +903,12 @@ def device_dependent_storages(net):
                                 precision="float16", **SMALL_IMAGES),
     lambda: SupConEmbedder(module=tiny_cnn(), augmentation=GaussianNoise(0.1), **SMALL_IMAGES),
 ], ids=["contrastive", "supcon"])
-def test_trained_tensors_are_pickled_only_inside_skorchs_device_mapped_state(digits, make):
+def test_trained_tensors_are_pickled_only_inside_skorchs_device_mapped_state(digit_images, make):
     """skorch pickles its ``cuda_dependent_attributes_`` with a device map; a trained tensor
     pickled anywhere else (the bug: the encoder handed to skorch as ``module=``) is loaded
     without one, so a model fitted on a GPU would not load on a CPU-only machine. (The
     untrained template the user passed as ``module`` stays on the CPU.)"""
-    images, y, _ = digits
+    images, y, _ = digit_images
     est = make()
     fit_args = (image_pairs(images),) if isinstance(est, ContrastiveEmbedder) else (images, y)
     est.fit(*fit_args)
@@ -965,12 +926,12 @@ def test_trained_tensors_are_pickled_only_inside_skorchs_device_mapped_state(dig
 
 @requires_cuda
 @pytest.mark.gpu
-def test_a_gpu_fitted_model_loads_transforms_and_trains_on_a_cpu_only_process(digits,
+def test_a_gpu_fitted_model_loads_transforms_and_trains_on_a_cpu_only_process(digit_images,
                                                                                 tmp_path):
     """Fitted with device='cuda', unpickled where no GPU is: transform works; a warm start
     with device='cuda' is refused with a clear error (and changes nothing); with
     device='cpu' (or 'auto') it continues on the CPU."""
-    images, _, _ = digits
+    images, _, _ = digit_images
     X = image_pairs(images)
     est = ContrastiveEmbedder(module=tiny_cnn(), device="cuda",
                               loss=SymmetricInfoNCE(learn_temperature=True),

@@ -7,14 +7,13 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from _helpers import SMALL_IMAGES, image_pairs, paired_gaussians, small_mlp, tiny_cnn
 from torch import nn
 
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast.datasets import (
     GaussianNoise,
     load_digit_images,
-    load_digit_views,
-    make_paired_gaussians,
 )
 from skcontrast.losses import (
     NTXent,
@@ -26,8 +25,7 @@ from skcontrast.selectors import (
     OSGDSelector,
 )
 
-SMALL = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
-         "random_state": 0, "device": "cpu"}
+SMALL = small_mlp()
 
 
 def test_an_augmentation_that_changes_the_batch_shape_is_explained():
@@ -40,10 +38,7 @@ def test_an_augmentation_that_changes_the_batch_shape_is_explained():
                                          r"give single-channel images a channel axis"):
         ContrastiveEmbedder(augmentation=adds_an_axis, **SMALL).fit(images)
 
-
-@pytest.fixture(scope="module")
-def pairs():
-    return make_paired_gaussians(96, 6, n_clusters=3, random_state=0)
+pairs = paired_gaussians(96, 6)
 
 
 def fit(X, y=None, kind=ContrastiveEmbedder, **params):
@@ -210,29 +205,6 @@ def test_full_batch_simclr_on_all_digit_images_with_micro_batches():
     assert est.history_[-1, "train_loss"] < est.history_[0, "train_loss"]
 
 
-SMALL_IMAGES = {"n_components": 4, "max_epochs": 2, "batch_size": 16, "random_state": 0}
-
-
-def tiny_cnn(n_out=4):
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
-                         nn.Flatten(), nn.Linear(16, n_out))
-
-
-@pytest.fixture(scope="module")
-def digits():
-    """96 digit images (n, 1, 8, 8), their labels, and caption-like token ids (n, 6)."""
-    _, y, images = load_digit_views(return_images=True)
-    images, y = images[:96, None], y[:96]
-    rng = np.random.default_rng(0)
-    tokens = np.concatenate([y[:, None] + 10, rng.integers(0, 10, size=(96, 5))], axis=1)
-    return images, y, tokens.astype(np.int64)
-
-
-def image_pairs(images, shift=1):
-    """Two views of each image: the image and a shifted copy, (n, 2, 1, 8, 8)."""
-    return np.stack([images, np.roll(images, shift, axis=-1)], axis=1)
-
-
 class ShiftNoise:
     """An ``f(x)`` augmentation (no generator argument), drawing from torch's global RNG."""
 
@@ -242,8 +214,8 @@ class ShiftNoise:
 
 @pytest.mark.parametrize("augmentation", [GaussianNoise(0.05), ShiftNoise()],
                          ids=["f(x, generator)", "f(x)"])
-def test_single_images_with_an_augmentation_are_reproducible(digits, augmentation):
-    images, _, _ = digits
+def test_single_images_with_an_augmentation_are_reproducible(digit_images, augmentation):
+    images, _, _ = digit_images
     params = {"module": tiny_cnn(), "augmentation": augmentation, **SMALL_IMAGES}
     a = ContrastiveEmbedder(**params).fit(images)
     b = ContrastiveEmbedder(**params).fit(images)
@@ -255,8 +227,8 @@ def test_single_images_with_an_augmentation_are_reproducible(digits, augmentatio
     assert a.history_[-1, "train_loss"] != c.history_[-1, "train_loss"]
 
 
-def test_augmentation_runs_on_whole_batches_on_the_training_device(digits):
-    images, _, _ = digits
+def test_augmentation_runs_on_whole_batches_on_the_training_device(digit_images):
+    images, _, _ = digit_images
     calls = []
 
     def record(x, generator):
@@ -270,8 +242,8 @@ def test_augmentation_runs_on_whole_batches_on_the_training_device(digits):
 
 
 @pytest.mark.parametrize("precision", ["bfloat16", "float16"])
-def test_mixed_precision_on_the_cpu(digits, precision):
-    images, _, _ = digits
+def test_mixed_precision_on_the_cpu(digit_images, precision):
+    images, _, _ = digit_images
     X = image_pairs(images)
     torch.manual_seed(0)
     cnn = tiny_cnn()
@@ -292,8 +264,8 @@ def test_mixed_precision_on_the_cpu(digits, precision):
     assert (est.net_.grad_scaler_ is not None) == (precision == "float16")
 
 
-def test_the_loss_is_computed_in_float32_under_autocast(digits):
-    images, _, _ = digits
+def test_the_loss_is_computed_in_float32_under_autocast(digit_images):
+    images, _, _ = digit_images
     dtypes = []
 
     def loss(u, v, temperature):

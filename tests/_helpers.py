@@ -1,0 +1,82 @@
+"""Small models, data and parameter sets that several test modules use at module level
+(in parametrize lists, as classes handed to an estimator): imported, not fixtures.
+
+Each helper returns a new object per call, so a module that changes what it got changes
+nothing in another module."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from skcontrast.datasets import make_paired_gaussians
+
+#: A small, quick image-model fit: 4 components, 2 epochs of batches of 16.
+SMALL_IMAGES = {"n_components": 4, "max_epochs": 2, "batch_size": 16, "random_state": 0}
+
+
+def small_mlp(**params):
+    """A small, reproducible fit of the default MLP on the CPU (4 components, one hidden
+    layer of 16, 2 epochs at lr 1e-2), ``params`` changed or added: a new dict each call."""
+    return {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
+            "random_state": 0, "device": "cpu", **params}
+
+
+def paired_gaussians(n, d=8, n_clusters=3):
+    """A module-scoped fixture of ``make_paired_gaussians(n, d, n_clusters=n_clusters,
+    random_state=0)``, named by the name it is assigned to in the test module."""
+
+    def pairs():
+        return make_paired_gaussians(n, d, n_clusters=n_clusters, random_state=0)
+
+    return pytest.fixture(scope="module")(pairs)
+
+
+def tiny_cnn(n_out=4):
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
+                         nn.Flatten(), nn.Linear(16, n_out))
+
+
+def image_pairs(images, shift=1):
+    """Two views of each image: the image and a shifted copy, (n, 2, 1, 8, 8)."""
+    return np.stack([images, np.roll(images, shift, axis=-1)], axis=1)
+
+
+class Bag(nn.Module):
+    """Text encoder for token ids: a bag of embeddings."""
+
+    def __init__(self, vocab=20, n_out=4):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(vocab, n_out)
+
+    def forward(self, tokens):
+        return self.bag(tokens)
+
+
+class Encoder(nn.Module):
+    """A class that takes the sizes the estimator knows, and a width of its own."""
+
+    def __init__(self, n_in, n_out, hidden=16):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(n_in, hidden), nn.BatchNorm1d(hidden), nn.ReLU())
+        self.out = nn.Linear(hidden, n_out)
+
+    def forward(self, x):
+        return self.out(self.body(x))
+
+
+class PairDataset(Dataset):
+    """PyTorch's "two crops" pattern: item i is (x0, x1)."""
+
+    def __init__(self, images, views=2):
+        self.images = torch.as_tensor(images)
+        self.views = views
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, i):
+        x = self.images[i]
+        return (x, x.roll(1, dims=-1)) if self.views == 2 else x
+
