@@ -43,36 +43,6 @@ def scored(z, y, loss):
     return LossBatch.of(z, y, loss.labelled)
 
 
-def pair(n, d, seed):
-    g = torch.Generator().manual_seed(seed)
-    u, v = torch.randn(n, d, generator=g, dtype=torch.float64), \
-        torch.randn(n, d, generator=g, dtype=torch.float64)
-    v = u + 0.8 * v  # related views, so the positives differ from the negatives
-    return u / u.norm(dim=1, keepdim=True), v / v.norm(dim=1, keepdim=True)
-
-
-def logits(u, v, t, b):
-    return u @ v.T / t + b
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # --------------------------------------------------------------------------------------
 # Curating selectors: super-batches, the step hook, references
 # --------------------------------------------------------------------------------------
