@@ -79,4 +79,3 @@ class PairDataset(Dataset):
     def __getitem__(self, i):
         x = self.images[i]
         return (x, x.roll(1, dims=-1)) if self.views == 2 else x
-

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _helpers import paired_gaussians, small_mlp
 from sklearn.model_selection import GridSearchCV
 from skorch.callbacks import Callback
 
@@ -280,13 +281,8 @@ def test_sharded_spectral_selection_is_the_same_for_any_jobs_and_backend(dask_cl
         assert epochs(n_jobs=-1) == one  # the Dask workers
 
 
-SMALL = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
-         "random_state": 0, "device": "cpu"}
-
-
-@pytest.fixture(scope="module")
-def pairs():
-    return make_paired_gaussians(96, 8, n_clusters=3, random_state=0)
+SMALL = small_mlp()
+pairs = paired_gaussians(96)
 
 
 class FailAt(Callback):

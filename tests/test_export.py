@@ -6,6 +6,7 @@ import importlib.util
 import numpy as np
 import pytest
 import torch
+from _helpers import small_mlp
 from torch import nn
 
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
@@ -89,8 +90,7 @@ def test_what_cannot_be_exported_is_said(tmp_path):
         est.export(tmp_path / "a.bin", "pickle", view="a")
 
 
-SMALL_FIT = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
-         "random_state": 0, "device": "cpu", "batch_size": 16}
+SMALL_FIT = small_mlp(batch_size=16)
 
 
 class _TokenMean(torch.nn.Module):

@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
+from _helpers import small_mlp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -135,8 +136,7 @@ def test_a_dataset_of_vector_columns_is_two_views_and_negatives():
     np.testing.assert_allclose(est.transform(data), est.transform(as_dict), atol=1e-6)
 
 
-SMALL_EDGES = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
-         "random_state": 0, "device": "cpu"}
+SMALL_EDGES = small_mlp()
 
 
 def test_nested_lists_of_pairs_are_the_array_they_spell():

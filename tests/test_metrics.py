@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import reference as ref
 import torch
+from _helpers import paired_gaussians, small_mlp
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.model_selection import GridSearchCV
 
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast import geometry as G
 from skcontrast import metrics as M
-from skcontrast.datasets import make_paired_gaussians
 from skcontrast.metrics import get_scorer
 from skcontrast.metrics._retrieval import _Screen, _top
 
@@ -407,13 +407,8 @@ def test_recall_counts_a_rescaled_copy_of_the_partner_as_a_tie():
     assert tie_tolerance(32) == pytest.approx(4 * 34 * 2.0**-53)
 
 
-SMALL = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
-         "random_state": 0, "device": "cpu"}
-
-
-@pytest.fixture(scope="module")
-def pairs():
-    return make_paired_gaussians(96, 8, n_clusters=3, random_state=0)
+SMALL = small_mlp()
+pairs = paired_gaussians(96)
 
 
 def test_scorer_preconditions_are_checked_before_fitting(pairs):

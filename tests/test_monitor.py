@@ -6,11 +6,12 @@ import warnings
 
 import numpy as np
 import pytest
+from _helpers import paired_gaussians, small_mlp
 from skorch.callbacks import Checkpoint, EarlyStopping, LRScheduler
 
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast._estimators._monitor import split_indices
-from skcontrast.datasets import GaussianNoise, make_paired_gaussians
+from skcontrast.datasets import GaussianNoise
 from skcontrast.memory import SogCLRMemory
 from skcontrast.selectors import ShuffledBatchSelector
 
@@ -45,8 +46,7 @@ def test_too_few_samples_to_hold_out_is_a_clear_error():
         split_indices(6, 0.34, 0, np.array([0, 1, 2, 3, 4, 4]))
 
 
-SMALL = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 2, "lr": 1e-2,
-         "random_state": 0, "device": "cpu", "batch_size": 16}
+SMALL = small_mlp(batch_size=16)
 
 
 def test_singleton_classes_give_their_held_out_places_to_the_others():
@@ -98,13 +98,8 @@ def test_classes_with_no_room_hold_out_fewer_and_say_so():
     assert len(valid) == 2 and len(train) == 32
 
 
-SMALL_FLOW = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 3, "lr": 1e-2,
-         "random_state": 0, "device": "cpu"}
-
-
-@pytest.fixture(scope="module")
-def pairs():
-    return make_paired_gaussians(120, 8, n_clusters=3, random_state=0)
+SMALL_FLOW = small_mlp(max_epochs=3)
+pairs = paired_gaussians(120)
 
 
 def test_valid_loss_is_the_same_loss_on_fixed_held_out_batches(pairs):

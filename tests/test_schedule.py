@@ -5,18 +5,13 @@ import math
 
 import numpy as np
 import pytest
+from _helpers import paired_gaussians, small_mlp
 from skorch.callbacks import Callback
 
 from skcontrast import ContrastiveEmbedder, WarmupCosine
-from skcontrast.datasets import make_paired_gaussians
 
-SMALL = {"n_components": 4, "hidden_layer_sizes": (16,), "max_epochs": 3, "lr": 1e-2,
-         "random_state": 0, "device": "cpu"}
-
-
-@pytest.fixture(scope="module")
-def pairs():
-    return make_paired_gaussians(120, 8, n_clusters=3, random_state=0)
+SMALL = small_mlp(max_epochs=3)
+pairs = paired_gaussians(120)
 
 
 class Rates(Callback):
