@@ -50,6 +50,16 @@ def embeddings(n, d=6, seed=0, paired=True):
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
+def mean_batch_loss(X, temperature):
+    """The function of a list of batches of X's rows that gives their mean symmetric
+    InfoNCE loss at ``temperature``."""
+
+    def mean_loss(batches):
+        return batch_losses(X[:, 0], X[:, 1], batches, temperature=temperature).mean().item()
+
+    return mean_loss
+
+
 def partition_selectors(b, seed):
     return [
         FixedBatchSelector(b, random_state=seed),
@@ -193,10 +203,7 @@ def test_spectral_batches_have_higher_loss_than_shuffled():
     X = embeddings(640, d=16, seed=4)
     spectral = list(SpectralBatchSelector(16, loss=SymmetricInfoNCE(0.1), random_state=0).split(X))
     shuffled = list(ShuffledBatchSelector(16, random_state=0).split(X))
-
-    def mean_loss(batches):
-        return batch_losses(X[:, 0], X[:, 1], batches, temperature=0.1).mean().item()
-
+    mean_loss = mean_batch_loss(X, 0.1)
     assert mean_loss(spectral) > mean_loss(shuffled)
 
 
@@ -383,10 +390,7 @@ def test_spectral_cupy_backend_on_gpu():
     cpu = list(SpectralBatchSelector(32, loss=SymmetricInfoNCE(0.1), backend="scipy",
                                      random_state=0).split(Y))
     assert_partition(gpu, 6400, 32)
-
-    def mean_loss(batches):
-        return batch_losses(Y[:, 0], Y[:, 1], batches, temperature=0.1).mean().item()
-
+    mean_loss = mean_batch_loss(Y, 0.1)
     assert mean_loss(gpu) == pytest.approx(mean_loss(cpu), rel=0.03)
 
 
@@ -534,10 +538,7 @@ def test_greedy_selectors_make_harder_batches_than_shuffling(selector_cls):
     X = embeddings(200, d=8, seed=6)
     greedy = list(selector_cls(10, loss=SymmetricInfoNCE(0.2), random_state=0).split(X))
     shuffled = list(ShuffledBatchSelector(10, random_state=0).split(X))
-
-    def mean_loss(batches):
-        return batch_losses(X[:, 0], X[:, 1], batches, temperature=0.2).mean().item()
-
+    mean_loss = mean_batch_loss(X, 0.2)
     assert mean_loss(greedy) > mean_loss(shuffled)
 
 
