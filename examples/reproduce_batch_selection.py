@@ -30,7 +30,7 @@ out = Path(args.out)
 out.mkdir(parents=True, exist_ok=True)
 
 N, B = 8, 2
-steps, long_steps, seeds = (60, 200, 1) if args.quick else (500, 5000, 5)
+steps, long_steps, seeds = (10, 20, 1) if args.quick else (500, 5000, 5)
 fig, axes = plt.subplots(2, 9, figsize=(19, 5.2))
 curves, curve_axes = plt.subplots(1, 2, figsize=(11, 4))
 for row, d in enumerate((2 * N, N // 2)):

@@ -21,7 +21,7 @@ parser.add_argument("--quick", action="store_true")
 parser.add_argument("--out", default="examples/output")
 args = parser.parse_args()
 
-steps, seeds = (100, 1) if args.quick else (500, 3)
+steps, seeds = (20, 1) if args.quick else (500, 3)  # quick: a smoke run of every loss
 # the papers' theory is at temperature 1; KCL's kernel bandwidth is the authors' 0.5
 losses = {"symmetric_info_nce": 1.0, "info_nce": 1.0, "nt_xent": 1.0, "dcl": 1.0,
           "dhel": 1.0, "kcl": 0.5}

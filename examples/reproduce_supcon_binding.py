@@ -35,7 +35,7 @@ args = parser.parse_args()
 out = Path(args.out)
 out.mkdir(parents=True, exist_ok=True)
 
-steps, seeds, ratios = (100, 1, (1, 10)) if args.quick else (3000, 3, (1, 10, 100))
+steps, seeds, ratios = (10, 1, (1, 10)) if args.quick else (3000, 3, (1, 10, 100))
 schemes = {"shuffled": lambda: ShuffledBatchSelector(16),
            "fixed": lambda: FixedBatchSelector(16),
            "fixed + binding": lambda: BindingSelector(FixedBatchSelector(16))}

@@ -28,7 +28,7 @@ args = parser.parse_args()
 out = Path(args.out)
 out.mkdir(parents=True, exist_ok=True)
 
-steps = 150 if args.quick else 2000
+steps = 10 if args.quick else 2000  # quick: a smoke run
 sizes = (4, 6, 8)
 fig, axes = plt.subplots(2, len(sizes), figsize=(3.2 * len(sizes), 6.2))
 print(f"{'N':>3} {'batches':>14} {'etf_gap':>8} {'u_0.u_1':>8}")
