@@ -68,21 +68,26 @@ from skcontrast.selectors import (
 )
 
 B, RATIO = 32, 0.75
+#: --quick, a smoke run of every setting, table and figure at tiny sizes (its numbers
+#: mean nothing): rows per step, digit images (training, test), MNIST-1D signals,
+#: synthetic pairs (in both parts) and the curation part's synthetic classes
+QUICK = {"B": 8, "digits": (56, 32), "mnist1d": 70, "pairs": 84, "classes": 10}
 
 
 def datasets(quick):
     """name -> (X_train, y_train, X_test, y_test, augmentation or None)."""
     images, y = load_digit_images()
     tr, te, ytr, yte = train_test_split(images, y, test_size=0.3, random_state=0, stratify=y)
-    n = 2400
+    n, classes, signals = 2400, 50, 3000
     if quick:
-        tr, ytr, te, yte, n = tr[:512], ytr[:512], te[:96], yte[:96], 480
-    classes = 10 if quick else 50
+        n, classes, signals = QUICK["pairs"], QUICK["classes"], QUICK["mnist1d"]
+        a, b = QUICK["digits"]
+        tr, ytr, te, yte = tr[:a], ytr[:a], te[:b], yte[:b]
     X, yy = make_paired_gaussians(n, 32, n_clusters=classes, cluster_std=3.0, noise=0.2,
                                   random_state=0)
     cut = 2 * n // 3
     return {"digits": (tr, ytr, te, yte, digit_augmentation()),
-            "mnist1d": mnist1d_data(600 if quick else 3000),
+            "mnist1d": mnist1d_data(signals),
             f"synthetic-{classes}": (X[:cut], yy[:cut], X[cut:], yy[cut:], None)}
 
 
@@ -264,7 +269,7 @@ def run_balanced(classes, seed, epochs, runs, quick):
     key = f"balanced-{classes} | {seed}"
     if key in runs:
         return
-    n = 480 if quick else 2400
+    n = QUICK["pairs"] if quick else 2400
     X, y = make_paired_gaussians(n, 32, n_clusters=classes, cluster_std=3.0, noise=0.2,
                                  random_state=0)
     cut = 2 * n // 3
@@ -349,6 +354,7 @@ def balanced_table(runs, classes, seeds):
 
 
 def main():
+    global B
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run (seconds)")
     parser.add_argument("--epochs", type=int, default=None,
@@ -357,6 +363,8 @@ def main():
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.quick:
+        B = QUICK["B"]
     epochs = args.epochs or (1 if args.quick else 10)
     seeds = (0,) if args.quick else (0, 1, 2)
     classes = (10,) if args.quick else (10, 50, 200)
