@@ -43,15 +43,18 @@ parser.add_argument("--out", default="examples/output")
 args = parser.parse_args()
 out = Path(args.out)
 out.mkdir(parents=True, exist_ok=True)
-epochs, every = (4, 2) if args.quick else (60, 10)
+# quick: a smoke run of every row and the figure, on a few images in small batches
+epochs, every, batch_size = (2, 1, 32) if args.quick else (60, 10, 256)
 device = "cuda" if torch.cuda.is_available() else "cpu"
 
 images, y = load_digit_images()
 train, test, y_train, y_test = train_test_split(images, y, test_size=0.3, random_state=0,
                                                 stratify=y)
+if args.quick:
+    train, test, y_train, y_test = train[:64], test[:32], y_train[:64], y_test[:32]
 flat_train, flat_test = train.reshape(len(train), -1), test.reshape(len(test), -1)
-common = {"n_components": 32, "batch_size": 256, "loss": SymmetricInfoNCE(0.2), "lr": 3e-3,
-          "random_state": 0, "device": device}
+common = {"n_components": 32, "batch_size": batch_size, "loss": SymmetricInfoNCE(0.2),
+          "lr": 3e-3, "random_state": 0, "device": device}
 
 
 def row(name, H_train, H_test, seconds=None):
