@@ -71,6 +71,10 @@ from _peers import static_embedding_encode, static_embedding_fit
 BATCH = 64
 TASKS = ("same script", "typos", "cross script")
 VARIANT_TASKS = ("same script", "cross script")
+#: --quick, a smoke run of every task, row and the table (its numbers mean nothing): a
+#: few emoji (training, held out for the hybrid, test), one seed and epoch, and fewer
+#: hash buckets for the n-gram models (the same code)
+QUICK = {"emoji": (100, 20, 30), "n_features": 2**14}
 
 
 class Task:
@@ -88,7 +92,8 @@ class Task:
         cut = len(train) // 10
         fit, valid, test = np.sort(train[cut:]), np.sort(train[:cut]), data.test_emoji
         if quick:
-            fit, valid, test = fit[:100], valid[:30], test[:60]
+            a, b, c = QUICK["emoji"]
+            fit, valid, test = fit[:a], valid[:b], test[:c]
         en = data.names["en"]
         if name == "typos":
             def pairs(emoji, seed):  # three mistyped queries per name
@@ -137,9 +142,10 @@ def dense(array):
     return array.toarray() if hasattr(array, "toarray") else np.asarray(array)
 
 
-def run(task, row, seed, epochs):
+def run(task, row, seed, epochs, quick=False):
     """One (task, row, seed): recall@1, nDCG@10, fit seconds and notes."""
     start = time.perf_counter()
+    tokenizer = HashingNgramTokenizer(n_features=QUICK["n_features"]) if quick else None
     if row in ("TF-IDF", "BM25"):
         if row == "TF-IDF":
             vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4),
@@ -155,7 +161,7 @@ def run(task, row, seed, epochs):
         r1, ndcg = task.evaluate(lambda texts: static_embedding_encode(model, texts))
         return {"r1": r1, "ndcg": ndcg, "fit_s": whole_s, "train_s": train_s}
     if row == "untrained (the lexical prior)":
-        tokenizer = HashingNgramTokenizer()
+        tokenizer = tokenizer or HashingNgramTokenizer()
         torch.manual_seed(seed)
         encoder = NgramBagEncoder(tokenizer.vocabulary_size, 256)
 
@@ -164,7 +170,8 @@ def run(task, row, seed, epochs):
                 return encoder(torch.as_tensor(tokenizer(texts))).numpy()
         r1, ndcg = task.evaluate(embed)
         return {"r1": r1, "ndcg": ndcg, "fit_s": 0.0}
-    settings, fit_kw = {"max_epochs": epochs, "batch_size": BATCH, "random_state": seed}, {}
+    settings, fit_kw = {"max_epochs": epochs, "batch_size": BATCH, "random_state": seed,
+                        "tokenizer": tokenizer}, {}
     if row == "defaults, IDF prior":
         settings["module__weighting"] = "idf"
     elif row == "0.2.0's defaults":
@@ -236,7 +243,7 @@ def main(argv=None):
     epochs = 1 if args.quick else args.epochs
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "text_search_runs.json"
-    runs = json.loads(path.read_text()) if path.exists() else {}
+    runs = json.loads(path.read_text()) if path.exists() and not args.quick else {}
     warnings.filterwarnings("ignore", category=UserWarning)
     for name in TASKS:
         task = Task(name, args.quick)
@@ -247,7 +254,7 @@ def main(argv=None):
                 key = f"{name}|{row}|{seed}"
                 if key in runs:
                     continue
-                runs[key] = run(task, row, seed, epochs)
+                runs[key] = run(task, row, seed, epochs, args.quick)
                 print(f"  {key}: R@1 {runs[key]['r1']:.3f} in {runs[key]['fit_s']:.0f} s",
                       flush=True)
                 path.write_text(json.dumps(runs, indent=1))
