@@ -71,13 +71,19 @@ from skcontrast.selectors import (
     check_corollary_2_1,
 )
 
-MODES = {  # epochs, batch sizes, seeds, SimCLR epochs, ratios, search budget, folds
-    "quick": {"epochs": 1, "sizes": (16,), "seeds": (0,), "simclr": 1,
-              "ratios": (1, 10), "budget": 2, "folds": 2, "n": 256},
+MODES = {  # epochs, batch sizes, seeds, SimCLR epochs and batch size, ratios, search
+    # budget, folds and batch size; quick, a smoke run of every experiment, table and
+    # figure (its numbers mean nothing), also takes the first n digits only and at most
+    # time_epochs epochs at equal time (its first fit's one-time costs set the budget)
+    "quick": {"epochs": 1, "sizes": (16,), "seeds": (0,), "simclr": 1, "simclr_batch": 32,
+              "ratios": (1, 10), "budget": 2, "folds": 2, "search_batch": 32, "n": 128,
+              "time_epochs": 2},
     "default": {"epochs": 12, "sizes": (8, 16, 32, 64), "seeds": (0, 1, 2), "simclr": 10,
-                "ratios": (1, 10, 100), "budget": 9, "folds": 2},
+                "simclr_batch": 128, "ratios": (1, 10, 100), "budget": 9, "folds": 2,
+                "search_batch": 64},
     "full": {"epochs": 40, "sizes": (8, 16, 32, 64), "seeds": (0, 1, 2), "simclr": 60,
-             "ratios": (1, 10, 100), "budget": 16, "folds": 3},
+             "simclr_batch": 128, "ratios": (1, 10, 100), "budget": 16, "folds": 3,
+             "search_batch": 64},
 }
 PAIR_SELECTORS = {
     "shuffled": lambda b: ShuffledBatchSelector(b),
@@ -139,7 +145,8 @@ def batch_size_study(cfg, device):
                             runs[(name, b, "epochs")][-1])
                         continue
                     extra = {} if budget == "epochs" else {
-                        "max_epochs": 50 * cfg["epochs"], "callbacks": [TimeBudget(budget_s)]}
+                        "max_epochs": cfg.get("time_epochs", 50 * cfg["epochs"]),
+                        "callbacks": [TimeBudget(budget_s)]}
                     est = ContrastiveEmbedder(**{
                         "n_components": 16, "hidden_layer_sizes": (128,),
                         "loss": SymmetricInfoNCE(0.1),
@@ -212,10 +219,11 @@ def simclr_study(cfg, device):
     images, y = images[:cfg.get("n")], y[:cfg.get("n")]
     train, test, y_train, y_test = train_test_split(images, y, test_size=0.3, random_state=0,
                                                     stratify=y)
-    selectors = {"shuffled": lambda: ShuffledBatchSelector(128),
-                 "OSGD": lambda: OSGDSelector(128, k=4, q=2),
-                 "spectral": lambda: SpectralBatchSelector(128),
-                 "ScB": lambda: ScBSelector(128)}
+    b = cfg["simclr_batch"]
+    selectors = {"shuffled": lambda: ShuffledBatchSelector(b),
+                 "OSGD": lambda: OSGDSelector(b, k=4, q=2),
+                 "spectral": lambda: SpectralBatchSelector(b),
+                 "ScB": lambda: ScBSelector(b)}
     rows, shuffled_row, budget_s = [], None, None
     for budget in ("epochs", "time"):
         for name, make in selectors.items():
@@ -225,7 +233,8 @@ def simclr_study(cfg, device):
             knn, linear, seconds, epochs = [], [], [], []
             for i, seed in enumerate(cfg["seeds"]):
                 extra = {} if budget == "epochs" else {
-                    "max_epochs": 20 * cfg["simclr"], "callbacks": [TimeBudget(budget_s[i])]}
+                    "max_epochs": cfg.get("time_epochs", 20 * cfg["simclr"]),
+                    "callbacks": [TimeBudget(budget_s[i])]}
                 est = ContrastiveEmbedder(**{
                     "module": digit_cnn, "augmentation": digit_augmentation(),
                     "n_components": 32, "loss": SymmetricInfoNCE(0.2), "lr": 3e-3,
@@ -251,7 +260,8 @@ def balance_study(cfg, device):
     estimator = ContrastiveEmbedder(n_components=16, hidden_layer_sizes=(64,),
                                     optimizer="sgd", lr=1.0, loss=SymmetricInfoNCE(0.2),
                                     max_epochs=max(2, cfg["epochs"] // 2),
-                                    selector=ShuffledBatchSelector(64), device=device)
+                                    selector=ShuffledBatchSelector(cfg["search_batch"]),
+                                    device=device)
     bounds = {"loss__lambda_pos": (1e-3, 1.0), "loss__lambda_ent": (1e-3, 1.0)}
     starts = {"centre start": None,
               "off-diagonal start": {"loss__lambda_pos": 0.3, "loss__lambda_ent": 0.003}}
@@ -327,8 +337,8 @@ def main():
                         ["R", "batches", "n train", "Delta_GM", "minority NCC",
                          "balanced NCC", "Cor. 2.1"]))
     print(sections[-1], flush=True)
-    sections.append(f"3. SimCLR on digit images, CNN + kornia, B=128, {cfg['simclr']} "
-                    "epochs or shuffled's time\n" + table(
+    sections.append(f"3. SimCLR on digit images, CNN + kornia, B={cfg['simclr_batch']}, "
+                    f"{cfg['simclr']} epochs or shuffled's time\n" + table(
                         simclr_study(cfg, device),
                         ["budget", "selector", "kNN acc.", "linear probe", "fit s",
                          "epochs"]))
