@@ -76,15 +76,18 @@ parser.add_argument("--out", default="examples/output")
 args = parser.parse_args()
 out = Path(args.out)
 out.mkdir(parents=True, exist_ok=True)
-epochs = 5 if args.quick else 60
+# quick: a smoke run of every score and the figure on a few pairs in small batches
+epochs, batch_size = (2, 32) if args.quick else (60, 128)
 
 images, y = load_digit_images()
 tokens = captions(y, np.random.default_rng(0))
 i_train, i_test = train_test_split(np.arange(len(y)), test_size=0.3, random_state=0,
                                    stratify=y)
+if args.quick:
+    i_train, i_test = i_train[:64], i_test[:64]
 X_train = {"image": images[i_train], "text": tokens[i_train]}
 est = ContrastiveEmbedder(module={"image": digit_cnn, "text": text_encoder},
-                          n_components=32, batch_size=128, max_epochs=epochs,
+                          n_components=32, batch_size=batch_size, max_epochs=epochs,
                           loss=SymmetricInfoNCE(0.1), lr=3e-3, random_state=0).fit(X_train)
 
 image_emb = est.transform_view(images[i_test], view="image")
