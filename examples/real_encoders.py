@@ -41,7 +41,8 @@ parser.add_argument("--out", default="examples/output")
 args = parser.parse_args()
 out = Path(args.out)
 out.mkdir(parents=True, exist_ok=True)
-epochs = 2 if args.quick else 40
+# quick: a smoke run of every score on a few images in small batches
+epochs, batch_size = (2, 32) if args.quick else (40, 128)
 device = "cuda" if torch.cuda.is_available() else "cpu"
 
 NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
@@ -53,7 +54,7 @@ captions = [" ".join(rng.permutation(["a photo of the digit " + NAMES[label],
                                       *rng.choice(FILLER, 3)])) for label in y]
 train, test = train_test_split(np.arange(len(y)), test_size=0.3, random_state=0, stratify=y)
 if args.quick:
-    train, test = train[:256], test[:128]
+    train, test = train[:64], test[:32]
 
 
 def make_tokenizer(texts):
@@ -102,7 +103,7 @@ clip = ContrastiveEmbedder(
     module={"image": functools.partial(digit_cnn, norm="group"),
             "text": TextEncoder(tokenizer.get_vocab_size(), k)},
     n_components=k, loss=SymmetricInfoNCE(0.07, learn_temperature=True), lr=1e-3,
-    batch_size=128,
+    batch_size=batch_size,
     max_epochs=epochs, random_state=0, device=device)
 subset = {"image": images[train], "text": {key: v[train] for key, v in tokens.items()}}
 clip.fit(subset)
@@ -129,7 +130,7 @@ if importlib.util.find_spec("timm") is not None and \
         return nn.Sequential(body, nn.Linear(body.num_features, n_out))
 
     simclr = ContrastiveEmbedder(module=resnet, augmentation=GaussianNoise(0.1),
-                                 batch_size=128, max_epochs=epochs, random_state=0,
+                                 batch_size=batch_size, max_epochs=epochs, random_state=0,
                                  device=device).fit(images[train])
     knn = knn_accuracy(simclr.transform(images[train]), y[train],
                        simclr.transform(images[test]), y[test])
