@@ -72,6 +72,10 @@ LANGUAGES = ("de", "ru", "ja")
 #: Adam; ``examples/text_search_study.py`` compares it with today's defaults)
 DEFAULTS_020 = {"hidden_layer_sizes": (128,), "n_components": 32,
                 "optimizer": torch.optim.Adam}
+#: --quick, a smoke run of every row, the table and the figure (its numbers mean
+#: nothing): a few emoji (training, held out for the hybrid, test), B = 32 only, one seed
+#: and epoch, and fewer hash buckets (the same code)
+QUICK = {"emoji": (60, 20, 40), "n_features": 2**14}
 
 
 def load(quick):
@@ -83,7 +87,8 @@ def load(quick):
     fit_emoji, valid_emoji = np.sort(train[cut:]), np.sort(train[:cut])
     test = data.test_emoji
     if quick:
-        fit_emoji, valid_emoji, test = fit_emoji[:150], valid_emoji[:40], test[:80]
+        a, b, c = QUICK["emoji"]
+        fit_emoji, valid_emoji, test = fit_emoji[:a], valid_emoji[:b], test[:c]
     pairs = np.concatenate([np.stack([data.names["en"][fit_emoji], data.names[lang][fit_emoji]],
                                      axis=1) for lang in LANGUAGES])
     groups = np.tile(fit_emoji, len(LANGUAGES))
@@ -184,7 +189,7 @@ def run(B, seed, epochs, runs, quick):
     defaults = f"defaults | {seed}"
     if defaults not in runs:  # the defaults but the number of epochs: once per seed
         start = time.perf_counter()
-        tokenizer = HashingNgramTokenizer(n_features=2**14) if quick else None
+        tokenizer = HashingNgramTokenizer(n_features=QUICK["n_features"]) if quick else None
         est = ContrastiveEmbedder(max_epochs=epochs, random_state=seed, tokenizer=tokenizer,
                                   **DEFAULTS_020).fit(pairs)
         seconds = time.perf_counter() - start
@@ -208,8 +213,8 @@ def run(B, seed, epochs, runs, quick):
         params = {"max_epochs": epochs, "random_state": seed, "hidden_layer_sizes": (),
                   "n_components": 32, "optimizer": torch.optim.Adam,
                   "optimizer_params": {"fused": True}, **extra}
-        if quick:  # a smoke run: fewer hash buckets, the same code
-            params["tokenizer"] = HashingNgramTokenizer(n_features=2**14)
+        if quick:
+            params["tokenizer"] = HashingNgramTokenizer(n_features=QUICK["n_features"])
         start = time.perf_counter()
         est = ContrastiveEmbedder(**params).fit(X, y)
         seconds = time.perf_counter() - start
