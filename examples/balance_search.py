@@ -38,8 +38,8 @@ out.mkdir(parents=True, exist_ok=True)
 
 X, _ = load_digit_views()
 X = X.reshape(len(X), -1)
-if args.quick:
-    X, budget, epochs, seeds = X[:200], 2, 1, (0,)
+if args.quick:  # a smoke run: one batch of 64 per training fold, two configurations
+    X, budget, epochs, seeds = X[:96], 2, 1, (0,)
 else:
     X, budget, epochs, seeds = X[:1200], 16, 10, (0, 1, 2)
 # with SGD at lr 1, Lambda is the step size of each term
