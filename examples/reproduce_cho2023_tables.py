@@ -30,7 +30,7 @@ Data under ``--root`` (nothing is downloaded):
                                               blocks of 10,000 (severity 1 is used)
 
 Without CIFAR-100-C only Table 2 is made. ``--quick`` writes generated stand-in files of
-the same layout and image shape (random bytes, 64 training and 16 test images) to a
+the same layout and image shape (random bytes, 64 training and 8 test images) to a
 temporary folder and runs the whole pipeline on them for one epoch, with a narrow
 ResNet-18 (first stage 4 channels wide) and OSGD's and the spectral chunks' sizes scaled
 down: a smoke test of the code path, not of the results.
@@ -178,7 +178,7 @@ def load_cifar100c(root, n_test):
     return np.stack(images)
 
 
-def write_stand_in(root, n_train=64, n_test=16, seed=0):
+def write_stand_in(root, n_train=64, n_test=8, seed=0):
     """Random images in the on-disk layout of CIFAR-100 and CIFAR-100-C."""
     rng = np.random.default_rng(seed)
     folder = Path(root) / "cifar-100-python"
