@@ -25,7 +25,15 @@ settings.register_profile(
 settings.register_profile("dev", max_examples=300, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# Under pytest-xdist (the project's default: ``-n auto``) each worker has a core to
+# itself: one thread per worker, for torch here and for the subprocesses tests start
+# (torch's threads spin-wait, and two workers of two threads each on two cores ran the
+# suite several times slower). Run alone (``-n 0``), a process uses up to two threads.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+else:
+    torch.set_num_threads(min(2, torch.get_num_threads()))
 
 # The suite tests the package it imports: under .ci/run, the installed wheel. A Python
 # subprocess started in the repository would import the source tree instead (its working
@@ -111,20 +119,3 @@ def digit_images():
 #: A small, reproducible fit of the default text model (a 2^12-id bag).
 TEXT_FIT = {"max_epochs": 2, "batch_size": 8, "random_state": 0, "device": "cpu",
             "tokenizer": HashingNgramTokenizer(n_features=2**12)}
-
-
-def pytest_collection_finish(session):
-    """Start the examples' quick runs in the background as soon as the session is known
-    to test them (``tests/test_examples.py``): they run beside the tests before theirs."""
-    if any(item.path.name == "test_examples.py" for item in session.items):
-        import test_examples
-
-        test_examples.STARTED.append(test_examples.ExampleRuns())
-
-
-def pytest_sessionfinish(session):
-    import sys
-
-    module = sys.modules.get("test_examples")
-    for runs in getattr(module, "STARTED", []):
-        runs.stop()

@@ -2,7 +2,6 @@
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,59 +39,36 @@ print(json.dumps(results))
 """
 
 
-class ExampleRuns:
-    """The examples' quick runs in two background processes of one thread each, started
-    as soon as the session knows it will test them (``conftest.py``), so that they run
-    beside the tests before them rather than after; each process writes its results
-    to a file."""
-
-    def __init__(self) -> None:
-        self.out = Path(tempfile.mkdtemp(prefix="skcontrast-examples-"))
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        self.running = []
-        for i in range(2):
-            share = {s.name: str(s) for s in EXAMPLES[i::2]}
-            stdout = open(self.out / f"stdout-{i}.txt", "w")  # noqa: SIM115 (closed in wait)
-            stderr = open(self.out / f"stderr-{i}.txt", "w")  # noqa: SIM115
-            process = subprocess.Popen(
-                [sys.executable, "-c", RUNNER, json.dumps(share), str(self.out)],
-                stdout=stdout, stderr=stderr, text=True, cwd=ROOT, env=env)
-            self.running.append((process, stdout, stderr, i))
-
-    def wait(self) -> dict:
-        results = {}
-        for process, stdout, stderr, i in self.running:
-            code = process.wait(timeout=1200)
-            stdout.close()
-            stderr.close()
-            assert code == 0, (self.out / f"stderr-{i}.txt").read_text()[-3000:]
-            printed = (self.out / f"stdout-{i}.txt").read_text()
-            results.update(json.loads(printed.strip().splitlines()[-1]))
-        return results
-
-    def stop(self) -> None:
-        for process, stdout, stderr, _ in self.running:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            stdout.close()
-            stderr.close()
-        shutil.rmtree(self.out, ignore_errors=True)
+#: the examples run in two processes of one thread each, every script of a share in the
+#: same process (Python, torch and the package are imported once per share); under
+#: pytest-xdist each share is a group that one worker runs, beside the other tests
+SHARES = 2
+RUNS: dict[int, dict] = {}
 
 
-#: the session's runs (set by conftest.py when examples are among the tests)
-STARTED: list[ExampleRuns] = []
+def share_of(script: Path) -> int:
+    return EXAMPLES.index(script) % SHARES
 
 
-@pytest.fixture(scope="module")
-def example_runs():
-    if not STARTED:  # this module imported another way: start them now
-        STARTED.append(ExampleRuns())
-    return STARTED[0].wait()
+def run_share(share: int) -> dict:
+    """Every script of one share in its quick mode, in one subprocess; its results
+    by script name (kept for the share's other tests)."""
+    if share not in RUNS:
+        scripts = {s.name: str(s) for s in EXAMPLES if share_of(s) == share}
+        with tempfile.TemporaryDirectory(prefix="skcontrast-examples-") as out:
+            done = subprocess.run(
+                [sys.executable, "-c", RUNNER, json.dumps(scripts), out],
+                capture_output=True, text=True, cwd=ROOT, timeout=1200,
+                env={**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+        assert done.returncode == 0, done.stderr[-3000:]
+        RUNS[share] = json.loads(done.stdout.strip().splitlines()[-1])
+    return RUNS[share]
 
 
-@pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)
-def test_example_runs_in_quick_mode(script, example_runs):
-    run = example_runs[script.name]
+@pytest.mark.parametrize("script", [
+    pytest.param(s, marks=pytest.mark.xdist_group(f"examples-{share_of(s)}"))
+    for s in EXAMPLES], ids=lambda p: p.name)
+def test_example_runs_in_quick_mode(script):
+    run = run_share(share_of(script))[script.name]
     assert run["error"] == "", run["error"][-3000:]
     assert run["stdout"].strip()
