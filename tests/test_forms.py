@@ -43,7 +43,8 @@ def test_every_form_is_recognised_by_one_entry():
     cases = {"text": [("a b", "c d")], "table": frame(), "dict": {"a": np.zeros((3, 2)),
                                                                   "b": np.zeros((3, 2))},
              "dataset": torch.utils.data.TensorDataset(torch.zeros(3, 2)),
-             "array": np.zeros((3, 2, 4, 4)), "flat": np.zeros((3, 4))}
+             "image": np.zeros((3, 1, 8, 8)), "array": np.zeros((3, 2, 4, 4)),
+             "flat": np.zeros((3, 4))}
     assert [f.name for f in FORMS] == list(cases)
     for name, X in cases.items():
         assert form_of_input(X, single=False).name == name

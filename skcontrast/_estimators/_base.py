@@ -273,7 +273,8 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
             net = self._make_net(factory, loss, labels, device, seed, len(data),
                                  spec.items_paired, valid, extra, kept=kept, n_rows=n_rows,
                                  held_out_rows=None if held_out is None else held_out.rows,
-                                 row_info=(*row_info, *held_out_info))
+                                 row_info=(*row_info, *held_out_info),
+                                 augmentation=self._augmentation_for(spec))
             net.initialize()
             net.data_fingerprint = rows_digest
             if old is not None:

@@ -94,7 +94,7 @@ class NetBuilder(ParameterChecks):
         seed = self._seed() if seed is None else seed
         net = self._make_net(self._factory(spec, shared), self._loss(), None,
                              resolve_device(device), seed, n_samples, spec.items_paired,
-                             trains=False)
+                             trains=False, augmentation=self._augmentation_for(spec))
         return net.initialize()
 
     def check_saved_shapes(self, spec: InputSpec, n_samples: int, shared: bool,
@@ -111,7 +111,8 @@ class NetBuilder(ParameterChecks):
 
         def criterion() -> torch.nn.Module:
             return ContrastiveCriterion(self._loss(), structure=self._structure(
-                spec.items_paired), memory=self.memory, n_samples=n_samples)
+                spec.items_paired, self._augmentation_for(spec) is not None),
+                memory=self.memory, n_samples=n_samples)
 
         learned = tuple(ContrastiveCriterion.PARAMETERS.values())  # a net's own start
         for part, make, required, optional in (
@@ -164,8 +165,8 @@ class NetBuilder(ParameterChecks):
                   n: int, items_paired: bool, valid: ViewData | None = None,
                   extra: list | None = None, kept: np.ndarray | None = None,
                   n_rows: int | None = None, held_out_rows: np.ndarray | None = None,
-                  trains: bool = True, row_info: tuple = (None, None, None, None)
-                  ) -> SelectorNet:
+                  trains: bool = True, row_info: tuple = (None, None, None, None),
+                  augmentation: Any = None) -> SelectorNet:
         selector = self._fitting_selector(seed, n, kept, n_rows)
         batch = selector.nominal_batch_size(n)
         if self.micro_batch_size is not None and batch is not None and \
@@ -177,14 +178,15 @@ class NetBuilder(ParameterChecks):
             largest = selector.largest_batch_size(n, labels)
             if largest is not None:
                 # pairs and two crops add two embeddings per item
-                paired = not self._labelled or items_paired or self.augmentation is not None
+                paired = not self._labelled or items_paired or augmentation is not None
                 self.memory.check_batch_rows(largest * (2 if paired else 1))
         callbacks = self._callbacks(selector, n, labels, extra or [], trains)
         optimizer_params = {f"optimizer__{k}": v for k, v in
                             {**(self.optimizer_params or {}), **self._nested("optimizer__")
                              }.items()}
         criterion = {f"criterion__{k}": v for k, v in {
-            "loss": loss, "structure": self._structure(items_paired),
+            "loss": loss, "structure": self._structure(items_paired,
+                                                       augmentation is not None),
             "memory": self.memory, "n_samples": n, "row_keys": row_info[0],
             "row_groups": row_info[1], "held_out_keys": row_info[2],
             "held_out_groups": row_info[3]}.items()}
@@ -204,7 +206,7 @@ class NetBuilder(ParameterChecks):
             train_split=None if valid is None else predefined_split(valid),
             valid_batch_size=batch, callbacks=callbacks, warm_start=self.warm_start,
             verbose=self.verbose, selector=selector, labels=labels, **placement,
-            augmentation=None if self.augmentation is None else Augmentation(self.augmentation),
+            augmentation=None if augmentation is None else Augmentation(augmentation),
             seed=seed, precision=self.precision if self.accelerator is None else "float32",
             num_workers=int(self.num_workers),
             micro_batch_size=self.micro_batch_size, held_out_rows=held_out_rows,
@@ -212,11 +214,22 @@ class NetBuilder(ParameterChecks):
             image_normalization=self.image_normalization, **criterion,
             **optimizer_params)
 
-    def _structure(self, items_paired: bool) -> str:
+    def _structure(self, items_paired: bool, augmented: bool) -> str:
         """How a training batch's rows reach the loss (see ``ContrastiveCriterion``)."""
         if not self._labelled:
             return "pairs"
-        return "crops" if items_paired or self.augmentation is not None else "single"
+        return "crops" if items_paired or augmented else "single"
+
+    def _augmentation_for(self, spec: InputSpec) -> Any:
+        """The augmentation a fit on input ``spec`` uses: ``augmentation``, or for single
+        images given without one, the default for their size and channels
+        (:meth:`ImageAugmentation.for_images
+        <skcontrast.images.ImageAugmentation.for_images>`)."""
+        if self.augmentation is None and spec.views[0].image:
+            from ..images import ImageAugmentation
+
+            return ImageAugmentation.for_images(spec.views[0].shape)
+        return self.augmentation
 
     def _callbacks(self, selector: BatchSelector, n: int, labels: Any, extra: list,
                    trains: bool = True) -> list:

@@ -282,13 +282,14 @@ class ContrastiveEmbedder(BaseEmbedder):
         if self.input_spec_.paired:
             return (self._embed(data.select(0), view=0, output=output),
                     self._embed(data.select(1), view=1, output=output))
-        if self.augmentation is None:
+        augmentation = self._augmentation_for(self.input_spec_)
+        if augmentation is None:
             raise ValueError(f"{type(self).__name__} was fitted on single views with an "
                              "augmentation, which makes their pairs, and has none now (a "
                              "loaded model gets it back with skcontrast.load(path, "
                              "augmentation=...), or set_params(augmentation=...)); transform "
                              "works without it")
-        views = Augmentation(self.augmentation).seed(self.net_.device, 0)
+        views = Augmentation(augmentation).seed(self.net_.device, 0)
         with global_rng_turn(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             return (self._embed(data, view=0, augment=views, output=output),

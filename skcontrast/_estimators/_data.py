@@ -41,6 +41,9 @@ class View:
     #: a text view's number of token ids (its tokenizer's vocabulary), else ``None``;
     #: its length (``shape``) is the longest text's and may differ after fit
     vocabulary: int | None = None
+    #: single images ``(C, H, W)`` (the image form): the default encoder and
+    #: augmentation are :mod:`skcontrast.images`'
+    image: bool = False
 
     @property
     def text(self) -> bool:
@@ -57,6 +60,8 @@ class View:
         if self.parts:
             inner = ", ".join(p.describe().removeprefix("view ") for p in self.parts)
             return f"view {self.name!r} made of {inner}"
+        if self.image:
+            return f"view {self.name!r} (images, shape {self.shape})"
         kind = "integer" if self.integer else "float"
         return f"view {self.name!r} ({kind}, shape {self.shape})"
 

@@ -58,6 +58,8 @@ TEXT_WIDTH, WIDTH = 256, 32
 TEXT_HIDDEN, HIDDEN = (), (128,)
 #: what ``module__*`` may set on the default text encoder
 TEXT_ENCODER_OPTIONS = ("weighting", "sparse")
+#: what ``module__*`` may set on the default image encoder
+IMAGE_ENCODER_OPTIONS = ("width", "pixel_weight", "learned_init", "seed")
 
 
 def embedding_width(n_components: Any, views: Sequence[View]) -> int:
@@ -81,6 +83,10 @@ def default_encoder(view: View, hidden_layer_sizes: Sequence[int] | str,
         text_hidden = TEXT_HIDDEN if isinstance(hidden_layer_sizes, str) \
             else hidden_layer_sizes
         return NgramBagEncoder(view.vocabulary, n_out, text_hidden, **(options or {}))
+    if view.image:
+        from ..images import ImageEncoder
+
+        return ImageEncoder(view.shape, n_out, **(options or {}))
     hidden = HIDDEN if isinstance(hidden_layer_sizes, str) else hidden_layer_sizes
     if view.parts:
         raise ValueError(f"{view.describe()} goes to its encoder as keyword arguments; pass "

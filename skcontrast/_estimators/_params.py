@@ -34,7 +34,7 @@ from ..losses import LOSSES, Loss, make_loss
 from ..memory import BaseMemory
 from ..selectors import BatchSelector
 from ._data import InputSpec
-from ._modules import TEXT_ENCODER_OPTIONS
+from ._modules import IMAGE_ENCODER_OPTIONS, TEXT_ENCODER_OPTIONS
 from ._monitor import check_validation_fraction
 from ._optim import LazyAdam
 from ._schedule import WarmupCosine
@@ -357,19 +357,24 @@ class ParameterChecks(BaseEstimator):
 
     def _check_input_settings(self, spec: InputSpec) -> None:
         """Settings that depend on the input: ``image_normalization``'s channels, and
-        ``module__*`` with the default encoders (only a text view's bag takes options)."""
+        ``module__*`` with the default encoders (a text view's bag and the image encoder
+        take options; the MLP takes none)."""
         nested = self._nested("module__")
         if self.module is None and nested:
-            if not any(view.text for view in spec.views):
+            if any(view.text for view in spec.views):
+                default, options = "text encoder (NgramBagEncoder)", TEXT_ENCODER_OPTIONS
+            elif any(view.image for view in spec.views):
+                default, options = "image encoder (ImageEncoder)", IMAGE_ENCODER_OPTIONS
+            else:
                 raise ValueError(
                     f"module__* parameters ({', '.join(nested)}) go to a module class or "
                     "factory, but module=None builds the default MLP: set its widths with "
                     "hidden_layer_sizes, or pass module=YourEncoderClass")
-            unknown = sorted(set(nested) - set(TEXT_ENCODER_OPTIONS))
+            unknown = sorted(set(nested) - set(options))
             if unknown:
                 raise ValueError(
-                    f"module__* parameters {unknown} are not options of the default text "
-                    f"encoder (NgramBagEncoder), which takes {list(TEXT_ENCODER_OPTIONS)}")
+                    f"module__* parameters {unknown} are not options of the default "
+                    f"{default}, which takes {list(options)}")
         if self.image_normalization is None:
             return
         mean = np.atleast_1d(np.asarray(self.image_normalization[0], dtype=float))

@@ -362,7 +362,7 @@ def _read_view(spec: Any, entry: str) -> Any:
     if vocabulary is not None:
         vocabulary = _natural(vocabulary, f"{entry} vocabulary")
     return View(name, tuple(shape), _expect(spec.get("integer"), bool, entry), parts,
-                vocabulary)
+                vocabulary, _expect(spec.get("image", False), bool, f"{entry} image"))
 
 
 def _write_view(view: Any) -> dict:
@@ -374,7 +374,8 @@ def _write_view(view: Any) -> dict:
                          "integer name in a saved file; fit with string keys to save the "
                          "model (nothing was written)")
     return {"name": name, "shape": [int(s) for s in view.shape], "integer": view.integer,
-            "parts": [_write_view(p) for p in view.parts], "vocabulary": view.vocabulary}
+            "parts": [_write_view(p) for p in view.parts], "vocabulary": view.vocabulary,
+            "image": view.image}
 
 
 # --------------------------------------------------------------------------------------

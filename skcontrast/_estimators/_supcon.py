@@ -181,7 +181,7 @@ class SupConEmbedder(BaseEmbedder):
                              f"({plain_label(classes[0])!r}): with a single class "
                              "there are no negatives to contrast")
         convention = getattr(self.loss, "anchors_without_positives", "exclude")
-        if self.augmentation is None and not spec.items_paired:
+        if self._augmentation_for(spec) is None and not spec.items_paired:
             warn_single_member_classes(codes, classes, convention)
         net, interrupted = self._fit_net(data, spec, codes, codes, True, held_out, kept)
         embeddings = embed_net(net, data.select(0))

@@ -23,6 +23,9 @@ The forms, in the order they are recognised:
 - ``'dict'`` (:mod:`._dict`): two modalities of any shapes, ``{name: array}``, then
   hard-negative keys;
 - ``'dataset'`` (:mod:`._dataset`): a map-style ``torch.utils.data.Dataset``;
+- ``'image'`` (:mod:`._image`): single images, by the rule of :mod:`skcontrast.images`
+  (``(n, C, H, W)`` with 1 or 3 channels, channels last, ``(n, H, W)`` bytes, PIL
+  images);
 - ``'array'`` (:mod:`._array`): N-D arrays or tensors, ``(n, 2, *view_shape)`` pairs or
   single views;
 - ``'flat'`` (:mod:`._flat`): scikit-learn's 2-D form (and ``(n, 2, d)`` pairs, flattened
@@ -48,6 +51,7 @@ from ._dataset import DATASET
 from ._dict import DICT
 from ._flat import FLAT
 from ._form import InputForm, is_dataset
+from ._image import IMAGE
 from ._table import TABLE
 from ._text import TEXT
 
@@ -55,7 +59,7 @@ __all__ = ["FORMS", "InputForm", "form_named", "form_of_input", "is_dataset", "r
            "read_input", "read_view", "spelled_array"]
 
 #: The forms in the order they are recognised (the last one takes the rest).
-FORMS: tuple[InputForm, ...] = (TEXT, TABLE, DICT, DATASET, ARRAY, FLAT)
+FORMS: tuple[InputForm, ...] = (TEXT, TABLE, DICT, DATASET, IMAGE, ARRAY, FLAT)
 
 
 def spelled_array(X: Any) -> Any:

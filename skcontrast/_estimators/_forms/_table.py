@@ -19,6 +19,7 @@ from ._array import ARRAY
 from ._dict import DICT
 from ._flat import FLAT
 from ._form import InputForm
+from ._image import IMAGE
 from ._text import TEXT
 
 
@@ -30,7 +31,9 @@ class TableForm(InputForm):
     views (one for single views), further ones hard-negative columns, as in the dict
     form. Numeric columns are scikit-learn's features (``feature_names_in_``), and
     columns of per-row arrays are views (the first two) and hard-negative columns, as
-    in the dict form. A table mixing text and numeric columns, or a column of missing,
+    in the dict form; a table of one column of images (a ``datasets`` ``Image``
+    column, PIL images, or per-row arrays that are images by the rule of
+    :mod:`skcontrast.images`) is single images. A table mixing text and numeric columns, or a column of missing,
     mixed or ragged values, is refused naming the column; so is a label column (pass
     the labels as ``y``). After ``fit`` a table is read by the column names seen in fit,
     in any order (:func:`~skcontrast._tables.order_columns`; the views' columns without
@@ -56,6 +59,10 @@ class TableForm(InputForm):
                                  f"of one text column; got columns {list(columns)}")
             return TEXT.fit(estimator, text_rows(columns), single=single, labelled=labelled,
                             view_split=view_split, names=list(columns))
+        images = _image_column(columns, kind)
+        if images is not None:
+            return IMAGE.fit(estimator, images, single=single, labelled=labelled,
+                             view_split=view_split)
         form = FLAT if kind == "features" else DICT
         return form.fit(estimator, _table_values(X, columns, kind), single=single,
                         labelled=labelled, view_split=view_split)
@@ -63,6 +70,11 @@ class TableForm(InputForm):
     def read(self, estimator: Any, X: Any, spec: InputSpec) -> ViewData:
         columns = table_columns(X)
         kind = table_kind(columns)
+        if spec.form == "image":
+            if len(columns) != 1:
+                raise ValueError(f"{type(estimator).__name__} was fitted on images; got a "
+                                 f"table of columns {list(columns)}: pass one image column")
+            return IMAGE.read(estimator, next(iter(columns.values())), spec)
         if (kind == "text") != (spec.form == "text") or spec.form not in (
                 "text", "flat", "dict"):
             what = "text" if spec.form == "text" else f"{spec.form} input, not text"
@@ -120,6 +132,14 @@ def _fitted_columns(estimator: Any, spec: InputSpec) -> list | None:
         return None if names is None else list(names)
     names = fitted_views(spec)
     return names if all(isinstance(c, str) for c in names) else None
+
+
+def _image_column(columns: dict, kind: str) -> Any:
+    """The one column of a table when it holds single images, else ``None``."""
+    if kind != "views" or len(columns) != 1:
+        return None
+    values = next(iter(columns.values()))
+    return values if IMAGE.detect(values) else None
 
 
 def _warn_unnamed(estimator: Any, columns: dict) -> None:

@@ -1,0 +1,185 @@
+"""Tests of ``skcontrast.images``: single images in every common form train one model
+with the default encoder and augmentation; the rule that tells single images from
+pairs; ambiguous and wrong forms refused; saving, loading and export."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from sklearn.base import clone
+
+from skcontrast import ContrastiveEmbedder, SupConEmbedder, load
+from skcontrast.images import ImageAugmentation, ImageEncoder, image_layout
+
+#: one epoch of the default image encoder, narrow (its first convolution of 4 channels)
+QUICK = {"max_epochs": 1, "batch_size": 16, "random_state": 0, "n_components": 8,
+         "module__width": 4}
+
+
+def colour_images(n=40, side=8, seed=0):
+    """Bytes ``(n, side, side, 3)`` (channels last, as PIL gives them) whose class is the
+    dominant channel, and the classes."""
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % 3
+    x = rng.uniform(0, 90, size=(n, side, side, 3))
+    x[np.arange(n), :, :, y] += 150
+    return x.astype(np.uint8), y
+
+
+def forms(x_last):
+    """The same colour images in each form a user may hold them."""
+    from PIL import Image
+
+    first = np.ascontiguousarray(np.moveaxis(x_last, 3, 1))
+    return {
+        "uint8 channels last": x_last,
+        "uint8 channels first": first,
+        "float channels first": first.astype(np.float32) / 255,
+        "float tensor": torch.from_numpy(first).float() / 255,
+        "uint8 tensor channels last": torch.from_numpy(x_last),
+        "PIL images": [Image.fromarray(im) for im in x_last],
+    }
+
+
+def test_every_image_form_trains_the_same_model():
+    x, _ = colour_images()
+    embeddings = {}
+    for name, X in forms(x).items():
+        est = ContrastiveEmbedder(**QUICK).fit(X)
+        assert est.input_spec_.form == "image", name
+        assert est.input_spec_.views[0].shape == (3, 8, 8), name
+        embeddings[name] = est.transform(X)
+    reference = embeddings.pop("float channels first")
+    for name, Z in embeddings.items():
+        np.testing.assert_allclose(Z, reference, atol=2e-6, err_msg=name)
+
+
+def test_a_fitted_model_reads_images_in_any_form():
+    x, _ = colour_images()
+    est = ContrastiveEmbedder(**QUICK).fit(x)
+    reference = est.transform(x)
+    for name, X in forms(x).items():
+        np.testing.assert_allclose(est.transform(X), reference, atol=2e-6, err_msg=name)
+
+
+def test_a_dataset_image_column_is_single_images():
+    datasets = pytest.importorskip("datasets")
+    from PIL import Image
+
+    x, _ = colour_images()
+    table = datasets.Dataset.from_dict({"image": [Image.fromarray(im) for im in x]})
+    est = ContrastiveEmbedder(**QUICK).fit(table)
+    assert est.input_spec_.form == "image"
+    np.testing.assert_allclose(est.transform(table),
+                               ContrastiveEmbedder(**QUICK).fit(x).transform(x), atol=2e-6)
+    np.testing.assert_allclose(est.transform(table.with_format("numpy")), est.transform(x),
+                               atol=2e-6)
+    with pytest.raises(ValueError, match=r"fitted on images.*pass one image column"):
+        est.transform(datasets.Dataset.from_dict({"image": table["image"],
+                                                  "other": table["image"]}))
+
+
+@pytest.mark.parametrize("shape, layout", [
+    ((5, 1, 28, 28), "first"), ((5, 3, 32, 32), "first"), ((5, 1, 8, 8), "first"),
+    ((5, 28, 28, 1), "last"), ((5, 32, 32, 3), "last"),
+    ((5, 2, 28, 28), None),        # pairs of 28 x 28 views
+    ((5, 2, 3, 32, 32), None),     # pairs of colour images
+    ((5, 3, 4, 4), None),          # too small to be images: an array
+    ((5, 28, 28), None),           # floats (n, H, W): not images (bytes are)
+])
+def test_the_rule_that_tells_single_images(shape, layout):
+    assert image_layout(np.zeros(shape, dtype=np.float32)) == layout
+
+
+def test_grey_bytes_without_a_channel_axis_are_images_and_rgba_is_refused():
+    assert image_layout(np.zeros((5, 28, 28), dtype=np.uint8)) == "grey"
+    for shape in ((5, 4, 16, 16), (5, 16, 16, 4)):
+        with pytest.raises(ValueError, match=r"ambiguous: RGBA images.*X\[:, :3\]"):
+            image_layout(np.zeros(shape, dtype=np.uint8))
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 8), (1, 28, 28), (3, 32, 32), (1, 40, 40)])
+def test_grey_and_colour_images_of_each_size_fit_transform_and_supcon(shape):
+    rng = np.random.default_rng(0)
+    X = rng.random((32, *shape), dtype=np.float32)
+    y = np.arange(32) % 4
+    est = ContrastiveEmbedder(**QUICK).fit(X)
+    assert est.transform(X).shape == (32, 8)
+    U, V = est.transform_pairs(X)  # two default augmentations of each image
+    assert U.shape == V.shape == (32, 8) and not np.allclose(U, V)
+    supcon = SupConEmbedder(**QUICK).fit(X, y)
+    assert supcon.net_.criterion_.structure == "crops"  # two augmented crops per image
+    assert supcon.transform(X).shape == (32, 8)
+
+
+def test_pairs_of_images_stay_pairs():
+    X = np.random.default_rng(0).random((32, 2, 1, 8, 8), dtype=np.float32)
+    est = ContrastiveEmbedder(max_epochs=1, batch_size=16, random_state=0).fit(X)
+    assert est.input_spec_.form == "array" and est.input_spec_.paired
+
+
+def test_wrong_image_input_after_fit_is_refused_saying_what_to_pass():
+    x, _ = colour_images()
+    est = ContrastiveEmbedder(**QUICK).fit(x)
+    with pytest.raises(ValueError, match=r"X must be single images \(fitted on view 0 "
+                                         r"\(images, shape \(3, 8, 8\)\)\)"):
+        est.transform(np.zeros((4, 8), dtype=np.float32))
+    with pytest.raises(ValueError, match=r"items of shape \(1, 8, 8\)"):
+        est.transform(np.zeros((4, 1, 8, 8), dtype=np.float32))
+    from PIL import Image
+
+    mixed = [Image.new("RGB", (8, 8)), Image.new("RGB", (9, 9))]
+    with pytest.raises(ValueError, match="PIL images of 2 sizes"):
+        ContrastiveEmbedder(**QUICK).fit(mixed)
+
+
+def test_a_saved_image_model_loads_with_its_default_augmentation(tmp_path):
+    x, _ = colour_images()
+    est = ContrastiveEmbedder(**QUICK).fit(x)
+    path = est.save(tmp_path / "images")
+    loaded = load(path)
+    np.testing.assert_array_equal(loaded.transform(x), est.transform(x))
+    np.testing.assert_array_equal(loaded.transform_pairs(x)[0], est.transform_pairs(x)[0])
+    np.testing.assert_array_equal(clone(est).fit(x).transform(x), est.transform(x))
+
+
+def test_module_options_reach_the_default_image_encoder_and_others_are_refused():
+    x, _ = colour_images()
+    est = ContrastiveEmbedder(**{**QUICK, "module__width": 8}).fit(x)
+    assert est.net_.module_.encoders[0].width == 8
+    with pytest.raises(ValueError, match=r"\['depth'\] are not options of the default image "
+                                         r"encoder \(ImageEncoder\)"):
+        ContrastiveEmbedder(module__depth=3, **QUICK).fit(x)
+
+
+def test_the_untrained_pixel_path_keeps_pixel_distances():
+    """Before training, the encoder's pixel path is a PCA of the standardised pixels
+    (``fit_prior``): keeping every direction, it is a rotation and one scale, so every
+    distance between images is the standardised pixels' distance times one number."""
+    x = torch.rand(50, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    encoder = ImageEncoder((1, 8, 8), 64).fit_prior([x])
+    projected = torch.cdist(encoder.pixels(x).double(), encoder.pixels(x).double())
+    pixels = torch.cdist(ImageEncoder.standardise(x).double(),
+                         ImageEncoder.standardise(x).double())
+    off = ~torch.eye(50, dtype=torch.bool)
+    ratio = projected[off] / pixels[off]
+    assert float(ratio.std() / ratio.mean()) < 1e-4
+
+
+@given(st.integers(0, 2**31 - 1))
+def test_an_augmentation_is_a_function_of_its_generator(seed):
+    x = torch.rand(6, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    augment = ImageAugmentation.for_images((3, 16, 16))
+    a = augment(x, torch.Generator().manual_seed(seed))
+    b = augment(x, torch.Generator().manual_seed(seed))
+    assert a.shape == x.shape and torch.equal(a, b) and torch.isfinite(a).all()
+
+
+def test_grey_images_are_never_flipped_colour_ones_may_be():
+    assert ImageAugmentation.for_images((1, 28, 28)).flip == 0
+    assert ImageAugmentation.for_images((3, 32, 32)).flip == 0.5
+    with pytest.raises(ValueError, match="crop_scale must be"):
+        ImageAugmentation(crop_scale=(0, 1))
+    with pytest.raises(ValueError, match=r"takes images \(n, C, H, W\)"):
+        ImageAugmentation()(torch.zeros(4, 64))
