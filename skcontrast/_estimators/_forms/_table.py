@@ -34,8 +34,8 @@ class TableForm(InputForm):
     in the dict form; a table of one column of images (a ``datasets`` ``Image``
     column, PIL images, or per-row arrays that are images by the rule of
     :mod:`skcontrast.images`) is single images. A table mixing text and numeric
-    columns, or a column of missing, mixed or ragged values, is refused naming the column; so is a label column (pass
-    the labels as ``y``). After ``fit`` a table is read by the column names seen in fit,
+    columns, or a column of missing, mixed or ragged values, is refused naming the
+    column; so is a label column (pass the labels as ``y``). After ``fit`` a table is read by the column names seen in fit,
     in any order (:func:`~skcontrast._tables.order_columns`; the views' columns without
     the hard-negative ones, or the first view's alone, for ``transform``); a missing,
     unseen or renamed column is refused naming it. A model fitted without column names
