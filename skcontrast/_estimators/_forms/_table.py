@@ -27,20 +27,20 @@ class TableForm(InputForm):
     """A table of columns (:mod:`skcontrast._tables`): a pandas ``DataFrame``, a Hugging
     Face ``datasets.Dataset`` in any format, or a list of row dicts, read by column name.
 
-    Text columns (every value a string) are text views, by name: the first two the
-    views (one for single views), further ones hard-negative columns, as in the dict
-    form. Numeric columns are scikit-learn's features (``feature_names_in_``), and
-    columns of per-row arrays are views (the first two) and hard-negative columns, as
-    in the dict form; a table of one column of images (a ``datasets`` ``Image``
-    column, PIL images, or per-row arrays that are images by the rule of
-    :mod:`skcontrast.images`) is single images. A table mixing text and numeric
-    columns, or a column of missing, mixed or ragged values, is refused naming the
-    column; so is a label column (pass the labels as ``y``). After ``fit`` a table is read by the column names seen in fit,
-    in any order (:func:`~skcontrast._tables.order_columns`; the views' columns without
-    the hard-negative ones, or the first view's alone, for ``transform``); a missing,
-    unseen or renamed column is refused naming it. A model fitted without column names
-    (lists, arrays, a table whose names are not strings) reads a table by position,
-    with scikit-learn's warning.
+    Text columns (every value a string) are text views, by name: the first two the views
+    (one for single views), further ones hard-negative columns, as in the dict form.
+    Numeric columns are scikit-learn's features (``feature_names_in_``), and columns of
+    per-row arrays are views (the first two) and hard-negative columns, as in the dict
+    form; a table of one column of images (a ``datasets`` ``Image`` column, PIL images,
+    or per-row arrays that are images by the rule of :mod:`skcontrast.images`) is single
+    images. A table mixing text and numeric columns, or a column of missing, mixed or
+    ragged values, is refused naming the column; so is a label column (pass the labels
+    as ``y``). After ``fit`` a table is read by the column names seen in fit, in any
+    order (:func:`~skcontrast._tables.order_columns`; the views' columns without the
+    hard-negative ones, or the first view's alone, for ``transform``); a missing, unseen
+    or renamed column is refused naming it. A model fitted without column names (lists,
+    arrays, a table whose names are not strings) reads a table by position, with
+    scikit-learn's warning.
     """
 
     name = "table"
