@@ -119,3 +119,34 @@ def digit_images():
 #: A small, reproducible fit of the default text model (a 2^12-id bag).
 TEXT_FIT = {"max_epochs": 2, "batch_size": 8, "random_state": 0, "device": "cpu",
             "tokenizer": HashingNgramTokenizer(n_features=2**12)}
+
+
+@pytest.fixture(scope="session")
+def run_once(tmp_path_factory):
+    """``run_once(key, fn)``: ``fn()``'s JSON result, computed once per session, however
+    many pytest-xdist workers ask (the first one runs it, under a file lock, and the
+    others read its result). A failure is kept too (``{"error": traceback}``), so it is
+    reported by each test that asks, not run again."""
+    import json
+    import traceback
+
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by the workers
+    root = root / "run-once"
+    root.mkdir(exist_ok=True)
+
+    def once(key, fn):
+        path = root / f"{key}.json"
+        with FileLock(str(path) + ".lock"):
+            if not path.exists():
+                try:
+                    result = fn()
+                except Exception:
+                    result = {"error": traceback.format_exc()}
+                path.write_text(json.dumps(result))
+        return json.loads(path.read_text())
+
+    return once

@@ -39,7 +39,7 @@ def code_blocks() -> dict[str, str]:
 BLOCKS = code_blocks()
 # A process runs every block of a share, each in a fresh namespace (so a block that uses
 # a name another block defined fails), in its own empty working directory. Two shares,
-# each a pytest-xdist group that one worker runs beside the other tests.
+# each run once (conftest's ``run_once``) by the pytest-xdist worker that first asks.
 SHARES = 2
 RUNNER = """
 import json, os, sys, tempfile, traceback, warnings
@@ -54,7 +54,6 @@ for name, code in blocks.items():
         results[name] = traceback.format_exc()
 print(json.dumps(results))
 """
-OUTCOMES: dict[int, dict] = {}
 
 
 def share_of(name: str) -> int:
@@ -63,21 +62,20 @@ def share_of(name: str) -> int:
 
 def outcomes(share: int) -> dict:
     """Each block's traceback (``""``: it ran) for the blocks of one share."""
-    if share not in OUTCOMES:
-        blocks = {name: code for name, code in BLOCKS.items() if share_of(name) == share}
-        done = subprocess.run([sys.executable, "-c", RUNNER], input=json.dumps(blocks),
-                              capture_output=True, text=True, timeout=900,
-                              env={**os.environ, "MPLBACKEND": "Agg"})
-        assert done.returncode == 0, done.stderr[-3000:]
-        OUTCOMES[share] = json.loads(done.stdout.strip().splitlines()[-1])
-    return OUTCOMES[share]
+    blocks = {name: code for name, code in BLOCKS.items() if share_of(name) == share}
+    done = subprocess.run([sys.executable, "-c", RUNNER], input=json.dumps(blocks),
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "MPLBACKEND": "Agg"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xdist_group(f"docs-{share_of(name)}"))
-    for name in BLOCKS])
-def test_doc_code_block_runs_on_its_own(name):
-    outcome = outcomes(share_of(name))[name]
+@pytest.mark.parametrize("name", list(BLOCKS))
+def test_doc_code_block_runs_on_its_own(name, run_once):
+    share = share_of(name)
+    results = run_once(f"docs-{share}", lambda: outcomes(share))
+    assert "error" not in results, results.get("error")
+    outcome = results[name]
     assert outcome == "", f"{BLOCKS[name]}\n---\n{outcome[-3000:]}"
 
 

@@ -41,9 +41,9 @@ print(json.dumps(results))
 
 #: the examples run in two processes of one thread each, every script of a share in the
 #: same process (Python, torch and the package are imported once per share); under
-#: pytest-xdist each share is a group that one worker runs, beside the other tests
+#: pytest-xdist each share runs once (conftest's ``run_once``), on the worker that
+#: first asks for it, beside the other tests
 SHARES = 2
-RUNS: dict[int, dict] = {}
 
 
 def share_of(script: Path) -> int:
@@ -52,23 +52,22 @@ def share_of(script: Path) -> int:
 
 def run_share(share: int) -> dict:
     """Every script of one share in its quick mode, in one subprocess; its results
-    by script name (kept for the share's other tests)."""
-    if share not in RUNS:
-        scripts = {s.name: str(s) for s in EXAMPLES if share_of(s) == share}
-        with tempfile.TemporaryDirectory(prefix="skcontrast-examples-") as out:
-            done = subprocess.run(
-                [sys.executable, "-c", RUNNER, json.dumps(scripts), out],
-                capture_output=True, text=True, cwd=ROOT, timeout=1200,
-                env={**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
-        assert done.returncode == 0, done.stderr[-3000:]
-        RUNS[share] = json.loads(done.stdout.strip().splitlines()[-1])
-    return RUNS[share]
+    by script name."""
+    scripts = {s.name: str(s) for s in EXAMPLES if share_of(s) == share}
+    with tempfile.TemporaryDirectory(prefix="skcontrast-examples-") as out:
+        done = subprocess.run(
+            [sys.executable, "-c", RUNNER, json.dumps(scripts), out],
+            capture_output=True, text=True, cwd=ROOT, timeout=1200,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("script", [
-    pytest.param(s, marks=pytest.mark.xdist_group(f"examples-{share_of(s)}"))
-    for s in EXAMPLES], ids=lambda p: p.name)
-def test_example_runs_in_quick_mode(script):
-    run = run_share(share_of(script))[script.name]
+@pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)
+def test_example_runs_in_quick_mode(script, run_once):
+    share = share_of(script)
+    runs = run_once(f"examples-{share}", lambda: run_share(share))
+    assert "error" not in runs, runs.get("error")
+    run = runs[script.name]
     assert run["error"] == "", run["error"][-3000:]
     assert run["stdout"].strip()

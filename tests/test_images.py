@@ -153,18 +153,33 @@ def test_module_options_reach_the_default_image_encoder_and_others_are_refused()
         ContrastiveEmbedder(module__depth=3, **QUICK).fit(x)
 
 
-def test_the_untrained_pixel_path_keeps_pixel_distances():
-    """Before training, the encoder's pixel path is a PCA of the standardised pixels
-    (``fit_prior``): keeping every direction, it is a rotation and one scale, so every
-    distance between images is the standardised pixels' distance times one number."""
-    x = torch.rand(50, 1, 8, 8, generator=torch.Generator().manual_seed(0))
-    encoder = ImageEncoder((1, 8, 8), 64).fit_prior([x])
-    projected = torch.cdist(encoder.pixels(x).double(), encoder.pixels(x).double())
-    pixels = torch.cdist(ImageEncoder.standardise(x).double(),
-                         ImageEncoder.standardise(x).double())
-    off = ~torch.eye(50, dtype=torch.bool)
-    ratio = projected[off] / pixels[off]
-    assert float(ratio.std() / ratio.mean()) < 1e-4
+def test_the_pixel_prior_is_a_half_whitened_pca_of_the_training_pixels():
+    """``fit_prior``: the prior projects the centred pixels on their leading principal
+    directions, each scaled by (variance + 1e-3 * the largest) ** -1/4, as a float64
+    eigendecomposition of the covariance does (up to each direction's sign)."""
+    x = torch.rand(60, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    encoder = ImageEncoder((1, 8, 8), 16, prior_width=10).fit_prior([x])
+    flat = x.flatten(1).double().numpy()
+    centred = flat - flat.mean(axis=0)
+    values, vectors = np.linalg.eigh(centred.T @ centred / len(flat))
+    values, vectors = values[::-1][:10], vectors[:, ::-1][:, :10]
+    expected = centred @ (vectors * (values + 1e-3 * values[0]) ** -0.25)
+    with torch.no_grad():
+        got = encoder.prior(x).double().numpy()
+    signs = np.sign(np.sum(got * expected, axis=0))
+    np.testing.assert_allclose(got * signs, expected, atol=1e-4)
+
+
+def test_before_it_is_fitted_the_prior_keeps_pixel_distances():
+    """Unfitted (a model built to be loaded), the prior is a random orthogonal
+    projection: keeping every direction, it keeps every distance between images."""
+    x = torch.rand(20, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    encoder = ImageEncoder((1, 8, 8), 100, prior_width=64)
+    with torch.no_grad():
+        projected = encoder.prior(x).double()
+    np.testing.assert_allclose(torch.cdist(projected, projected).numpy(),
+                               torch.cdist(x.flatten(1).double(), x.flatten(1).double())
+                               .numpy(), atol=1e-5)
 
 
 @given(st.integers(0, 2**31 - 1))
@@ -179,6 +194,8 @@ def test_an_augmentation_is_a_function_of_its_generator(seed):
 def test_grey_images_are_never_flipped_colour_ones_may_be():
     assert ImageAugmentation.for_images((1, 28, 28)).flip == 0
     assert ImageAugmentation.for_images((3, 32, 32)).flip == 0.5
+    with pytest.raises(ValueError, match="padding must be"):
+        ImageAugmentation(padding="wrap")
     with pytest.raises(ValueError, match="crop_scale must be"):
         ImageAugmentation(crop_scale=(0, 1))
     with pytest.raises(ValueError, match=r"takes images \(n, C, H, W\)"):

@@ -22,7 +22,9 @@ tokenizer : callable, Hugging Face tokenizer or None, default=None
     'n_components': """\
 n_components : int or 'auto', default='auto'
     Embedding dimension. ``'auto'``: 256 when a view is text (the width at which the
-    default text encoder's lexical prior is close to TF-IDF's cosine), else 32.""",
+    default text encoder's lexical prior is close to TF-IDF's cosine), 96 for single
+    images (the default image encoder's pixel prior of 64 beside 32 learned), else
+    32.""",
     'hidden_layer_sizes': """\
 hidden_layer_sizes : tuple of int or 'auto', default='auto'
     Hidden widths of the default encoder. ``'auto'``: ``(128,)`` for the MLP of a
