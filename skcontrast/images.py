@@ -157,7 +157,8 @@ class ImageAugmentation(nn.Module):
                  brightness: float = 0.15, contrast: float = 0.3, colour: float = 0.0,
                  noise: float = 0.075, padding: str = "zeros") -> None:
         super().__init__()
-        self.crop_scale = tuple(float(s) for s in crop_scale)
+        low, high = (float(s) for s in crop_scale)
+        self.crop_scale = (low, high)
         self.zoom = float(zoom)
         self.degrees = float(degrees)
         self.translate = float(translate)
@@ -167,7 +168,6 @@ class ImageAugmentation(nn.Module):
         self.colour = float(colour)
         self.noise = float(noise)
         self.padding = padding
-        low, high = self.crop_scale
         if not 0 < low <= high <= 1:
             raise ValueError(f"crop_scale must be (low, high) with 0 < low <= high <= 1; "
                              f"got {crop_scale!r}")
@@ -201,7 +201,8 @@ class ImageAugmentation(nn.Module):
         angle = uniform(-self.degrees, self.degrees) * (math.pi / 180)
         scale = 1 + uniform(-self.zoom, self.zoom)  # the sampling grid's (< 1: zoom in)
         if self.crop_scale != (1.0, 1.0):
-            scale = scale * uniform(*self.crop_scale).sqrt()
+            low, high = self.crop_scale
+            scale = scale * uniform(low, high).sqrt()
         mirror = torch.where(uniform(0, 1) < self.flip, -1.0, 1.0).to(x.dtype)
         tx, ty = (uniform(-1, 1) * 2 * self.translate for _ in range(2))
         cos, sin = angle.cos() * scale, angle.sin() * scale
@@ -268,9 +269,15 @@ class ImageEncoder(nn.Module):
         Seeds the prior's projection before it is fitted (the estimators seed the rest).
     """
 
-    def __init__(self, shape: tuple[int, int, int], n_out: int, width: int | None = None,
+    projection: torch.Tensor
+    pixel_mean: torch.Tensor
+    input_scale: torch.Tensor
+
+    def __init__(self, shape: tuple[int, ...], n_out: int, width: int | None = None,
                  prior_width: int = 64, mix: float = 1.5, seed: int = 0) -> None:
         super().__init__()
+        if len(shape) != 3:
+            raise ValueError(f"shape must be (C, H, W); got {shape!r}")
         channels, height, width_px = (check_int(s, "shape", minimum=1) for s in shape)
         self.shape = (channels, height, width_px)
         self.n_out = check_int(n_out, "n_out", minimum=2)
@@ -356,6 +363,8 @@ class ImageEncoder(nn.Module):
         return self.features((self.as_floats(x) - mean) / std)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The embeddings ``(n, n_out)`` of images ``(n, C, H, W)``: the normalised prior
+        beside ``mix`` times the normalised learned part."""
         x = x.reshape(-1, *self.shape)
         return torch.cat([F.normalize(self.prior(x), dim=1),
                           self.mix * F.normalize(self.learned(x), dim=1)], dim=1)

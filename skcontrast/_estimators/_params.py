@@ -361,6 +361,7 @@ class ParameterChecks(BaseEstimator):
         take options; the MLP takes none)."""
         nested = self._nested("module__")
         if self.module is None and nested:
+            options: tuple[str, ...]
             if any(view.text for view in spec.views):
                 default, options = "text encoder (NgramBagEncoder)", TEXT_ENCODER_OPTIONS
             elif any(view.image for view in spec.views):
