@@ -3,11 +3,10 @@
 The table of input forms (:mod:`._forms`) reads every accepted form into a
 :class:`ViewData` (a torch ``Dataset`` fetched a whole batch at a time) and an
 :class:`InputSpec` (what the views look like, learned in ``fit`` and enforced on later
-input); training, inference and the selectors' embedding pass iterate over a
-:class:`ViewData` and never branch on the form. Its batch is a :class:`Batch` ``(views,
-labels, index)``, whose ``index`` (the dataset indices of the selected batch) travels
-with its rows, through DataLoader workers and prefetching, to whatever keeps per-sample
-state across batches (:mod:`skcontrast.memory`), instead of through a side channel.
+input); the rest iterates over a :class:`ViewData`, never branching on the form. Its
+batch is a :class:`Batch` ``(views, labels, index)``, whose ``index`` (the selected
+rows' dataset indices) travels with its rows, through DataLoader workers, to whatever
+keeps per-sample state (:mod:`skcontrast.memory`), not through a side channel.
 """
 
 from __future__ import annotations
@@ -41,8 +40,7 @@ class View:
     #: a text view's number of token ids (its tokenizer's vocabulary), else ``None``;
     #: its length (``shape``) is the longest text's and may differ after fit
     vocabulary: int | None = None
-    #: single images ``(C, H, W)`` (the image form): the default encoder and
-    #: augmentation are :mod:`skcontrast.images`'
+    #: single images ``(C, H, W)``, whose defaults are :mod:`skcontrast.images`'
     image: bool = False
 
     @property
@@ -60,9 +58,7 @@ class View:
         if self.parts:
             inner = ", ".join(p.describe().removeprefix("view ") for p in self.parts)
             return f"view {self.name!r} made of {inner}"
-        if self.image:
-            return f"view {self.name!r} (images, shape {self.shape})"
-        kind = "integer" if self.integer else "float"
+        kind = "images" if self.image else "integer" if self.integer else "float"
         return f"view {self.name!r} ({kind}, shape {self.shape})"
 
 
