@@ -182,8 +182,8 @@ def main() -> None:
     rows = []
     for name, (images, labels) in sets.items():
         if args.quick:  # 200 images drawn at random (a file may be sorted by class)
-            rows = np.random.default_rng(0).permutation(len(labels))[:200]
-            images, labels = images[rows], labels[rows]
+            drawn = np.random.default_rng(0).permutation(len(labels))[:200]
+            images, labels = images[drawn], labels[drawn]
         rows += study(name, images, labels, seeds, args.quick, print)
     columns = ("data", "method", "kNN", "sd", "copy R@1", "fit s", "s/epoch")
     lines = [" | ".join(columns)]
