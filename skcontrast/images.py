@@ -64,8 +64,9 @@ def is_pil_image(x: Any) -> bool:
 
 
 def pil_images(images: Any, name: str = "X") -> np.ndarray:
-    """A list of PIL images as ``(n, H, W, C)`` bytes: of one size and mode (grey
-    ``'L'``, colour ``'RGB'``; others are converted to RGB with a message if lossy)."""
+    """A list of PIL images as ``(n, H, W, C)`` bytes, all of one size: grey (``'L'``)
+    images as one channel, colour (``'RGB'``, or ``'RGB'`` and ``'L'`` mixed) as three;
+    other modes and several sizes are refused, naming the conversion to make."""
     modes = {im.mode for im in images}
     sizes = {im.size for im in images}
     if len(sizes) > 1:

@@ -19,10 +19,15 @@ from .._data import InputSpec, TensorViews, View, ViewData, array_view
 from ._form import NO_FEATURES, InputForm
 
 
+def is_pil_list(X: Any) -> bool:
+    """A non-empty list or tuple of PIL images."""
+    return isinstance(X, list | tuple) and bool(X) and all(is_pil_image(x) for x in X)
+
+
 def as_images(X: Any, name: str = "X") -> torch.Tensor | None:
     """``X`` as ``(n, C, H, W)`` images when it is single images by the rule, else
     ``None`` (ambiguous shapes are refused)."""
-    if isinstance(X, list | tuple) and X and all(is_pil_image(x) for x in X):
+    if is_pil_list(X):
         X = pil_images(X, name)
     if not isinstance(X, np.ndarray | torch.Tensor):
         return None
@@ -37,7 +42,7 @@ class ImageForm(InputForm):
 
     def detect(self, X: Any) -> bool:
         if isinstance(X, list | tuple):
-            return bool(X) and all(is_pil_image(x) for x in X)
+            return is_pil_list(X)
         return isinstance(X, np.ndarray | torch.Tensor) and image_layout(X) is not None
 
     def fit(self, estimator: Any, X: Any, *, single: bool, labelled: bool,
