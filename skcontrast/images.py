@@ -235,7 +235,8 @@ class ImageEncoder(nn.Module):
 
     The embedding is ``[normalize(prior(x)), mix * normalize(cnn(x))]``:
 
-    - the *prior* is a PCA of the pixels (Pearson 1901), half-whitened (each of its
+    - the *prior* is a PCA of the pixels (Pearson 1901,
+      https://doi.org/10.1080/14786440109462720), half-whitened (each of its
       ``prior_width`` leading directions scaled by the inverse fourth root of its
       variance), fitted on the training images before the first step
       (:meth:`fit_prior`) and fixed: before any training the model's neighbours are
@@ -339,7 +340,7 @@ class ImageEncoder(nn.Module):
                 values, left = torch.linalg.eigh(centred @ centred.T)
                 values, left = values[-k:].flip(0), left[:, -k:].flip(1)
                 vectors = centred.T @ left / values.clamp(min=1e-12).sqrt()
-        else:  # randomised (Halko et al. 2011), seeded here, the global stream untouched
+        else:  # randomised (Halko et al. 2011, arXiv:0909.4061), seeded, global RNG untouched
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.seed)
                 _, singular, vectors = torch.pca_lowrank(centred, q=k + 10, center=False,
