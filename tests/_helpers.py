@@ -79,3 +79,52 @@ class PairDataset(Dataset):
     def __getitem__(self, i):
         x = self.images[i]
         return (x, x.roll(1, dims=-1)) if self.views == 2 else x
+
+
+PEAK = """
+import json, re, sys, torch
+from skcontrast import losses
+
+def status(key):  # bytes
+    return int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read())[1]) * 1024
+
+def step(b, chunk):
+    g = torch.Generator().manual_seed(0)
+    u = torch.randn(b, 16, generator=g, requires_grad=True)
+    v = torch.randn(b, 16, generator=g, requires_grad=True)
+    scalars = {k: torch.tensor(x, requires_grad=True) for k, x in json.loads(sys.argv[4]).items()}
+    getattr(losses, sys.argv[1])(u, v, chunk_size=chunk, **scalars).backward()
+    assert torch.isfinite(u.grad).all() and torch.isfinite(v.grad).all()
+    assert all(torch.isfinite(x.grad) for x in scalars.values())
+
+step(64, 16), step(64, None)  # allocator and kernels warmed up
+b, chunk, growth = int(sys.argv[2]), int(sys.argv[3]), []
+for size in (chunk, None):
+    open("/proc/self/clear_refs", "w").write("5")  # the peak (VmHWM) set to what is resident
+    before = status("VmRSS")
+    step(b, size)
+    growth.append(status("VmHWM") - before)
+print(json.dumps(growth))
+"""
+
+
+def peak_memory_growth(loss, b, chunk, **scalars):
+    """The peak resident memory (bytes) a forward and backward of ``loss`` (a function of
+    :mod:`skcontrast.losses`) added on ``(b, 16)`` views, tiled in ``chunk``-row tiles and
+    dense, in a fresh process; ``scalars`` are learned 0-d parameters (temperature, bias),
+    which get gradients too. Linux's peak (``VmHWM``) is reset before each (``clear_refs``),
+    and every allocation above 64 KiB is its own mapping, returned when freed (glibc's
+    ``MALLOC_MMAP_THRESHOLD_``), so the peak is what the loss held at once, not what the
+    allocator kept."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK, loss, str(b), str(chunk), json.dumps(scalars)],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    tiled, dense = json.loads(done.stdout.strip().splitlines()[-1])
+    return tiled, dense

@@ -24,11 +24,13 @@ def test_demo_quick_has_every_column_and_beats_the_cca_baseline(tmp_path):
     recall = 0.5 * (shuffled["R@1 u->v"] + shuffled["R@1 v->u"])
     assert recall > result.baseline  # a real comparison: the CCA baseline is fitted here
     assert all(row["NCC acc."] > 0.9 for row in result.rows[5:])
-    simclr = {row["representation"]: row for row in result.simclr_rows}
-    assert list(simclr) == ["raw pixels", "PCA (32)", "SimCLR CNN, 8 epochs"]
-    learned = simclr["SimCLR CNN, 8 epochs"]
-    assert learned["kNN acc."] > 0.8 and learned["linear probe"] > 0.8  # chance is 0.1
-    assert "SimCLR on the digit images" in (tmp_path / "table.txt").read_text()
+    images = {row["representation"]: row for row in result.image_rows}
+    assert list(images) == ["raw pixels", "PCA (32)", "untrained default (pixel prior)",
+                            "ContrastiveEmbedder(), 8 epochs"]
+    learned = images["ContrastiveEmbedder(), 8 epochs"]
+    assert learned["kNN acc."] > 0.9 and learned["linear probe"] > 0.9  # chance is 0.1
+    assert images["untrained default (pixel prior)"]["kNN acc."] > 0.9  # the prior alone
+    assert "Images in: the digit images" in (tmp_path / "table.txt").read_text()
     for pairs in ("same script", "other scripts"):  # a row of each search per pair set
         text = {row["search"].split(",")[0]: row for row in result.text_rows
                 if row["pairs"] == pairs}

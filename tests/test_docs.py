@@ -37,10 +37,11 @@ def code_blocks() -> dict[str, str]:
 
 
 BLOCKS = code_blocks()
-# A process runs every block of a share, each in a fresh namespace (so a block that uses
-# a name another block defined fails), in its own empty working directory. Two shares,
-# each run once (conftest's ``run_once``) by the pytest-xdist worker that first asks.
-SHARES = 2
+# One process runs every block, each in a fresh namespace (so a block that uses a name
+# another block defined fails), in its own empty working directory; it runs once
+# (conftest's ``run_once``), on the pytest-xdist worker that first asks, while the other
+# worker goes on with other tests. One process, not one per worker: the imports the
+# blocks need (torch, dask, lightning ...) cost seconds each time.
 RUNNER = """
 import json, os, sys, tempfile, traceback, warnings
 warnings.simplefilter("ignore")
@@ -56,14 +57,9 @@ print(json.dumps(results))
 """
 
 
-def share_of(name: str) -> int:
-    return list(BLOCKS).index(name) % SHARES
-
-
-def outcomes(share: int) -> dict:
-    """Each block's traceback (``""``: it ran) for the blocks of one share."""
-    blocks = {name: code for name, code in BLOCKS.items() if share_of(name) == share}
-    done = subprocess.run([sys.executable, "-c", RUNNER], input=json.dumps(blocks),
+def outcomes() -> dict:
+    """Each block's traceback (``""``: it ran)."""
+    done = subprocess.run([sys.executable, "-c", RUNNER], input=json.dumps(BLOCKS),
                           capture_output=True, text=True, timeout=900,
                           env={**os.environ, "MPLBACKEND": "Agg"})
     assert done.returncode == 0, done.stderr[-3000:]
@@ -72,8 +68,7 @@ def outcomes(share: int) -> dict:
 
 @pytest.mark.parametrize("name", list(BLOCKS))
 def test_doc_code_block_runs_on_its_own(name, run_once):
-    share = share_of(name)
-    results = run_once(f"docs-{share}", lambda: outcomes(share))
+    results = run_once("docs", outcomes)
     assert "error" not in results, results.get("error")
     outcome = results[name]
     assert outcome == "", f"{BLOCKS[name]}\n---\n{outcome[-3000:]}"

@@ -323,7 +323,9 @@ def test_grid_search_over_loss_balance_and_selector_batch_size():
                               selector=ShuffledBatchSelector(16), random_state=0)
     grid = {"loss__temperature": [0.1, 0.5], "loss__lambda_ent": [0.5, 1.0],
             "selector__batch_size": [8, 32]}
-    search = GridSearchCV(est, grid, cv=2, n_jobs=2).fit(flat)
+    # one process: a search in worker processes runs in docs/balance.rst (n_jobs=2) and
+    # on a dask cluster (test_distributed.py)
+    search = GridSearchCV(est, grid, cv=2).fit(flat)
     assert len(search.cv_results_["params"]) == 8
     assert np.isfinite(search.cv_results_["mean_test_score"]).all()
     assert search.best_estimator_.transform(flat).shape == (240, 4)

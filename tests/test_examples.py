@@ -39,21 +39,12 @@ print(json.dumps(results))
 """
 
 
-#: the examples run in two processes of one thread each, every script of a share in the
-#: same process (Python, torch and the package are imported once per share); under
-#: pytest-xdist each share runs once (conftest's ``run_once``), on the worker that
-#: first asks for it, beside the other tests
-SHARES = 2
-
-
-def share_of(script: Path) -> int:
-    return EXAMPLES.index(script) % SHARES
-
-
-def run_share(share: int) -> dict:
-    """Every script of one share in its quick mode, in one subprocess; its results
-    by script name."""
-    scripts = {s.name: str(s) for s in EXAMPLES if share_of(s) == share}
+def run_all() -> dict:
+    """Every script in its quick mode, one after the other in one subprocess of one
+    thread (Python, torch and the package are imported once); its results by script
+    name. Under pytest-xdist it runs once (conftest's ``run_once``), on the worker that
+    first asks, while the other worker goes on with other tests."""
+    scripts = {s.name: str(s) for s in EXAMPLES}
     with tempfile.TemporaryDirectory(prefix="skcontrast-examples-") as out:
         done = subprocess.run(
             [sys.executable, "-c", RUNNER, json.dumps(scripts), out],
@@ -65,8 +56,7 @@ def run_share(share: int) -> dict:
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)
 def test_example_runs_in_quick_mode(script, run_once):
-    share = share_of(script)
-    runs = run_once(f"examples-{share}", lambda: run_share(share))
+    runs = run_once("examples", run_all)
     assert "error" not in runs, runs.get("error")
     run = runs[script.name]
     assert run["error"] == "", run["error"][-3000:]

@@ -1,25 +1,28 @@
 """skcontrast selectors and losses inside sentence-transformers training, with a BERT built
 from a small config and a tokenizer trained here (no download)."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
 
-st = pytest.importorskip("sentence_transformers")
-pytest.importorskip("datasets")
-
-from skcontrast.integrations.sentence_transformers import (  # noqa: E402
-    SkcontrastLoss,
-    batch_sampler,
-)
-from skcontrast.losses import (  # noqa: E402
+from skcontrast.integrations.sentence_transformers import SkcontrastLoss, batch_sampler
+from skcontrast.losses import (
     FalseNegativeGuard,
     InfoNCE,
     SymmetricInfoNCE,
     info_nce,
     symmetric_info_nce,
 )
-from skcontrast.selectors import SpectralBatchSelector, TemperedSelector  # noqa: E402
+from skcontrast.selectors import SpectralBatchSelector, TemperedSelector
+
+# sentence-transformers is imported by the tests that use it, not when the suite is
+# collected: its import (transformers') takes seconds in every pytest-xdist worker
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("sentence_transformers") is None
+    or importlib.util.find_spec("datasets") is None,
+    reason="needs sentence-transformers and datasets (the 'test' extra)")
 
 ROWS = [("thumbs up", "daumen hoch", "daumen runter", 0),
         ("red heart", "rotes herz", "blaues herz", 1),
@@ -66,7 +69,9 @@ def _bert(folder, texts):
     width = getattr(transformer, "get_embedding_dimension", None) or \
         transformer.get_word_embedding_dimension
     pooling = modules.Pooling(width(), "mean")
-    return st.SentenceTransformer(modules=[transformer, pooling], device="cpu")
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(modules=[transformer, pooling], device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -294,7 +299,9 @@ def _static_model(texts):
     raw.train_from_iterator(texts, trainers.WordPieceTrainer(
         vocab_size=150, special_tokens=["[PAD]", "[UNK]"]))
     torch.manual_seed(0)
-    return st.SentenceTransformer(modules=[_modules().StaticEmbedding(raw, embedding_dim=8)],
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(modules=[_modules().StaticEmbedding(raw, embedding_dim=8)],
                                   device="cpu")
 
 
