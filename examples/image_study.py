@@ -156,8 +156,8 @@ def copy_recall(embed, test: np.ndarray, seed: int = 123) -> float:
     augment = ImageAugmentation.for_images(x.shape[1:])
     copies = augment(x, torch.Generator().manual_seed(seed)).clamp(0, 1)
     a, b = embed(x.numpy()), embed(copies.numpy())
-    a = a / np.linalg.norm(a, axis=1, keepdims=True)
-    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)  # a black image
+    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
     return float(np.mean(np.argmax(b @ a.T, axis=1) == np.arange(len(a))))
 
 

@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = argparse.ArgumentDefaultsHelpFormatter
     demo = sub.add_parser(
         "demo", help="compare batch selectors on split-view digits, SimCLR on the digit "
-             "images and text search (about two minutes on two CPU cores)",
+             "images and text search (about three minutes on two CPU cores)",
         description="Train ContrastiveEmbedder with several batch selectors and "
                     "SupConEmbedder with and without batch-binding on sklearn's digits "
                     "split into left/right halves, SimCLR on the digit images and a text "

@@ -45,7 +45,7 @@ def test_the_demo_run_time_is_stated_the_same_everywhere():
     """README, quickstart and ``skcontrast demo --help`` say one measured thing."""
     from skcontrast._cli import build_parser
 
-    said = "about two minutes"
+    said = "about three minutes"
     help_text = " ".join(build_parser().format_help().split())
     sources = {"README.md": (ROOT / "README.md").read_text(),
                "docs/quickstart.rst": (ROOT / "docs" / "quickstart.rst").read_text(),
