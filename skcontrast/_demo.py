@@ -299,11 +299,11 @@ def text_demo(epochs: int, seed: int = 0, report: Any = print,
         hybrid = HybridRetriever(ContrastiveEmbedder(max_epochs=epochs, random_state=seed),
                                  random_state=seed).fit(data.pairs_train, data.groups_train)
         seconds = time.perf_counter() - start
-        searches = (("TF-IDF, character 2-4-grams", HybridRetriever(weight=1.0), None),
+        methods = (("TF-IDF, character 2-4-grams", HybridRetriever(weight=1.0), None),
                     (f"ContrastiveEmbedder, {epochs} epoch{'s' * (epochs != 1)}",
                      HybridRetriever(hybrid.estimator_, weight=0.0, prefit=True), seconds),
                     (f"hybrid, weight {hybrid.weight_:.1f} (auto)", hybrid, None))
-        for name, search, fit_seconds in searches:
+        for name, search, fit_seconds in methods:
             if search is not hybrid:
                 search.fit(data.pairs_train)
             scores = [metrics.ranking_scores(

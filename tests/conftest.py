@@ -150,3 +150,29 @@ def run_once(tmp_path_factory):
         return json.loads(path.read_text())
 
     return once
+
+
+@pytest.fixture(scope="session")
+def two_process_results(run_once, tmp_path_factory):
+    """What tests/scripts/distributed_fit.py saved from one torchrun launch of two CPU
+    processes (gloo): the data-parallel fits of test_distributed.py and the sampler's
+    slices of test_sampler.py. Launched once per session, whichever worker asks first."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+
+    def launch():
+        out = tmp_path_factory.mktemp("ddp") / "results.pt"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(root), os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
+        done = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone",
+             "--nproc_per_node=2", str(root / "tests" / "scripts" / "distributed_fit.py"),
+             str(out)], capture_output=True, text=True, timeout=300, env=env, cwd=root)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        return str(out)
+
+    path = run_once("two-processes", launch)
+    assert not isinstance(path, dict), path["error"]
+    return torch.load(path, weights_only=False)

@@ -37,19 +37,6 @@ needs_dask = pytest.mark.skipif(importlib.util.find_spec("distributed") is None,
 # Accelerate: two processes train like one
 # --------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def two_process_results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ddp") / "results.pt"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get(
-        "PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         str(SCRIPTS / "distributed_fit.py"), str(out)],
-        capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    return torch.load(out, weights_only=False)
-
-
 @needs_accelerate
 @pytest.mark.parametrize("case", ["shuffled", "osgd, learned temperature",
                                   "supcon, spectral", "sogclr, learned temperature",

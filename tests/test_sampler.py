@@ -2,10 +2,7 @@
 PyTorch Lightning, Hugging Face's Trainer, and data-parallel ranks."""
 
 import importlib.util
-import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -330,42 +327,15 @@ def test_a_hugging_face_trainer_trains_on_the_selectors_batches(X, tmp_path):
 # Two processes (gloo)
 # --------------------------------------------------------------------------------------
 
-RANKS = """
-import json, sys, numpy as np, torch, torch.distributed as dist
-from skcontrast.datasets import make_paired_gaussians
-from skcontrast.selectors import SelectorSampler, SpectralBatchSelector
-dist.init_process_group("gloo")
-X, _ = make_paired_gaussians(64, 6, random_state=0)
-embed = lambda idx: X[idx]  # the same embeddings on every process
-sampler = SelectorSampler(SpectralBatchSelector(16, random_state=0), 64, embed=embed)
-epochs = []
-for epoch in range(2):
-    sampler.set_epoch(epoch)
-    local = list(sampler)
-    gathered = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, local)
-    epochs.append([sum((g[k] for g in gathered), []) for k in range(len(local))])
-if dist.get_rank() == 0:
-    whole = SelectorSampler(SpectralBatchSelector(16, random_state=0), 64, embed=embed)
-    expected = []
-    for epoch in range(2):
-        whole.set_epoch(epoch)
-        expected.append([b.tolist() for b in whole.epoch_batches()])  # the global batches
-    print(json.dumps(epochs == expected and all(len(l) == 8 for l in local)))
-dist.destroy_process_group()
-"""
-
-
 @pytest.mark.slow
-def test_two_processes_train_on_slices_of_the_same_global_batches(tmp_path):
-    script = tmp_path / "ranks.py"
-    script.write_text(RANKS)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           "--nproc_per_node=2", str(script)], capture_output=True, text=True,
-                          timeout=300, env=env)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == "true"
+@pytest.mark.skipif(importlib.util.find_spec("accelerate") is None,
+                    reason="the two-process launch needs the 'distributed' extra")
+def test_two_processes_train_on_slices_of_the_same_global_batches(two_process_results):
+    """In conftest's two-process launch (tests/scripts/distributed_fit.py): each
+    process's sampler iterates its slices, and gathered they are one process's global
+    batches, epoch after epoch."""
+    assert two_process_results["world"] == 2
+    assert two_process_results["results"]["sampler slices"] is True
 
 
 @pytest.mark.parametrize("drop_last", [False, True])

@@ -7,7 +7,9 @@ Every case of CASES is fitted with an ``accelerate.Accelerator`` (gloo on the CP
 checkpoint case trains one epoch with AcceleratorCheckpoint, then resumes for a second
 in a fresh estimator. Process 0 saves the weights and per-batch losses;
 tests/test_distributed.py compares them with single-process fits on the same global
-batches (``fit(case)`` below, without an accelerator).
+batches (``fit(case)`` below, without an accelerator). The same launch checks that a
+``SelectorSampler`` on each process iterates slices of the global batches
+(``sampler_slices``, for tests/test_sampler.py): one launch, one set of imports.
 """
 
 import functools
@@ -102,11 +104,41 @@ def summary(est) -> dict:
                        if isinstance(m, torch.nn.EmbeddingBag)]}
 
 
+def sampler_slices() -> bool:
+    """Whether the processes' ``SelectorSampler`` slices, gathered, are the global
+    batches of one process's sampler, for two epochs of spectral batches of 16, each
+    process holding 8 rows of each."""
+    import torch.distributed as dist
+
+    from skcontrast.selectors import SelectorSampler
+
+    X, _ = make_paired_gaussians(64, 6, random_state=0)
+
+    def embed(idx):  # the same embeddings on every process
+        return X[idx]
+
+    sampler = SelectorSampler(SpectralBatchSelector(16, random_state=0), 64, embed=embed)
+    epochs = []
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        local = list(sampler)
+        gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, local)
+        epochs.append([[i for g in gathered for i in g[k]] for k in range(len(local))])
+    whole = SelectorSampler(SpectralBatchSelector(16, random_state=0), 64, embed=embed)
+    expected = []
+    for epoch in range(2):
+        whole.set_epoch(epoch)
+        expected.append([b.tolist() for b in whole.epoch_batches()])  # the global batches
+    return epochs == expected and all(len(part) == 8 for part in local)
+
+
 if __name__ == "__main__":
     from accelerate import Accelerator
 
     accelerator = Accelerator(cpu=True)
     results = {case: summary(fit(case, accelerator)) for case in CASES}
+    results["sampler slices"] = sampler_slices()
     with tempfile.TemporaryDirectory() as scratch:
         # the same directory on every process (one machine here)
         box = [scratch]
