@@ -32,6 +32,10 @@ from sklearn.neighbors import KNeighborsClassifier
 from skcontrast import ContrastiveEmbedder
 from skcontrast.images import ImageAugmentation, ImageEncoder
 
+#: the embedding width of the estimators' default for images (``n_components='auto'``):
+#: the plain loop and the untrained prior use the same encoder, of this width
+WIDTH = 96
+
 
 def digits(side: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     from sklearn.datasets import load_digits
@@ -168,7 +172,7 @@ def plain_loop(train: np.ndarray, epochs: int, batch_size: int, lr: float,
     direction (the symmetric InfoNCE the estimator's default loss is)."""
     torch.manual_seed(seed)
     x = torch.from_numpy(train)
-    encoder = ImageEncoder(tuple(x.shape[1:]), 32).fit_prior([x])
+    encoder = ImageEncoder(tuple(x.shape[1:]), WIDTH).fit_prior([x])
     augment = ImageAugmentation.for_images(tuple(x.shape[1:]))
     optimizer = torch.optim.Adam(encoder.parameters(), lr=lr)
     generator = torch.Generator().manual_seed(seed)
@@ -202,7 +206,7 @@ def study(name: str, images: np.ndarray, labels: np.ndarray, seeds: int, quick: 
             {"data": name, "method": "PCA (64)",
              "kNN": knn(pca.transform(flat_train), y_train, pca.transform(flat_test), y_test),
              "copy R@1": copy_recall(lambda a: pca.transform(a.reshape(len(a), -1)), test)}]
-    prior = ImageEncoder(train.shape[1:], 32).fit_prior([torch.from_numpy(train)]).eval()
+    prior = ImageEncoder(train.shape[1:], WIDTH).fit_prior([torch.from_numpy(train)]).eval()
 
     def prior_embed(a):
         with torch.no_grad():
@@ -225,6 +229,7 @@ def study(name: str, images: np.ndarray, labels: np.ndarray, seeds: int, quick: 
             else:
                 start = time.perf_counter()
                 est = ContrastiveEmbedder(max_epochs=epochs, random_state=seed).fit(train)
+                assert est.n_components_ == WIDTH, "the plain loop's encoder must be its twin"
                 seconds, embed = time.perf_counter() - start, est.transform
             scores.append((knn(embed(train), y_train, embed(test), y_test),
                            copy_recall(embed, test), seconds))
@@ -232,7 +237,8 @@ def study(name: str, images: np.ndarray, labels: np.ndarray, seeds: int, quick: 
         rows.append({"data": name, "method": method, "kNN": knns.mean(), "sd": knns.std(),
                      "copy R@1": copies.mean(), "fit s": times.mean(),
                      "s/epoch": times.mean() / epochs})
-        report(f"  {name}: {method} kNN {knns.mean():.3f} in {times.mean():.0f} s")
+        report(f"  {name}: {method} kNN {knns.mean():.3f} in {times.mean():.0f} s "
+               f"(seeds: {' '.join(f'{k:.3f}' for k in knns)})")
     return rows
 
 
