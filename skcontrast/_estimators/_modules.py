@@ -57,19 +57,27 @@ def _instantiate(module: Any, n_in: int, n_out: int, kwargs: dict | None = None)
 TEXT_WIDTH, IMAGE_WIDTH, WIDTH = 256, 96, 32
 #: ``hidden_layer_sizes='auto'``: a text view's bag is linear, other views get an MLP
 TEXT_HIDDEN, HIDDEN = (), (128,)
-#: what ``module__*`` may set on the default text encoder
-TEXT_ENCODER_OPTIONS = ("weighting", "sparse")
-#: what ``module__*`` may set on the default image encoder
-IMAGE_ENCODER_OPTIONS = ("width", "prior_width", "mix", "seed")
+#: the default encoders that take ``module__*`` options, by the kind of input
+#: (:func:`input_kind`): their name in messages and the options they take
+ENCODER_OPTIONS = {"text": ("text encoder (NgramBagEncoder)", ("weighting", "sparse")),
+                   "image": ("image encoder (ImageEncoder)",
+                             ("width", "prior_width", "mix", "seed"))}
+
+
+def input_kind(views: Sequence[View]) -> str:
+    """What chooses the defaults (``n_components='auto'``, the default encoder's
+    options): ``'text'`` when a view is text, else ``'image'`` when a view is single
+    images, else ``'features'``."""
+    if any(view.text for view in views):
+        return "text"
+    return "image" if any(view.image for view in views) else "features"
 
 
 def embedding_width(n_components: Any, views: Sequence[View]) -> int:
     """``n_components``, with ``'auto'`` resolved for ``views``."""
     if n_components != "auto":
         return int(n_components)
-    if any(view.text for view in views):
-        return TEXT_WIDTH
-    return IMAGE_WIDTH if any(view.image for view in views) else WIDTH
+    return {"text": TEXT_WIDTH, "image": IMAGE_WIDTH}.get(input_kind(views), WIDTH)
 
 
 def default_encoder(view: View, hidden_layer_sizes: Sequence[int] | str,

@@ -34,7 +34,7 @@ from ..losses import LOSSES, Loss, make_loss
 from ..memory import BaseMemory
 from ..selectors import BatchSelector
 from ._data import InputSpec
-from ._modules import IMAGE_ENCODER_OPTIONS, TEXT_ENCODER_OPTIONS
+from ._modules import ENCODER_OPTIONS, input_kind
 from ._monitor import check_validation_fraction
 from ._optim import LazyAdam
 from ._schedule import WarmupCosine
@@ -361,16 +361,13 @@ class ParameterChecks(BaseEstimator):
         take options; the MLP takes none)."""
         nested = self._nested("module__")
         if self.module is None and nested:
-            options: tuple[str, ...]
-            if any(view.text for view in spec.views):
-                default, options = "text encoder (NgramBagEncoder)", TEXT_ENCODER_OPTIONS
-            elif any(view.image for view in spec.views):
-                default, options = "image encoder (ImageEncoder)", IMAGE_ENCODER_OPTIONS
-            else:
+            kind = input_kind(spec.views)
+            if kind not in ENCODER_OPTIONS:
                 raise ValueError(
                     f"module__* parameters ({', '.join(nested)}) go to a module class or "
                     "factory, but module=None builds the default MLP: set its widths with "
                     "hidden_layer_sizes, or pass module=YourEncoderClass")
+            default, options = ENCODER_OPTIONS[kind]
             unknown = sorted(set(nested) - set(options))
             if unknown:
                 raise ValueError(
