@@ -329,11 +329,24 @@ def class_sums(H: np.ndarray, y: Any) -> tuple[np.ndarray, ...]:
     return classes, codes, sums, np.bincount(codes).astype(float)
 
 
+_PARAM_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def param_names(cls: type) -> tuple[str, ...]:
+    """The names of ``cls.__init__``'s parameters (scikit-learn's ``_get_param_names``),
+    read once per class: a class's signature does not change, and reading it is about a
+    twentieth of a small fit, which asks several times (``__init__``, ``**kwargs``)."""
+    names = _PARAM_NAMES.get(cls)
+    if names is None:
+        names = _PARAM_NAMES[cls] = tuple(cls._get_param_names())  # type: ignore[attr-defined]
+    return names
+
+
 def store_params(estimator: Any, arguments: dict) -> None:
     """Store an ``__init__``'s arguments (its ``locals()``) on ``estimator`` unchanged,
     each under its parameter's name: what scikit-learn asks of ``__init__`` (nothing is
     checked before ``fit``, ``get_params`` reads them back)."""
-    for name in type(estimator)._get_param_names():
+    for name in param_names(type(estimator)):
         setattr(estimator, name, arguments[name])
 
 

@@ -205,8 +205,11 @@ def test_mixed_precision_goes_through_the_accelerator():
 
 @pytest.fixture(scope="module")
 def dask_client():
+    """A cluster of one worker process with two threads: tasks cross a process boundary
+    (pickled both ways) and two run at once, for the cost of one process's imports (a
+    second worker process added about 10 CPU-s to the suite and nothing a test checks)."""
     distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
                                        dashboard_address=None)
     client = distributed.Client(cluster)
     yield client

@@ -27,6 +27,7 @@ from .._validation import (
     Interval,
     Options,
     describe,
+    param_names,
     resolve_seed,
     validate_params,
 )
@@ -218,7 +219,7 @@ class ParameterChecks(BaseEstimator):
 
     def _extra_params(self) -> list[str]:
         """Names of the parameters given through ``**kwargs`` (``module__*`` etc.)."""
-        declared = self._get_param_names()
+        declared = param_names(type(self))
         return [k for k in vars(self) if k not in declared and not k.startswith("_")
                 and not k.endswith("_")]
 
