@@ -128,3 +128,45 @@ def peak_memory_growth(loss, b, chunk, **scalars):
     assert done.returncode == 0, done.stderr[-2000:]
     tiled, dense = json.loads(done.stdout.strip().splitlines()[-1])
     return tiled, dense
+
+
+# --------------------------------------------------------------------------------------
+# sentence-transformers models built here (no download), for its tests and the
+# data-parallel trainer run of tests/scripts/distributed_fit.py
+# --------------------------------------------------------------------------------------
+
+def sentence_transformer_modules():
+    """sentence-transformers' module classes (Transformer, Pooling, StaticEmbedding...)."""
+    try:
+        from sentence_transformers.sentence_transformer import modules
+    except ImportError:  # sentence-transformers < 6
+        from sentence_transformers import models as modules
+    return modules
+
+
+def tiny_bert(folder, texts):
+    """A SentenceTransformer of a one-layer BERT and a WordPiece tokenizer trained on
+    ``texts`` (no download)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    raw.train_from_iterator(texts, trainers.WordPieceTrainer(
+        vocab_size=150, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
+    tok = PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="[PAD]", unk_token="[UNK]",
+                                  cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=32,
+                        max_position_embeddings=32)
+    BertModel(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    modules = sentence_transformer_modules()
+    transformer = modules.Transformer(str(folder), max_seq_length=16)
+    width = getattr(transformer, "get_embedding_dimension", None) or \
+        transformer.get_word_embedding_dimension
+    pooling = modules.Pooling(width(), "mean")
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(modules=[transformer, pooling], device="cpu")

@@ -6,6 +6,7 @@ import importlib.util
 import numpy as np
 import pytest
 import torch
+from _helpers import sentence_transformer_modules, tiny_bert
 
 from skcontrast.integrations.sentence_transformers import SkcontrastLoss, batch_sampler
 from skcontrast.losses import (
@@ -38,45 +39,9 @@ ROWS = [("thumbs up", "daumen hoch", "daumen runter", 0),
         ("green heart", "grünes herz", "blaues herz", 10)]
 
 
-def _modules():
-    try:
-        from sentence_transformers.sentence_transformer import modules
-    except ImportError:  # sentence-transformers < 6
-        from sentence_transformers import models as modules
-    return modules
-
-
-def _bert(folder, texts):
-    """A SentenceTransformer of a one-layer BERT and a WordPiece tokenizer trained on
-    ``texts`` (no download)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
-
-    raw = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    raw.pre_tokenizer = pre_tokenizers.Whitespace()
-    raw.train_from_iterator(texts, trainers.WordPieceTrainer(
-        vocab_size=150, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
-    tok = PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="[PAD]", unk_token="[UNK]",
-                                  cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1,
-                        num_attention_heads=2, intermediate_size=32,
-                        max_position_embeddings=32)
-    BertModel(config).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    modules = _modules()
-    transformer = modules.Transformer(str(folder), max_seq_length=16)
-    width = getattr(transformer, "get_embedding_dimension", None) or \
-        transformer.get_word_embedding_dimension
-    pooling = modules.Pooling(width(), "mean")
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(modules=[transformer, pooling], device="cpu")
-
-
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    return _bert(tmp_path_factory.mktemp("bert"), [t for row in ROWS for t in row[:3]])
+    return tiny_bert(tmp_path_factory.mktemp("bert"), [t for row in ROWS for t in row[:3]])
 
 
 def _features(model, rows, columns=3):
@@ -196,82 +161,13 @@ def test_a_trainer_takes_the_selectors_batches_refreshed_from_the_model(model, t
         assert len(set(labels[batch])) == len(batch)
 
 
-DATA_PARALLEL = """
-import json, sys
-import torch.distributed as dist
-from datasets import Dataset
-from sentence_transformers import (SentenceTransformer, SentenceTransformerTrainer,
-                                   SentenceTransformerTrainingArguments)
-from skcontrast.integrations.sentence_transformers import SkcontrastLoss, batch_sampler
-from skcontrast.losses import FalseNegativeGuard, SymmetricInfoNCE
-from skcontrast.selectors import SpectralBatchSelector, TemperedSelector
-
-folder = sys.argv[1]
-rows = json.load(open(folder + "/rows.json"))
-model = SentenceTransformer(folder + "/model", device="cpu")
-data = Dataset.from_dict({"anchor": [r[0] for r in rows], "positive": [r[1] for r in rows],
-                          "label": [r[2] for r in rows]})
-made, drawn, trained = [], [], []
-factory = batch_sampler(TemperedSelector(SpectralBatchSelector(4), max_same_label=0),
-                        model=model)
-
-def sampler(dataset, **kwargs):  # records the batches the sampler yields
-    made.append(factory(dataset, **kwargs))
-    class Recording(type(made[-1])):
-        def __iter__(self):
-            for batch in super().__iter__():
-                drawn.append([int(i) for i in batch])
-                yield batch
-    made[-1].__class__ = Recording
-    return made[-1]
-
-class Recorder:  # records the batches this process trains on
-    def __init__(self, collator):
-        self.collator = collator
-    def __getattr__(self, name):
-        return getattr(self.collator, name)
-    def __call__(self, features):
-        trained.append([f["anchor"] for f in features])
-        return self.collator(features)
-
-args = SentenceTransformerTrainingArguments(
-    output_dir=folder + "/out", num_train_epochs=3, per_device_train_batch_size=4,
-    learning_rate=1e-3, use_cpu=True, report_to=[], save_strategy="no",
-    logging_strategy="no", disable_tqdm=True, batch_sampler=sampler, seed=3)
-loss = SkcontrastLoss(model, SymmetricInfoNCE(false_negatives=FalseNegativeGuard()))
-trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss)
-trainer.data_collator = Recorder(trainer.data_collator)
-state = trainer.train()
-json.dump({"world": dist.get_world_size(), "drawn": drawn, "trained": trained,
-           "steps": state.global_step, "refreshes": made[-1].refreshes},
-          open(f"{folder}/rank{dist.get_rank()}.json", "w"))
-"""
-
-
 @pytest.mark.slow
-def test_data_parallel_processes_train_on_whole_selector_batches(tmp_path):
-    """Two gloo processes under the trainer: every process draws the same selector
+def test_data_parallel_processes_train_on_whole_selector_batches(two_process_results):
+    """Two gloo processes under the trainer (the trainer run of the suite's one torchrun
+    launch, tests/scripts/distributed_fit.py): every process draws the same selector
     batches, Accelerate deals them out whole (batch i to process i mod 2), and an epoch
     covers every row once across the processes, the label guard holding in each batch."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    words = ["red", "green", "blue", "dog", "cat", "man", "woman", "flag", "sun", "moon",
-             "star", "tree", "leaf", "rock", "sea", "sky"]
-    rows = [(f"{w} one", f"{w} two", i % 6) for i, w in enumerate(words)]
-    (tmp_path / "rows.json").write_text(json.dumps(rows))
-    _bert(tmp_path / "bert", [t for r in rows for t in r[:2]]).save(str(tmp_path / "model"))
-    (tmp_path / "script.py").write_text(DATA_PARALLEL)
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           "--nproc_per_node=2", str(tmp_path / "script.py"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=300, env=env)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    rows, ranks = two_process_results["results"]["sentence-transformers trainer"]
     assert ranks[0]["world"] == 2
     drawn = ranks[0]["drawn"]
     assert ranks[1]["drawn"] == drawn and len(drawn) == 3 * 4  # 3 epochs of 4 batches
@@ -301,7 +197,8 @@ def _static_model(texts):
     torch.manual_seed(0)
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(modules=[_modules().StaticEmbedding(raw, embedding_dim=8)],
+    static = sentence_transformer_modules().StaticEmbedding(raw, embedding_dim=8)
+    return SentenceTransformer(modules=[static],
                                   device="cpu")
 
 

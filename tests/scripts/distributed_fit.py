@@ -9,12 +9,16 @@ in a fresh estimator. Process 0 saves the weights and per-batch losses;
 tests/test_distributed.py compares them with single-process fits on the same global
 batches (``fit(case)`` below, without an accelerator). The same launch checks that a
 ``SelectorSampler`` on each process iterates slices of the global batches
-(``sampler_slices``, for tests/test_sampler.py): one launch, one set of imports.
+(``sampler_slices``, for tests/test_sampler.py), and trains with sentence-transformers'
+trainer on batches of skcontrast's sampler (``sentence_transformers_trainer``, for
+tests/test_sentence_transformers.py): one launch, one set of imports (a launch of its own
+for the trainer cost about 15 CPU-seconds more).
 """
 
 import functools
 import sys
 import tempfile
+from pathlib import Path
 
 import torch
 from sklearn.base import clone
@@ -133,6 +137,83 @@ def sampler_slices() -> bool:
     return epochs == expected and all(len(part) == 8 for part in local)
 
 
+def sentence_transformers_trainer(folder: str) -> tuple[list, list] | None:
+    """Train a one-layer BERT with sentence-transformers' trainer on both processes, its
+    batches drawn by skcontrast's ``batch_sampler`` (spectral batches of 4, no two rows of
+    a label together); for tests/test_sentence_transformers.py: the rows and, per
+    process, the batches the sampler drew and those the process trained on, the steps
+    and the sampler's refreshes. ``None`` without sentence-transformers and datasets."""
+    import importlib.util
+
+    if any(importlib.util.find_spec(m) is None for m in ("sentence_transformers", "datasets")):
+        return None
+    import torch.distributed as dist
+    from datasets import Dataset
+    from sentence_transformers import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+
+    from skcontrast.integrations.sentence_transformers import SkcontrastLoss, batch_sampler
+    from skcontrast.losses import FalseNegativeGuard
+    from skcontrast.selectors import TemperedSelector
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for _helpers
+    from _helpers import tiny_bert
+
+    words = ["red", "green", "blue", "dog", "cat", "man", "woman", "flag", "sun", "moon",
+             "star", "tree", "leaf", "rock", "sea", "sky"]
+    rows = [(f"{w} one", f"{w} two", i % 6) for i, w in enumerate(words)]
+    if dist.get_rank() == 0:
+        tiny_bert(f"{folder}/bert", [t for r in rows for t in r[:2]]).save(f"{folder}/model")
+    dist.barrier()
+    model = SentenceTransformer(f"{folder}/model", device="cpu")
+    data = Dataset.from_dict({"anchor": [r[0] for r in rows],
+                              "positive": [r[1] for r in rows],
+                              "label": [r[2] for r in rows]})
+    made, drawn, trained = [], [], []
+    factory = batch_sampler(TemperedSelector(SpectralBatchSelector(4), max_same_label=0),
+                            model=model)
+
+    def sampler(dataset, **kwargs):  # records the batches the sampler yields
+        made.append(factory(dataset, **kwargs))
+
+        class Recording(type(made[-1])):
+            def __iter__(self):
+                for batch in super().__iter__():
+                    drawn.append([int(i) for i in batch])
+                    yield batch
+
+        made[-1].__class__ = Recording
+        return made[-1]
+
+    class Recorder:  # records the batches this process trains on
+        def __init__(self, collator):
+            self.collator = collator
+
+        def __getattr__(self, name):
+            return getattr(self.collator, name)
+
+        def __call__(self, features):
+            trained.append([f["anchor"] for f in features])
+            return self.collator(features)
+
+    args = SentenceTransformerTrainingArguments(
+        output_dir=f"{folder}/out", num_train_epochs=3, per_device_train_batch_size=4,
+        learning_rate=1e-3, use_cpu=True, report_to=[], save_strategy="no",
+        logging_strategy="no", disable_tqdm=True, batch_sampler=sampler, seed=3)
+    loss = SkcontrastLoss(model, SymmetricInfoNCE(false_negatives=FalseNegativeGuard()))
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss)
+    trainer.data_collator = Recorder(trainer.data_collator)
+    state = trainer.train()
+    mine = {"world": dist.get_world_size(), "drawn": drawn, "trained": trained,
+            "steps": state.global_step, "refreshes": made[-1].refreshes}
+    ranks = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, mine)
+    return rows, ranks
+
+
 if __name__ == "__main__":
     from accelerate import Accelerator
 
@@ -151,6 +232,8 @@ if __name__ == "__main__":
         resumed = fit(memory_case, accelerator, 1,
                       [AcceleratorCheckpoint(box[0] + "-memory", resume=True)])
         results["resumed with memory"] = summary(resumed)
+        results["sentence-transformers trainer"] = sentence_transformers_trainer(
+            str(Path(box[0]) / "sentence-transformers"))
         accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         torch.save({"world": accelerator.num_processes, "results": results}, sys.argv[1])
