@@ -82,11 +82,10 @@ class PairDataset(Dataset):
 
 
 PEAK = """
-import json, re, sys, torch
+import json, sys, torch
 from skcontrast import losses
-
-def status(key):  # bytes
-    return int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read())[1]) * 1024
+sys.path.insert(0, sys.argv[5])
+from _harness import peak_memory_mib
 
 def step(b, chunk):
     g = torch.Generator().manual_seed(0)
@@ -98,32 +97,32 @@ def step(b, chunk):
     assert all(torch.isfinite(x.grad) for x in scalars.values())
 
 step(64, 16), step(64, None)  # allocator and kernels warmed up
-b, chunk, growth = int(sys.argv[2]), int(sys.argv[3]), []
-for size in (chunk, None):
-    open("/proc/self/clear_refs", "w").write("5")  # the peak (VmHWM) set to what is resident
-    before = status("VmRSS")
-    step(b, size)
-    growth.append(status("VmHWM") - before)
-print(json.dumps(growth))
+b, chunk = int(sys.argv[2]), int(sys.argv[3])
+growth = [peak_memory_mib(lambda size=size: step(b, size)) for size in (chunk, None)]
+assert None not in growth, "no peak resident memory to read here (Linux's VmHWM)"
+print(json.dumps([mib * 2**20 for mib in growth]))
 """
 
 
 def peak_memory_growth(loss, b, chunk, **scalars):
     """The peak resident memory (bytes) a forward and backward of ``loss`` (a function of
     :mod:`skcontrast.losses`) added on ``(b, 16)`` views, tiled in ``chunk``-row tiles and
-    dense, in a fresh process; ``scalars`` are learned 0-d parameters (temperature, bias),
-    which get gradients too. Linux's peak (``VmHWM``) is reset before each (``clear_refs``),
-    and every allocation above 64 KiB is its own mapping, returned when freed (glibc's
+    dense, in a fresh process, measured as the benchmarks measure it
+    (``benchmarks/_harness.peak_memory_mib``: Linux's peak, ``VmHWM``, reset before each
+    call); ``scalars`` are learned 0-d parameters (temperature, bias), which get gradients
+    too. Every allocation above 64 KiB is its own mapping, returned when freed (glibc's
     ``MALLOC_MMAP_THRESHOLD_``), so the peak is what the loss held at once, not what the
     allocator kept."""
     import json
     import os
     import subprocess
     import sys
+    from pathlib import Path
 
+    benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks")
     done = subprocess.run(
-        [sys.executable, "-c", PEAK, loss, str(b), str(chunk), json.dumps(scalars)],
-        capture_output=True, text=True, timeout=600,
+        [sys.executable, "-c", PEAK, loss, str(b), str(chunk), json.dumps(scalars),
+         benchmarks], capture_output=True, text=True, timeout=600,
         env={**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"})
     assert done.returncode == 0, done.stderr[-2000:]
     tiled, dense = json.loads(done.stdout.strip().splitlines()[-1])
