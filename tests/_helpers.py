@@ -10,10 +10,73 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from skcontrast.datasets import make_paired_gaussians
+from skcontrast.datasets import make_paired_embeddings, make_paired_gaussians
+from skcontrast.selectors import BatchSelector
+from skcontrast.text import HashingNgramTokenizer
 
 #: A small, quick image-model fit: 4 components, 2 epochs of batches of 16.
 SMALL_IMAGES = {"n_components": 4, "max_epochs": 2, "batch_size": 16, "random_state": 0}
+
+
+CUDA = torch.cuda.is_available()
+requires_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU; none is usable here")
+
+
+class RecordingSelector(BatchSelector):
+    """Delegates to another selector and keeps, per epoch, the shape of what it was shown
+    (``shapes_``), the loss it was handed to score with (``losses_``) and the batches it
+    chose (``seen_``)."""
+
+    def __init__(self, inner=None):
+        self.inner = inner
+
+    @property
+    def needs_embeddings(self):
+        return self.inner.needs_embeddings
+
+    @property
+    def current_epoch(self):
+        return self.inner.current_epoch
+
+    def set_epoch(self, epoch):
+        self.inner.set_epoch(epoch)
+        return self
+
+    def epoch_batches(self, X, y=None, groups=None, *, loss=None):
+        batches = self.inner.epoch_batches(X, y, groups, loss=loss)
+        self.losses_ = [*getattr(self, "losses_", []), loss]
+        self.shapes_ = [*getattr(self, "shapes_", []), np.shape(X)]
+        self.seen_ = [*getattr(self, "seen_", []), [b.tolist() for b in batches]]
+        return batches
+
+    def _n_batches(self, n, y):
+        return self.inner.get_n_splits(n, y)
+
+
+def random_data(n=192, d=8, seed=0):
+    """Random pairs ``(n, 2, d)`` and labels of 6 classes: data with no structure."""
+    X = np.random.default_rng(seed).normal(size=(n, 2, d)).astype(np.float32)
+    return X, np.random.default_rng(seed + 1).integers(6, size=n)
+
+
+def clustered_data(n=192, d=8, seed=0):
+    """Pairs in 6 clusters and their cluster labels: data with structure to find."""
+    return make_paired_embeddings(n, d, n_groups=6, noise=0.5, random_state=seed)
+
+
+def brute_top(X, m):
+    """Each row's m nearest other rows by cosine similarity, in float64 with a full sort."""
+    u = X[:, 0].astype(np.float64)
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    sims = u @ u.T
+    np.fill_diagonal(sims, -np.inf)
+    return np.argsort(-sims, axis=1, kind="stable")[:, :m]
+
+
+
+#: A small, reproducible fit of the default text model (a 2^12-id bag).
+TEXT_FIT = {"max_epochs": 2, "batch_size": 8, "random_state": 0, "device": "cpu",
+            "tokenizer": HashingNgramTokenizer(n_features=2**12)}
 
 
 def small_mlp(**params):

@@ -13,8 +13,15 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import torch
-from _helpers import SMALL_IMAGES, image_pairs, paired_gaussians, small_mlp, tiny_cnn
-from conftest import RecordingSelector, requires_cuda
+from _helpers import (
+    SMALL_IMAGES,
+    RecordingSelector,
+    image_pairs,
+    paired_gaussians,
+    requires_cuda,
+    small_mlp,
+    tiny_cnn,
+)
 from sklearn.model_selection import GridSearchCV
 from skorch.callbacks import Callback, Checkpoint, EarlyStopping
 from torch import nn

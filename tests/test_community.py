@@ -5,7 +5,7 @@ import builtins
 
 import numpy as np
 import pytest
-from conftest import brute_top, clustered_data, random_data
+from _helpers import brute_top, clustered_data, random_data
 
 from skcontrast.datasets import make_paired_embeddings
 from skcontrast.losses import SymmetricInfoNCE

@@ -5,8 +5,15 @@ are scaled and normalised whatever their shape."""
 import numpy as np
 import pytest
 import torch
-from _helpers import SMALL_IMAGES, Bag, PairDataset, image_pairs, small_mlp, tiny_cnn
-from conftest import RecordingSelector
+from _helpers import (
+    SMALL_IMAGES,
+    Bag,
+    PairDataset,
+    RecordingSelector,
+    image_pairs,
+    small_mlp,
+    tiny_cnn,
+)
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV
 from skorch.helper import SliceDataset, SliceDict

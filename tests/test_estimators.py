@@ -7,8 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _helpers import SMALL_IMAGES, Bag, paired_gaussians, small_mlp, tiny_cnn
-from conftest import RecordingSelector, requires_cuda
+from _helpers import (
+    SMALL_IMAGES,
+    Bag,
+    RecordingSelector,
+    paired_gaussians,
+    requires_cuda,
+    small_mlp,
+    tiny_cnn,
+)
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LogisticRegression

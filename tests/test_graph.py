@@ -6,7 +6,7 @@ import pickle
 
 import numpy as np
 import pytest
-from conftest import brute_top, clustered_data, random_data
+from _helpers import brute_top, clustered_data, random_data
 from sklearn.base import clone
 
 from skcontrast.datasets import make_paired_embeddings

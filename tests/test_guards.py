@@ -3,7 +3,7 @@ selector, keep compliant batches and refuse what they cannot guard, by name."""
 
 import numpy as np
 import pytest
-from conftest import brute_top, clustered_data, random_data
+from _helpers import brute_top, clustered_data, random_data
 from sklearn.base import clone
 
 from skcontrast.selectors import (

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import requires_cuda
+from _helpers import requires_cuda
 from reference import jest_brute_force
 
 from skcontrast.losses import (

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import reference as ref
 import torch
-from conftest import requires_cuda
+from _helpers import requires_cuda
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -483,7 +483,7 @@ def test_bad_memory_settings_in_fit(pairs):
 def test_the_training_step_sees_the_dataset_indices_of_its_batch(pairs):
     """Indices travel with the rows: through a Dataset with two DataLoader workers, and
     through the on-device path (forced here on the CPU); labels stay aligned."""
-    from conftest import RecordingSelector
+    from _helpers import RecordingSelector
     from skorch.callbacks import Callback
 
     from skcontrast._estimators._data import TensorViews

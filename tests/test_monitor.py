@@ -118,7 +118,7 @@ def test_valid_loss_is_the_same_loss_on_fixed_held_out_batches(pairs):
 
 
 def test_held_out_rows_never_reach_the_selector_or_the_memory(pairs):
-    from conftest import RecordingSelector
+    from _helpers import RecordingSelector
 
     X, _ = pairs
     est = ContrastiveEmbedder(**{**SMALL_FLOW, "loss": "dcl", "memory": SogCLRMemory(),

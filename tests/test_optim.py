@@ -8,7 +8,7 @@ import copy
 import numpy as np
 import pytest
 import torch
-from conftest import TEXT_FIT
+from _helpers import TEXT_FIT
 from skorch.callbacks import Callback
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook

@@ -15,8 +15,15 @@ import _helpers
 import numpy as np
 import pytest
 import torch
-from _helpers import SMALL_IMAGES, image_pairs, paired_gaussians, small_mlp, tiny_cnn
-from conftest import TEXT_FIT, requires_cuda
+from _helpers import (
+    SMALL_IMAGES,
+    TEXT_FIT,
+    image_pairs,
+    paired_gaussians,
+    requires_cuda,
+    small_mlp,
+    tiny_cnn,
+)
 from skorch.callbacks import Callback
 from torch import nn
 

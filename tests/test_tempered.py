@@ -5,7 +5,7 @@ warm-up and refresh, a teacher in place of the embeddings, and exact resumption.
 import numpy as np
 import pytest
 import torch
-from conftest import brute_top, clustered_data, random_data
+from _helpers import brute_top, clustered_data, random_data
 from sklearn.base import clone
 
 from skcontrast import ContrastiveEmbedder

@@ -3,7 +3,7 @@ seed-for-seed plain-loop version of their definition."""
 
 import numpy as np
 import pytest
-from conftest import clustered_data, random_data
+from _helpers import clustered_data, random_data
 
 from skcontrast.selectors import (
     RandomWalkBatchSelector,
