@@ -167,7 +167,9 @@ def test_data_parallel_processes_train_on_whole_selector_batches(two_process_res
     launch, tests/scripts/distributed_fit.py): every process draws the same selector
     batches, Accelerate deals them out whole (batch i to process i mod 2), and an epoch
     covers every row once across the processes, the label guard holding in each batch."""
-    rows, ranks = two_process_results["results"]["sentence-transformers trainer"]
+    run = two_process_results["results"]["sentence-transformers trainer"]
+    assert not isinstance(run, dict), run["error"]
+    rows, ranks = run
     assert ranks[0]["world"] == 2
     drawn = ranks[0]["drawn"]
     assert ranks[1]["drawn"] == drawn and len(drawn) == 3 * 4  # 3 epochs of 4 batches
