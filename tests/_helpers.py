@@ -73,7 +73,6 @@ def brute_top(X, m):
     return np.argsort(-sims, axis=1, kind="stable")[:, :m]
 
 
-
 #: A small, reproducible fit of the default text model (a 2^12-id bag).
 TEXT_FIT = {"max_epochs": 2, "batch_size": 8, "random_state": 0, "device": "cpu",
             "tokenizer": HashingNgramTokenizer(n_features=2**12)}
@@ -232,3 +231,24 @@ def tiny_bert(folder, texts):
     from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(modules=[transformer, pooling], device="cpu")
+
+
+def recording_sampler(factory, made, drawn):
+    """A ``batch_sampler`` callable for sentence-transformers' training arguments: it
+    builds each sampler with ``factory`` (skcontrast's ``batch_sampler(...)``), appends it
+    to ``made``, and appends every batch the trainer's loader draws from it to ``drawn``
+    (as lists of ints)."""
+
+    def sampler(dataset, **kwargs):
+        made.append(factory(dataset, **kwargs))
+
+        class Recording(type(made[-1])):
+            def __iter__(self):
+                for batch in super().__iter__():
+                    drawn.append([int(i) for i in batch])
+                    yield batch
+
+        made[-1].__class__ = Recording
+        return made[-1]
+
+    return sampler

@@ -117,16 +117,14 @@ def two_process_results(run_once, tmp_path_factory):
 
     import torch
 
-    root = Path(__file__).resolve().parents[1]
-
     def launch():
         out = tmp_path_factory.mktemp("ddp") / "results.pt"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            [str(root), os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
+            [str(ROOT), os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
         done = subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone",
-             "--nproc_per_node=2", str(root / "tests" / "scripts" / "distributed_fit.py"),
-             str(out)], capture_output=True, text=True, timeout=300, env=env, cwd=root)
+             "--nproc_per_node=2", str(ROOT / "tests" / "scripts" / "distributed_fit.py"),
+             str(out)], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
         assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
         return str(out)
 

@@ -6,7 +6,7 @@ import importlib.util
 import numpy as np
 import pytest
 import torch
-from _helpers import sentence_transformer_modules, tiny_bert
+from _helpers import recording_sampler, sentence_transformer_modules, tiny_bert
 
 from skcontrast.integrations.sentence_transformers import SkcontrastLoss, batch_sampler
 from skcontrast.losses import (
@@ -127,18 +127,7 @@ def test_a_trainer_takes_the_selectors_batches_refreshed_from_the_model(model, t
     factory = batch_sampler(TemperedSelector(SpectralBatchSelector(4), max_same_label=0),
                             model=model)
 
-    def recording(dataset, **kwargs):
-        sampler = factory(dataset, **kwargs)
-        made.append(sampler)
-
-        class Recording(type(sampler)):  # the batches the trainer's loader draws
-            def __iter__(self):
-                for batch in super().__iter__():
-                    seen.append(list(batch))
-                    yield batch
-
-        sampler.__class__ = Recording
-        return sampler
+    recording = recording_sampler(factory, made, seen)  # the batches the loader draws
 
     class Sampler:  # a callable the trainer calls with the dataset and its settings
         def __call__(self, dataset, **kwargs):

@@ -161,7 +161,7 @@ def sentence_transformers_trainer(folder: str) -> tuple[list, list] | None:
     from skcontrast.selectors import TemperedSelector
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for _helpers
-    from _helpers import tiny_bert
+    from _helpers import recording_sampler, tiny_bert
 
     words = ["red", "green", "blue", "dog", "cat", "man", "woman", "flag", "sun", "moon",
              "star", "tree", "leaf", "rock", "sea", "sky"]
@@ -177,18 +177,6 @@ def sentence_transformers_trainer(folder: str) -> tuple[list, list] | None:
     factory = batch_sampler(TemperedSelector(SpectralBatchSelector(4), max_same_label=0),
                             model=model)
 
-    def sampler(dataset, **kwargs):  # records the batches the sampler yields
-        made.append(factory(dataset, **kwargs))
-
-        class Recording(type(made[-1])):
-            def __iter__(self):
-                for batch in super().__iter__():
-                    drawn.append([int(i) for i in batch])
-                    yield batch
-
-        made[-1].__class__ = Recording
-        return made[-1]
-
     class Recorder:  # records the batches this process trains on
         def __init__(self, collator):
             self.collator = collator
@@ -203,7 +191,8 @@ def sentence_transformers_trainer(folder: str) -> tuple[list, list] | None:
     args = SentenceTransformerTrainingArguments(
         output_dir=f"{folder}/out", num_train_epochs=3, per_device_train_batch_size=4,
         learning_rate=1e-3, use_cpu=True, report_to=[], save_strategy="no",
-        logging_strategy="no", disable_tqdm=True, batch_sampler=sampler, seed=3)
+        logging_strategy="no", disable_tqdm=True,
+        batch_sampler=recording_sampler(factory, made, drawn), seed=3)
     loss = SkcontrastLoss(model, SymmetricInfoNCE(false_negatives=FalseNegativeGuard()))
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss)
     trainer.data_collator = Recorder(trainer.data_collator)
