@@ -25,6 +25,18 @@ def pytest_configure(config):
         os.environ["PYTHONSAFEPATH"] = "1"
     if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
         return
+    # Under pytest-xdist (the project's default: ``-n auto``) each worker has a core to
+    # itself: one thread per worker, for torch, for the BLAS numpy and SciPy load, and for
+    # the subprocesses tests start (torch's and OpenBLAS's threads spin-wait, and two
+    # workers of two threads each on two cores ran the suite several times slower). The
+    # variable is set before torch's import loads numpy's OpenBLAS, which reads it once
+    # (it had two threads in each worker); threadpoolctl limits any loaded before. Run
+    # alone (``-n 0``), a process uses up to two.
+    if hasattr(config, "workerinput"):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)
     import torch
     from hypothesis import HealthCheck, settings
 
@@ -40,12 +52,7 @@ def pytest_configure(config):
     settings.register_profile("dev", max_examples=300, deadline=None)
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-    # Under pytest-xdist (the project's default: ``-n auto``) each worker has a core to
-    # itself: one thread per worker, for torch here and for the subprocesses tests start
-    # (torch's threads spin-wait, and two workers of two threads each on two cores ran
-    # the suite several times slower). Run alone (``-n 0``), a process uses up to two.
     if hasattr(config, "workerinput"):
-        os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)
     else:
         torch.set_num_threads(min(2, torch.get_num_threads()))
