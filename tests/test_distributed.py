@@ -206,8 +206,10 @@ def test_mixed_precision_goes_through_the_accelerator():
 @pytest.fixture(scope="module")
 def dask_client():
     """A cluster of one worker process with two threads: tasks cross a process boundary
-    (pickled both ways) and two run at once, for the cost of one process's imports (a
-    second worker process added about 10 CPU-s to the suite and nothing a test checks)."""
+    (pickled both ways), for the cost of one process's imports (a second worker process
+    added about 10 CPU-s to the suite and nothing a test checks). The sharded selection's
+    tasks run two at once; a search's fits take turns on torch's generator (the
+    estimators warn), which the results must not depend on."""
     distributed = pytest.importorskip("distributed")
     cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
                                        dashboard_address=None)
