@@ -23,21 +23,25 @@ def pytest_configure(config):
     # to leave that directory out (PYTHONSAFEPATH, Python >= 3.11).
     if not Path(skcontrast.__file__).resolve().is_relative_to(ROOT / "skcontrast"):
         os.environ["PYTHONSAFEPATH"] = "1"
-    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+    worker = hasattr(config, "workerinput")
+    if config.getoption("numprocesses", None) and not worker:
         return
     # Under pytest-xdist (the project's default: ``-n auto``) each worker has a core to
     # itself: one thread per worker, for torch, for the BLAS numpy and SciPy load, and for
     # the subprocesses tests start (torch's and OpenBLAS's threads spin-wait, and two
     # workers of two threads each on two cores ran the suite several times slower). The
     # variable is set before torch's import loads numpy's OpenBLAS, which reads it once
-    # (it had two threads in each worker); threadpoolctl limits any loaded before. Run
-    # alone (``-n 0``), a process uses up to two.
-    if hasattr(config, "workerinput"):
+    # (it had two threads in each worker); threadpoolctl limits any a plugin loaded
+    # before. Run alone (``-n 0``), a process uses up to two.
+    if worker:
         os.environ["OMP_NUM_THREADS"] = "1"
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(1)
     import torch
+
+    torch.set_num_threads(1 if worker else min(2, torch.get_num_threads()))
+
     from hypothesis import HealthCheck, settings
 
     # Bounded, derandomised examples keep CI fast and free of flakiness; use
@@ -51,11 +55,6 @@ def pytest_configure(config):
     )
     settings.register_profile("dev", max_examples=300, deadline=None)
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-
-    if hasattr(config, "workerinput"):
-        torch.set_num_threads(1)
-    else:
-        torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
 ROOT = Path(__file__).resolve().parents[1]
