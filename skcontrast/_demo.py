@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import textwrap
 import time
 from dataclasses import dataclass, field
@@ -299,13 +300,15 @@ def text_demo(epochs: int, seed: int = 0, report: Any = print,
         hybrid = HybridRetriever(ContrastiveEmbedder(max_epochs=epochs, random_state=seed),
                                  random_state=seed).fit(data.pairs_train, data.groups_train)
         seconds = time.perf_counter() - start
-        methods = (("TF-IDF, character 2-4-grams", HybridRetriever(weight=1.0), None),
-                    (f"ContrastiveEmbedder, {epochs} epoch{'s' * (epochs != 1)}",
-                     HybridRetriever(hybrid.estimator_, weight=0.0, prefit=True), seconds),
-                    (f"hybrid, weight {hybrid.weight_:.1f} (auto)", hybrid, None))
+        # TF-IDF alone and the model alone are the fitted hybrid at weight 1 and 0: its
+        # vocabulary was fitted on all the training texts, as HybridRetriever(weight=1.0)
+        # would fit it (copies: index() keeps the documents on the retriever)
+        methods = (("TF-IDF, character 2-4-grams", copy.copy(hybrid).set_params(weight=1.0),
+                    None),
+                   (f"ContrastiveEmbedder, {epochs} epoch{'s' * (epochs != 1)}",
+                    copy.copy(hybrid).set_params(weight=0.0), seconds),
+                   (f"hybrid, weight {hybrid.weight_:.1f} (auto)", hybrid, None))
         for name, search, fit_seconds in methods:
-            if search is not hybrid:
-                search.fit(data.pairs_train)
             scores = [metrics.ranking_scores(
                 search.index(list(data.names[lang][test])).search(
                     list(data.names["en"][test]), k=10)[1],
