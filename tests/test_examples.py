@@ -18,7 +18,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 
 
 RUNNER = """
-import contextlib, io, json, runpy, sys, traceback, warnings
+import contextlib, gc, io, json, runpy, sys, traceback, warnings
 import matplotlib
 matplotlib.use("Agg")
 scripts, out, results = json.loads(sys.argv[1]), sys.argv[2], {}
@@ -35,6 +35,8 @@ for name, path in scripts.items():
         except BaseException:
             error = traceback.format_exc()
     results[name] = {"stdout": printed.getvalue(), "error": error}
+    gc.collect()
+    gc.freeze()  # what the script left alive leaves the collector's sight (as conftest)
 print(json.dumps(results))
 """
 
