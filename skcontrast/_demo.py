@@ -149,8 +149,8 @@ def run_demo(out: str | Path = "skcontrast-demo", *, quick: bool = False, seed: 
     out : path, default='skcontrast-demo'
         Folder for the figures (and ``table.txt``).
     quick : bool, default=False
-        A small budget, for CI: fewer epochs, and the text search over three languages
-        of English's script, not seven.
+        A small budget, for CI: fewer epochs, and the text search over one language of
+        English's script (not seven) and one of another (not two).
     seed : int, default=0
         Train/test split, network initialisation and selectors.
     report : callable, default=print
@@ -267,9 +267,9 @@ def image_demo(epochs: int | None, seed: int = 0, report: Any = print) -> list[d
 #: the demo's two text searches: English names against names in the same script, and
 #: in other scripts (Cyrillic, Japanese)
 TEXT_SEARCHES = {"same script": SAME_SCRIPT_LANGUAGES, "other scripts": ("en", "ru", "ja")}
-#: the quick demo's (CI's): three languages of the same script, not seven
-QUICK_TEXT_SEARCHES = {"same script": ("en", "es", "fr", "de"),
-                       "other scripts": ("en", "ru", "ja")}
+#: the quick demo's (CI's): one language of each kind (the same steps on a third of the
+#: names: 9 s, where three of the same script and two others took 19 s)
+QUICK_TEXT_SEARCHES = {"same script": ("en", "es"), "other scripts": ("en", "ru")}
 LANGUAGE_NAMES = {"es": "Spanish", "pt": "Portuguese", "it": "Italian", "fr": "French",
                   "de": "German", "id": "Indonesian", "tr": "Turkish", "ru": "Russian",
                   "ja": "Japanese"}
