@@ -269,7 +269,8 @@ def image_demo(epochs: int | None, seed: int = 0, report: Any = print) -> list[d
 TEXT_SEARCHES = {"same script": SAME_SCRIPT_LANGUAGES, "other scripts": ("en", "ru", "ja")}
 #: the quick demo's (CI's): one language of each kind (the same steps on a third of the
 #: names: 9 s, where three of the same script and two others took 19 s)
-QUICK_TEXT_SEARCHES = {"same script": ("en", "es"), "other scripts": ("en", "ru")}
+QUICK_TEXT_SEARCHES: dict[str, tuple[str, ...]] = {"same script": ("en", "es"),
+                                                 "other scripts": ("en", "ru")}
 LANGUAGE_NAMES = {"es": "Spanish", "pt": "Portuguese", "it": "Italian", "fr": "French",
                   "de": "German", "id": "Indonesian", "tr": "Turkish", "ru": "Russian",
                   "ja": "Japanese"}
