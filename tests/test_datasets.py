@@ -88,8 +88,8 @@ def test_digit_images_cnn_and_augmentation():
 
 def test_digit_augmentation_draws_what_kornias_container_of_its_transforms_draws():
     """The transforms run in a plain ``nn.Sequential`` (kornia's container took 1.6x
-    as long a call for 64 images): under one seed, the very images of ``AugmentationSequential``
-    of the same three transforms, on a batch of one and of 64."""
+    as long a call for 64 images): under one seed, the very images of kornia's
+    ``AugmentationSequential`` of the same three transforms, on batches of 1 and 64."""
     K = pytest.importorskip("kornia.augmentation")
     augment = digit_augmentation()
     container = K.AugmentationSequential(*augment.pipeline)
