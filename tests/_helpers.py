@@ -4,6 +4,9 @@
 Each helper returns a new object per call, so a module that changes what it got changes
 nothing in another module."""
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -252,3 +255,128 @@ def recording_sampler(factory, made, drawn):
         return made[-1]
 
     return sampler
+
+
+# --------------------------------------------------------------------------------------
+# What users read and run: the user guide's code blocks, the examples' quick runs and the
+# docs build (tests/test_docs.py, tests/test_examples.py)
+# --------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+_BLOCK = re.compile(r"^( *)\.\. code-block:: python\n\n((?:\1   .*\n|\n)+)", re.MULTILINE)
+_SKIP = re.compile(r"\.\. not-run: .*\n\n$")  # an RST comment right before a block
+# ``.. continues: <page>-<n>`` right before a block: it runs after that block's code
+_CONTINUES = re.compile(r"\.\. continues: (\S+)\n\n$")
+
+
+def code_blocks() -> dict[str, str]:
+    """The user guide's Python code blocks by ``<page>-<n>``, each with the code of the
+    block it continues, if any, before its own."""
+    blocks = {}
+    for page in sorted((ROOT / "docs").glob("*.rst")):
+        text = page.read_text()
+        for number, match in enumerate(_BLOCK.finditer(text), start=1):
+            if _SKIP.search(text[:match.start()]):
+                continue
+            indent = len(match.group(1)) + 3
+            code = "\n".join(line[indent:] for line in match.group(2).splitlines())
+            after = _CONTINUES.search(text[:match.start()])
+            if after:
+                code = blocks[after.group(1)] + "\n" + code
+            blocks[f"{page.stem}-{number}"] = code
+    return blocks
+
+
+#: The example scripts users run (``examples/*.py``).
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+#: The page of the built docs whose text the docs build returns (its links are checked).
+BUILT_PAGE = "selectors.html"
+
+# One process runs the guide's blocks, then the examples, then the docs build: each is
+# what users run, and one process imports Python, torch, scikit-learn, the package,
+# kornia and transformers once for all three (three processes imported them three times,
+# about 7 CPU-s each). Each block runs in a fresh namespace (so a block that uses a name
+# another block defined fails), in its own empty working directory, with warnings
+# ignored; each example in its quick mode, from the repository, its output captured;
+# the build as ``python -m sphinx`` would. After each block or script, what it left
+# alive (the modules it imported) leaves the garbage collector's sight, as conftest does
+# after collection.
+_USER_FACING = """
+import contextlib, gc, io, json, os, runpy, sys, tempfile, traceback, warnings
+import matplotlib
+matplotlib.use("Agg")
+job = json.load(sys.stdin)
+results = {"blocks": {}, "examples": {}, "docs": None}
+home = os.getcwd()
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    for name, code in job["blocks"].items():
+        os.chdir(tempfile.mkdtemp())
+        try:
+            exec(compile(code, name, "exec"), {"__name__": "__main__"})
+            results["blocks"][name] = ""
+        except BaseException:
+            results["blocks"][name] = traceback.format_exc()
+        gc.collect()
+        gc.freeze()
+os.chdir(home)
+for name, path in job["examples"].items():
+    sys.argv = [path, "--quick", "--out", os.path.join(job["out"], name)]
+    printed, error = io.StringIO(), ""
+    with warnings.catch_warnings():
+        try:
+            with contextlib.redirect_stdout(printed):
+                runpy.run_path(path, run_name="__main__")
+        except SystemExit as exit:
+            if exit.code not in (None, 0):
+                error = f"exit status {exit.code}"
+        except BaseException:
+            error = traceback.format_exc()
+    results["examples"][name] = {"stdout": printed.getvalue(), "error": error}
+    gc.collect()
+    gc.freeze()
+if job["docs"]:
+    from sphinx.cmd.build import build_main
+    html, printed = os.path.join(job["out"], "html"), io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        status = build_main(["-n", "-W", "--keep-going", "-q", "-b", "html", job["docs"], html])
+    page = os.path.join(html, job["page"])
+    results["docs"] = {"status": status, "output": printed.getvalue(),
+                       "page": open(page).read() if os.path.exists(page) else ""}
+print(json.dumps(results))
+"""
+
+
+def docs_build_available() -> bool:
+    """Whether the docs build's packages (the ``docs`` extra: sphinx, numpydoc) are here."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("sphinx", "numpydoc"))
+
+
+def run_user_facing() -> dict:
+    """The guide's blocks (``"blocks"``: each one's traceback, ``""`` when it ran), the
+    examples in their quick mode (``"examples"``: each one's printed output and error) and
+    the docs build, nitpicky and with warnings as errors (``"docs"``: its exit status,
+    what it printed and the text of :data:`BUILT_PAGE`; ``None`` without the ``docs``
+    extra), from one subprocess of one thread. Under pytest-xdist it runs once
+    (conftest's ``run_once``), on the worker that first asks, while the other worker goes
+    on with other tests."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="skcontrast-user-facing-") as out:
+        job = {"blocks": code_blocks(), "examples": {s.name: str(s) for s in EXAMPLES},
+               "out": out, "page": BUILT_PAGE,
+               "docs": str(ROOT / "docs") if docs_build_available() else None}
+        done = subprocess.run(
+            [sys.executable, "-c", _USER_FACING], input=json.dumps(job), capture_output=True,
+            text=True, cwd=ROOT, timeout=2400,
+            env={**os.environ, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1",
+                 "MKL_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

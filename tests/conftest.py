@@ -63,6 +63,19 @@ def pytest_configure(config):
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """Tests that read a shared subprocess run (conftest's ``run_once``: the torchrun
+    launch, the user guide's blocks with the examples and the docs build) come first. The
+    project runs pytest-xdist's ``worksteal`` schedule (``pyproject.toml``), which hands
+    each worker a contiguous half of this order: the first worker starts those runs at
+    once and waits on them, one after the other, while the second goes through its half;
+    whichever ends first takes half of the other's remaining tests. Under the ``load``
+    schedule both workers were handed tests of those runs early, and the second one
+    waited for the first's run (a core idle for a minute), or the runs started late and
+    ended the suite alone."""
+    items.sort(key=lambda item: "run_once" not in getattr(item, "fixturenames", ()))
+
+
 def pytest_collection_finish(session):
     """What the imports and the collection made (torch, scikit-learn, the test modules:
     millions of objects, all alive to the end) leaves the garbage collector's sight
