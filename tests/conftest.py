@@ -150,6 +150,18 @@ def run_once(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def user_facing(run_once):
+    """What ``_helpers.run_user_facing`` returned: the user guide's blocks, the examples'
+    quick runs and the docs build, from one subprocess run once per session, whichever
+    worker asks first (tests/test_docs.py, tests/test_examples.py)."""
+    from _helpers import run_user_facing
+
+    results = run_once("user-facing", run_user_facing)
+    assert "error" not in results, results.get("error")
+    return results
+
+
+@pytest.fixture(scope="session")
 def two_process_results(run_once, tmp_path_factory):
     """What tests/scripts/distributed_fit.py saved from one torchrun launch of two CPU
     processes (gloo): the data-parallel fits of test_distributed.py and the sampler's

@@ -3,7 +3,7 @@ warnings."""
 
 import pytest
 
-from _helpers import code_blocks, docs_build_available, run_user_facing
+from _helpers import code_blocks, docs_build_available
 
 pytestmark = pytest.mark.slow  # the user guide's code, run in a subprocess
 
@@ -11,22 +11,18 @@ BLOCKS = code_blocks()
 
 
 @pytest.mark.parametrize("name", list(BLOCKS))
-def test_doc_code_block_runs_on_its_own(name, run_once):
-    results = run_once("user-facing", run_user_facing)
-    assert "error" not in results, results.get("error")
-    outcome = results["blocks"][name]
+def test_doc_code_block_runs_on_its_own(name, user_facing):
+    outcome = user_facing["blocks"][name]
     assert outcome == "", f"{BLOCKS[name]}\n---\n{outcome[-3000:]}"
 
 
 @pytest.mark.skipif(not docs_build_available(),
                     reason="the docs build needs the 'docs' extra (sphinx, numpydoc)")
-def test_docs_build_without_warnings(run_once):
+def test_docs_build_without_warnings(user_facing):
     """Nitpicky (-n): every cross-reference resolves, those into scikit-learn, torch and
     skorch through the local inventories of docs/_intersphinx, with no network; and the
     built pages link into those projects' documentation."""
-    results = run_once("user-facing", run_user_facing)
-    assert "error" not in results, results.get("error")
-    built = results["docs"]
+    built = user_facing["docs"]
     assert built["status"] == 0, built["output"][-3000:]
     pages = built["page"]
     assert "https://scikit-learn.org/stable/modules/generated/sklearn.base.clone.html" in pages

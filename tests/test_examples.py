@@ -2,15 +2,13 @@
 
 import pytest
 
-from _helpers import EXAMPLES, run_user_facing
+from _helpers import EXAMPLES
 
-pytestmark = pytest.mark.slow  # each example runs in a subprocess
+pytestmark = pytest.mark.slow  # the examples run in a subprocess
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)
-def test_example_runs_in_quick_mode(script, run_once):
-    runs = run_once("user-facing", run_user_facing)
-    assert "error" not in runs, runs.get("error")
-    run = runs["examples"][script.name]
+def test_example_runs_in_quick_mode(script, user_facing):
+    run = user_facing["examples"][script.name]
     assert run["error"] == "", run["error"][-3000:]
     assert run["stdout"].strip()
