@@ -27,19 +27,27 @@ applies (every entry point reads input through it):
   (colour channels are never views or hard-negative columns);
 - ``(n, H, W, C)`` with ``C`` 1 or 3, ``H, W >= 8`` and axis 1 not 1, 2 or 3: single
   images, channels last (what PIL and most loaders give), moved to channels first;
-- ``(n, H, W)`` bytes (``uint8``) with ``H, W >= 8``: single grey images;
+- ``(n, H, W)`` bytes (``uint8``) or 16-bit pixels (``uint16``) with ``H, W >= 8``:
+  single grey images;
 - a list of PIL images (or a Hugging Face ``datasets.Dataset`` column of them), of one
-  size and mode;
+  size, grey (``'L'``) or colour (``'RGB'``, with grey ones among them converted);
 - ``(n, 2, ...)``: pairs, as before (two views of each item on axis 1);
 - ``(n, 4, H, W)`` or ``(n, H, W, 4)`` with ``H, W >= 8`` is refused (RGBA images, or
   pairs with two hard-negative columns?): pass ``X[:, :3]`` for the colour channels, or
   hard negatives as ``(n, 4, 1, H, W)``.
+
+What the pixel values mean (:func:`pixel_floats`): bytes (``uint8``) are 0-255 and
+16-bit pixels (``uint16``, the usual microscopy and medical format) 0-65535, both turned
+into floats in [0, 1] on the training device; float images are read as intensities in
+[0, 1] as they are, and float images whose values lie in [0, 255] or beyond are warned
+of (:func:`check_pixel_range`); other integer types are refused, naming the conversion.
 """
 
 from __future__ import annotations
 
 import math
 import sys
+import warnings
 from typing import Any
 
 import numpy as np
@@ -49,12 +57,27 @@ from torch import nn
 
 from ._validation import check_int, describe
 
-__all__ = ["ImageAugmentation", "ImageEncoder", "image_layout", "pil_images"]
+__all__ = ["ImageAugmentation", "ImageEncoder", "check_pixel_range", "image_layout",
+           "pil_images", "pixel_floats"]
 
 #: the smallest side of an image (smaller 4-D arrays keep their array meaning)
 MIN_SIDE = 8
 #: colour channel counts an image may have (grey, RGB)
 CHANNELS = (1, 3)
+#: the integer pixel types read as images, by the value of full intensity: bytes, and
+#: 16-bit pixels (microscopy, medical imaging); both become floats in [0, 1]
+PIXEL_RANGES = {torch.uint8: 255, torch.uint16: 65535}
+#: the same types as NumPy names them
+NUMPY_PIXELS = {np.dtype(np.uint8): 255, np.dtype(np.uint16): 65535}
+#: the largest side the pixel prior reads: larger images are averaged over areas down to
+#: it first, so the prior's size (and a saved model's) does not grow with the image
+PRIOR_SIDE = 32
+#: the largest side the learned path reads: larger images (photographs of 1024 pixels)
+#: are averaged over areas down to it first, so its activations stay those of a
+#: 256-pixel image
+LEARNED_SIDE = 256
+#: rows of images the prior prepares at a time (their floats are never held all at once)
+PRIOR_CHUNK = 256
 
 
 def is_pil_image(x: Any) -> bool:
@@ -64,9 +87,11 @@ def is_pil_image(x: Any) -> bool:
 
 
 def pil_images(images: Any, name: str = "X") -> np.ndarray:
-    """A list of PIL images as ``(n, H, W, C)`` bytes, all of one size: grey (``'L'``)
-    images as one channel, colour (``'RGB'``, or ``'RGB'`` and ``'L'`` mixed) as three;
-    other modes and several sizes are refused, naming the conversion to make."""
+    """A sequence of PIL images as ``(n, H, W, C)`` bytes, all of one size: grey
+    (``'L'``) images as one channel, colour (``'RGB'``, or ``'RGB'`` and ``'L'`` mixed,
+    the grey ones converted as ``Image.convert('RGB')`` does) as three; other modes and
+    several sizes are refused, naming the conversion to make. The one reader of PIL
+    images, a list of them or a ``datasets`` image column alike."""
     modes = {im.mode for im in images}
     sizes = {im.size for im in images}
     if len(sizes) > 1:
@@ -81,21 +106,31 @@ def pil_images(images: Any, name: str = "X") -> np.ndarray:
     return np.stack([np.asarray(im.convert("RGB"), dtype=np.uint8) for im in images])
 
 
+def is_pixel_type(dtype: Any) -> bool:
+    """Whether ``dtype`` (torch's or NumPy's) is an integer pixel type
+    (:data:`PIXEL_RANGES`): bytes or 16-bit pixels."""
+    return dtype in PIXEL_RANGES if isinstance(dtype, torch.dtype) else \
+        np.dtype(dtype) in NUMPY_PIXELS
+
+
 def image_layout(x: np.ndarray | torch.Tensor) -> str | None:
     """``'first'`` (channels first), ``'last'`` (channels last), ``'grey'`` (``(n, H,
-    W)`` bytes) when the array is single images by the module's rule, else ``None``;
-    ambiguous shapes are refused (see :mod:`skcontrast.images`)."""
+    W)`` bytes or 16-bit pixels) when the array is single images by the module's rule,
+    else ``None``; ambiguous shapes, and images of an integer type other than
+    ``uint8`` and ``uint16``, are refused (see :mod:`skcontrast.images`)."""
     shape = tuple(x.shape)
-    integer = (x.dtype == torch.uint8) if isinstance(x, torch.Tensor) \
-        else x.dtype == np.uint8
-    if len(shape) == 3 and integer and min(shape[1:]) >= MIN_SIDE:
+    if len(shape) == 3 and is_pixel_type(x.dtype) and min(shape[1:]) >= MIN_SIDE:
         return "grey"
     if len(shape) != 4:
         return None
+    layout = None
     if min(shape[2:]) >= MIN_SIDE and shape[1] in CHANNELS:
-        return "first"
-    if min(shape[1:3]) >= MIN_SIDE and shape[3] in CHANNELS and shape[1] > 3:
-        return "last"
+        layout = "first"
+    elif min(shape[1:3]) >= MIN_SIDE and shape[3] in CHANNELS and shape[1] > 3:
+        layout = "last"
+    if layout is not None:
+        _check_pixel_type(x)
+        return layout
     if (min(shape[2:]) >= MIN_SIDE and shape[1] == 4) or \
             (min(shape[1:3]) >= MIN_SIDE and shape[3] == 4 and shape[1] > 4):
         raise ValueError(f"X of {describe(x)} is ambiguous: RGBA images, or pairs with two "
@@ -103,6 +138,61 @@ def image_layout(x: np.ndarray | torch.Tensor) -> str | None:
                          "first) or X[..., :3] (channels last), or hard negatives of 2-D "
                          "views as (n, 4, 1, H, W)")
     return None
+
+
+def _check_pixel_type(x: np.ndarray | torch.Tensor) -> None:
+    """Refuse integer images of a type other than bytes and 16-bit pixels, whose scale
+    is unknown (``int64`` from ``np.asarray`` of nested lists, ``int16`` scans...)."""
+    integer = not x.is_floating_point() and x.dtype != torch.bool \
+        if isinstance(x, torch.Tensor) else x.dtype.kind in "iu"
+    if integer and not is_pixel_type(x.dtype):
+        raise ValueError(
+            f"X ({describe(x)}) holds images of {x.dtype} pixels, whose scale is unknown: "
+            "images are bytes (uint8, 0-255), 16-bit pixels (uint16, 0-65535) or floats in "
+            "[0, 1]. Convert them: X.astype(np.uint8) for values in 0-255, "
+            "X.astype(np.uint16) for 16-bit values, or X.astype(np.float32) / full_scale "
+            "for others")
+
+
+def pixel_floats(x: torch.Tensor) -> torch.Tensor:
+    """Images as the float32 values the network reads: bytes divided by 255, 16-bit
+    pixels by 65535 (both into [0, 1]), floats as they are (made float32); other values
+    (token ids) untouched."""
+    full = PIXEL_RANGES.get(x.dtype)
+    if full is not None:
+        return x.float().div_(full)
+    return x.float() if x.is_floating_point() and x.dtype != torch.float32 else x
+
+
+def check_pixel_range(x: np.ndarray | torch.Tensor, name: str = "X") -> None:
+    """Warn when float images ``x`` hold values in [0, 255] (or any range beyond [0, 1]
+    with no negative value), naming the range found: float images are read as
+    intensities in [0, 1], as bytes are scaled to, and the default augmentation's
+    brightness, contrast and noise are in those units, so such floats and the same
+    pixels as bytes embed differently. Standardised images (negative values) pass.
+    Read a chunk at a time (a memory-mapped array is never copied whole)."""
+    if not (x.is_floating_point() if isinstance(x, torch.Tensor) else x.dtype.kind == "f") \
+            or not len(x):
+        return
+    flat = x.reshape(len(x), -1)
+    rows = max(1, 2**24 // max(1, flat.shape[1]))
+    low, high = math.inf, -math.inf
+    for start in range(0, len(flat), rows):
+        chunk = flat[start:start + rows]
+        chunk = chunk if isinstance(chunk, torch.Tensor) else torch.from_numpy(
+            np.ascontiguousarray(chunk))
+        lo, hi = torch.aminmax(chunk)
+        low, high = min(low, float(lo)), max(high, float(hi))
+        if low < 0:
+            return
+    if high > 1 + 1e-3:
+        warnings.warn(
+            f"{name} holds float images with values from {low:g} to {high:g}, but float "
+            "images are read as intensities in [0, 1] (bytes are scaled to it, and the "
+            "default augmentation's brightness, contrast and noise are in its units): a "
+            "model fitted on these embeds the same pixels given as bytes differently. "
+            "Divide 0-255 values by 255 (or pass them as uint8), or scale them into "
+            "[0, 1]", UserWarning, stacklevel=5)
 
 
 def channels_first(x: np.ndarray | torch.Tensor, layout: str) -> np.ndarray | torch.Tensor:
@@ -241,13 +331,25 @@ class ImageEncoder(nn.Module):
       variance), fitted on the training images before the first step
       (:meth:`fit_prior`) and fixed: before any training the model's neighbours are
       those of a PCA of the pixels, the baseline a user tries first (a random
-      orthogonal projection, which keeps pixel distances, until it is fitted);
+      orthogonal projection, which keeps pixel distances, until it is fitted). Images
+      larger than :data:`PRIOR_SIDE` (32) pixels a side are averaged over areas down to
+      at most 32 x 32 first (as ``F.adaptive_avg_pool2d`` does), so the prior holds at
+      most ``3 * 32 * 32 * prior_width`` numbers whatever the image size (768 KiB for
+      colour images, 64 directions), and its fit reads images a chunk at a time.
+      Directions in which the training images do not vary are left out (a set of
+      constant images has an all-zero prior);
     - the *learned* path is a small CNN (three 3x3 convolutions of ``width``, ``2 width``
       and ``4 width`` channels, the first two of stride 2, batch normalisation, an
       average pool to at most 3 x 3 and a linear map to ``n_out``); images larger than
       32 pixels a side go through a strided stem and two residual blocks (He et al.
-      2016, https://arxiv.org/abs/1512.03385) first. The images are standardised by the
-      training images' mean and standard deviation (from :meth:`fit_prior`).
+      2016, https://arxiv.org/abs/1512.03385) first, and images larger than
+      :data:`LEARNED_SIDE` (256) pixels a side are averaged over areas down to at most
+      256 first. The images are standardised by the training images' mean and standard
+      deviation (from :meth:`fit_prior`).
+
+    Both read the images as the network receives them (the estimators' ``fit_prior``
+    call prepares them as every training batch is: bytes and 16-bit pixels scaled to
+    [0, 1], ``image_normalization`` applied).
 
     Training moves the learned part only; the prior keeps what the pixels already say
     about neighbours, and the CNN adds what the augmentations teach (invariance to
@@ -282,10 +384,14 @@ class ImageEncoder(nn.Module):
             raise ValueError(f"shape must be (C, H, W); got {shape!r}")
         channels, height, width_px = (check_int(s, "shape", minimum=1) for s in shape)
         self.shape = (channels, height, width_px)
+        #: the images as the prior reads them: at most PRIOR_SIDE pixels a side
+        self.prior_shape = (channels, min(height, PRIOR_SIDE), min(width_px, PRIOR_SIDE))
+        #: and as the learned path reads them: at most LEARNED_SIDE a side
+        self.learned_side = (min(height, LEARNED_SIDE), min(width_px, LEARNED_SIDE))
         self.n_out = check_int(n_out, "n_out", minimum=2)
         self.width = check_int((24 if channels == 1 else 16) if width is None else width,
                                "width", minimum=1)
-        n_pixels = channels * height * width_px
+        n_pixels = math.prod(self.prior_shape)
         self.prior_width = min(check_int(prior_width, "prior_width", minimum=1), n_pixels,
                                max(1, 2 * self.n_out // 3))
         learned_width = self.n_out - self.prior_width
@@ -299,6 +405,7 @@ class ImageEncoder(nn.Module):
         self.register_buffer("input_scale", torch.tensor([0.0, 1.0]))  # mean, std
         w = self.width
         layers: list[nn.Module] = []
+        height, width_px = self.learned_side
         if max(height, width_px) > 32:  # a strided stem and residual blocks first
             layers += [nn.Conv2d(channels, w, 5, stride=2, padding=2, bias=False),
                        nn.BatchNorm2d(w), nn.ReLU(inplace=True), _Residual(w), _Residual(w)]
@@ -316,18 +423,49 @@ class ImageEncoder(nn.Module):
 
     @staticmethod
     def as_floats(x: torch.Tensor) -> torch.Tensor:
-        """Bytes as [0, 1], other values as float32."""
-        return x.float() / 255 if x.dtype == torch.uint8 else x.float()
+        """Images as float32: bytes and 16-bit pixels scaled to [0, 1]
+        (:func:`pixel_floats`), floats as they are."""
+        return pixel_floats(x).float()
+
+    def prior_pixels(self, x: torch.Tensor) -> torch.Tensor:
+        """Float images ``(n, C, H, W)`` as the prior reads them, flattened: averaged over
+        areas down to at most :data:`PRIOR_SIDE` pixels a side (unchanged when smaller)."""
+        return _area_average(x, self.prior_shape[1:]).flatten(1)
 
     @torch.no_grad()
-    def fit_prior(self, views: list[torch.Tensor], max_rows: int = 10_000) -> ImageEncoder:
+    def fit_prior(self, views: list[torch.Tensor], max_rows: int = 10_000,
+                  prepare: Any = None) -> ImageEncoder:
         """Fit the prior, a half-whitened PCA of the pixels of up to ``max_rows``
         training images (evenly spaced), and the images' mean and standard deviation
         the learned path standardises with; the estimators call it before the first
-        step of a fresh fit."""
+        step of a fresh fit.
+
+        ``prepare`` is what the training step does to a batch before the encoder sees
+        it (the estimators pass theirs: bytes and 16-bit pixels to [0, 1],
+        ``image_normalization``); default :meth:`as_floats`. Both the prior and the
+        standardisation are of its output, prepared :data:`PRIOR_CHUNK` images at a
+        time, so the floats of every image are never held at once. Principal directions
+        of no variance (constant images) are left out of the prior."""
         x = views[0]
+        prepare = self.as_floats if prepare is None else prepare
+        device = self.projection.device
         rows = torch.linspace(0, len(x) - 1, min(len(x), max_rows)).long()
-        flat = self.as_floats(x[rows.to(x.device)].to(self.projection.device)).flatten(1)
+        pooled = self.shape != self.prior_shape
+        parts, total, squares, count = [], 0.0, 0.0, 0
+        for chunk in rows.split(PRIOR_CHUNK):
+            batch = prepare(x.index_select(0, chunk.to(x.device))).to(device).float()
+            if pooled:  # the learned path reads every value: its moments, chunk by chunk
+                total += float(batch.double().sum())
+                squares += float(batch.double().square().sum())
+                count += batch.numel()
+            parts.append(self.prior_pixels(batch))
+        flat = torch.cat(parts)
+        if pooled:
+            mean_all = total / count
+            var_all = max(squares - count * mean_all ** 2, 0.0) / max(count - 1, 1)
+            scale = torch.tensor([mean_all, max(math.sqrt(var_all), 1e-6)])
+        else:
+            scale = torch.stack([flat.mean(), flat.std().clamp(min=1e-6)])
         mean = flat.mean(dim=0)
         centred = (flat - mean).double() / math.sqrt(max(len(flat), 1))
         n, p = centred.shape
@@ -346,23 +484,29 @@ class ImageEncoder(nn.Module):
                 _, singular, vectors = torch.pca_lowrank(centred, q=k + 10, center=False,
                                                          niter=4)
             values, vectors = singular[:k] ** 2, vectors[:, :k]
-        values = values.clamp(min=0)
+        # the directions the images vary in: the float rounding of constant pixels (their
+        # mean is not exact in float32) gives variances far below this floor
+        floor = 1e-10 * float(flat.double().square().sum(1).mean())
+        kept = values > floor
         basis = torch.zeros_like(self.projection, dtype=torch.float64)
-        basis[:, :k] = vectors * (values + 1e-3 * values[0]).pow(-0.25)  # half-whitened
+        if bool(kept.any()):
+            values, vectors = values[kept], vectors[:, kept]
+            basis[:, :len(values)] = vectors * (values + 1e-3 * values[0]).pow(-0.25)
         self.projection.copy_(basis.float())
         self.pixel_mean.copy_(mean)
-        self.input_scale.copy_(torch.stack([flat.mean(), flat.std().clamp(min=1e-6)]))
+        self.input_scale.copy_(scale.to(self.input_scale))
         return self
 
     def prior(self, x: torch.Tensor) -> torch.Tensor:
         """The fixed pixel path alone."""
-        flat = self.as_floats(x).flatten(1) - self.pixel_mean.to(x.device)
+        flat = self.prior_pixels(self.as_floats(x)) - self.pixel_mean.to(x.device)
         return flat @ self.projection.to(x.device)
 
     def learned(self, x: torch.Tensor) -> torch.Tensor:
         """The learned path alone."""
         mean, std = self.input_scale.to(x.device)
-        return self.features((self.as_floats(x) - mean) / std)
+        return self.features(_area_average((self.as_floats(x) - mean) / std,
+                                           self.learned_side))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The embeddings ``(n, n_out)`` of images ``(n, C, H, W)``: the normalised prior
@@ -374,6 +518,15 @@ class ImageEncoder(nn.Module):
     def extra_repr(self) -> str:
         return (f"shape={self.shape}, n_out={self.n_out}, width={self.width}, "
                 f"prior_width={self.prior_width}, mix={self.mix}")
+
+
+def _area_average(x: torch.Tensor, side: tuple[int, ...]) -> torch.Tensor:
+    """Images ``(n, C, H, W)`` averaged over areas down to ``side`` ``(h, w)`` (each
+    output pixel the mean of the input pixels it covers, ``F.adaptive_avg_pool2d``);
+    unchanged when they are that size already."""
+    if tuple(x.shape[-2:]) == tuple(side):
+        return x
+    return F.adaptive_avg_pool2d(x, side)
 
 
 class _Residual(nn.Module):

@@ -2,6 +2,8 @@
 with the default encoder and augmentation; the rule that tells single images from
 pairs; ambiguous and wrong forms refused; saving, loading and export."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -200,3 +202,102 @@ def test_grey_images_are_never_flipped_colour_ones_may_be():
         ImageAugmentation(crop_scale=(0, 1))
     with pytest.raises(ValueError, match=r"takes images \(n, C, H, W\)"):
         ImageAugmentation()(torch.zeros(4, 64))
+
+
+def _pca_prior(seen, width):
+    """The half-whitened PCA prior of the images ``seen`` (what the encoder receives), in
+    float64: each leading direction scaled by (variance + 1e-3 * the largest) ** -1/4."""
+    flat = seen.flatten(1).double().numpy()
+    centred = flat - flat.mean(axis=0)
+    values, vectors = np.linalg.eigh(centred.T @ centred / len(flat))
+    values, vectors = values[::-1][:width], vectors[:, ::-1][:, :width]
+    return centred @ (vectors * (values + 1e-3 * values[0]) ** -0.25)
+
+
+@pytest.mark.parametrize("normalization", [(0.5, 0.25), ((0.2, 0.5, 0.7), (0.3, 0.2, 0.1))])
+def test_the_prior_is_the_pca_of_the_normalised_pixels_the_encoder_receives(normalization):
+    """With ``image_normalization``, the prior is fitted on the normalised pixels, which
+    the encoder receives, not on the raw ones: its Gram matrix is the float64 PCA's."""
+    x, _ = colour_images(60, side=8)
+    est = ContrastiveEmbedder(image_normalization=normalization, **QUICK).fit(x)
+    encoder = est.net_.module_.encoders[0]
+    mean, std = (torch.as_tensor(v, dtype=torch.float32).reshape(1, -1, 1, 1)
+                 for v in normalization)
+    seen = (torch.from_numpy(np.moveaxis(x, 3, 1)).float() / 255 - mean) / std
+    expected = _pca_prior(seen, encoder.prior_width)
+    with torch.no_grad():
+        got = encoder.prior(seen).double().numpy()
+    np.testing.assert_allclose(got @ got.T, expected @ expected.T, atol=1e-3)
+
+
+@pytest.mark.parametrize("value", [0, 255, 128])
+def test_constant_images_train_with_a_prior_of_the_directions_that_exist(value):
+    """Blank scans and padding frames: a set with no variance trains (an all-zero prior,
+    finite embeddings); a set that varies in one pixel only keeps that direction."""
+    x = np.full((32, 1, 8, 8), value, dtype=np.uint8)
+    est = ContrastiveEmbedder(**QUICK).fit(x)
+    encoder = est.net_.module_.encoders[0]
+    assert np.isfinite(est.transform(x)).all()
+    assert not encoder.projection.any()
+    x[::2, 0, 3, 4] = 255 - value
+    encoder = ContrastiveEmbedder(**QUICK).fit(x).net_.module_.encoders[0]
+    assert int((encoder.projection.abs().sum(0) > 0).sum()) == 1
+    assert np.isfinite(encoder.projection.numpy()).all()
+
+
+def test_16_bit_images_are_read_by_their_range_and_other_integers_refused():
+    """``uint16`` images (microscopy, medical) are pixels of 0-65535, the same model as
+    their floats in [0, 1], channels first or as grey ``(n, H, W)``; ``int64``,
+    ``int32`` and ``int16`` images are refused naming the conversion."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 2**16, size=(32, 1, 8, 8)).astype(np.uint16)
+    est = ContrastiveEmbedder(**QUICK).fit(x)
+    floats = ContrastiveEmbedder(**QUICK).fit(x.astype(np.float32) / 65535)
+    np.testing.assert_allclose(est.transform(x), floats.transform(x), atol=2e-6)
+    grey = ContrastiveEmbedder(**QUICK).fit(x[:, 0])
+    np.testing.assert_allclose(grey.transform(x[:, 0]), est.transform(x), atol=2e-6)
+    for dtype in (np.int64, np.int32, np.int16):
+        with pytest.raises(ValueError, match=rf"images of {np.dtype(dtype).name} pixels.*"
+                                             r"X\.astype\(np\.uint8\)"):
+            ContrastiveEmbedder(**QUICK).fit(x.astype(dtype))
+
+
+@pytest.mark.parametrize("form", ["float channels first", "float tensor"])
+def test_float_images_beyond_0_1_are_warned_of_naming_the_range(form):
+    """``np.asarray(pil).astype(float)`` gives 0-255 floats, read as intensities in
+    [0, 1]: fit and transform warn, naming the range and the fix; [0, 1] floats and
+    standardised ones (with negative values) pass."""
+    x, _ = colour_images()
+    images = forms(x)[form]
+    with pytest.warns(UserWarning, match=r"values from [\d.]+ to 2\d\d(\.\d+)?, but float "
+                                         r"images are read as intensities in \[0, 1\].*"
+                                         r"Divide 0-255 values by 255"):
+        est = ContrastiveEmbedder(**QUICK).fit(images * 255)
+    with pytest.warns(UserWarning, match="intensities in"):
+        est.transform(images * 255)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = ContrastiveEmbedder(**QUICK).fit(images)
+        est.transform((images - 0.5) / 0.25)
+
+
+def test_the_prior_of_large_images_reads_them_pooled_so_its_size_is_bounded(tmp_path):
+    """Photographs: the prior reads images averaged down to 32 pixels a side, so a saved
+    model of 512 x 512 colour images is as small as one of 32 x 32 ones, and its prior
+    is the PCA of the area averages."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, size=(6, 3, 64, 64), dtype=np.uint8)
+    est = ContrastiveEmbedder(**{**QUICK, "batch_size": 3}).fit(x)
+    encoder = est.net_.module_.encoders[0]
+    assert encoder.projection.shape == (3 * 32 * 32, encoder.prior_width)
+    seen = torch.nn.functional.avg_pool2d(torch.from_numpy(x).float() / 255, 2)
+    expected = _pca_prior(seen, encoder.prior_width)
+    with torch.no_grad():
+        got = encoder.prior(torch.from_numpy(x)).double().numpy()
+    np.testing.assert_allclose(got @ got.T, expected @ expected.T, atol=1e-3)
+    big = rng.integers(0, 256, size=(2, 3, 512, 512), dtype=np.uint8)
+    model = ContrastiveEmbedder(**{**QUICK, "batch_size": 2}).fit(big)
+    assert model.net_.module_.encoders[0].projection.numel() == encoder.projection.numel()
+    small = est.save(tmp_path / "small") / "model.safetensors"
+    large = model.save(tmp_path / "large") / "model.safetensors"
+    assert large.stat().st_size < 1.2 * small.stat().st_size

@@ -31,7 +31,11 @@ def where_in(label: str) -> Callable[[int, int], str]:
 
 def from_numpy(array: np.ndarray) -> torch.Tensor:
     """``torch.from_numpy`` without its warning for read-only arrays (a pandas frame's
-    values, a read-only memmap): the estimators never write into their input."""
+    values, a read-only memmap): the estimators never write into their input. An array
+    with a negative stride (``X[::-1]``, ``X[:, ::-1]``), which torch cannot view, is read
+    as its copy."""
+    if any(stride < 0 for stride in array.strides):
+        array = array.copy()
     if array.flags.writeable:
         return torch.from_numpy(array)
     with warnings.catch_warnings():
@@ -39,14 +43,17 @@ def from_numpy(array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(array)
 
 
-def as_tensor(x: Any, label: str) -> torch.Tensor:
-    """An array, tensor or sequence as a tensor (NumPy memory shared, never copied)."""
+def as_tensor(x: Any, label: str, images: bool = False) -> torch.Tensor:
+    """An array, tensor or sequence as a tensor (NumPy memory shared, never copied).
+    Unsigned integers beyond bytes become int64 (token ids), but for ``images``, whose
+    16-bit pixels keep their type (:mod:`skcontrast.images`)."""
     if isinstance(x, torch.Tensor):
         return x.detach()
     array = np.asarray(x)
     if array.dtype.kind not in "biuf":
         raise ValueError(f"{label} must hold numbers; got {describe(array)}")
-    if array.dtype.kind == "u" and array.dtype != np.uint8:
+    if array.dtype.kind == "u" and array.dtype != np.uint8 and not (
+            images and array.dtype == np.uint16):
         if array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max:
             raise ValueError(f"{label} holds values up to {array.max()}, beyond the int64 "
                              "range torch computes with; re-encode them (e.g. as token ids "

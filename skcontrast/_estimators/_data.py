@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .._validation import describe, plain_label
+from ..images import is_pixel_type, pixel_floats
 from ._checks import FINITE_CHUNK
 from ._items import item_views, stack, unwrap
 
@@ -69,7 +70,7 @@ def array_view(x: torch.Tensor, name: Any, expected: View | None, label: str) ->
                          f"axis; got {describe(x)}")
     if x.dtype.is_complex or x.dtype == torch.bool:
         raise ValueError(f"{label} must hold real numbers; got {describe(x)}")
-    integer = not x.is_floating_point() and x.dtype != torch.uint8  # bytes: images
+    integer = not x.is_floating_point() and not is_pixel_type(x.dtype)  # pixels: images
     view = View(name, tuple(x.shape[1:]), integer)
     if expected is not None:
         if view.shape != expected.shape:
@@ -413,8 +414,9 @@ class ItemViews(ViewData):
 def to_device(x: Any, device: Any, normalization: Any = None) -> Any:
     """A batch (a tensor, or a tuple of one per view) on ``device``, ready for the module.
 
-    Copies from pinned memory overlap. On the device, floats become float32 and bytes
-    (uint8 images) become floats in [0, 1]; then, with ``normalization=(mean, std)``,
+    Copies from pinned memory overlap. On the device, floats become float32 and pixels
+    (bytes and 16-bit images) floats in [0, 1] (:func:`~skcontrast.images.pixel_floats`);
+    then, with ``normalization=(mean, std)``,
     every float view becomes ``(x - mean) / std`` per channel (axis 1), so the host keeps
     the data as it was given. Integer views (token ids) stay as they are.
     """
@@ -422,11 +424,7 @@ def to_device(x: Any, device: Any, normalization: Any = None) -> Any:
         return tuple(to_device(t, device, normalization) for t in x)
     if isinstance(x, Mapping):  # a view of several tensors (keyword arguments)
         return {k: to_device(t, device, normalization) for k, t in x.items()}
-    x = x.to(device, non_blocking=True)
-    if x.dtype == torch.uint8:
-        x = x.float().div_(255)
-    elif x.is_floating_point() and x.dtype != torch.float32:
-        x = x.float()
+    x = pixel_floats(x.to(device, non_blocking=True))
     if normalization is not None and x.is_floating_point():
         mean, std = (torch.as_tensor(v, dtype=torch.float32, device=x.device)
                      .reshape(1, -1, *([1] * (x.ndim - 2))) for v in normalization)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import re
 import sys
 import warnings
@@ -270,12 +271,19 @@ class SelectorNet(NeuralNet):
 
     def fit_priors(self, data: Any) -> None:
         """Encoders that start from statistics of the training data (the text bag's IDF
-        weights, :meth:`~skcontrast.text.NgramBagEncoder.fit_prior`) take them from
-        ``data``, every text column of it, before the first step of a fresh fit."""
+        weights, :meth:`~skcontrast.text.NgramBagEncoder.fit_prior`; the image encoder's
+        pixel prior, :meth:`~skcontrast.images.ImageEncoder.fit_prior`) take them from
+        ``data``, every view of it, before the first step of a fresh fit, with
+        ``prepare``: what a training step does to a batch before the encoder sees it
+        (:func:`~._data.to_device`: the device, pixels to [0, 1],
+        ``image_normalization``), so the statistics are of exactly what the encoder
+        receives."""
         views = [v for v in getattr(data, "views", ()) if v is not None]
+        prepare = functools.partial(to_device, device=self.compute_device,
+                                    normalization=self.image_normalization)
         for module in self.module_.modules():
             if callable(getattr(module, "fit_prior", None)) and views:
-                module.fit_prior(views)
+                module.fit_prior(views, prepare=prepare)
 
     def start_fit(self, data: Any) -> None:
         """The state of a fit that begins on ``data`` (:class:`FitStreams`)."""

@@ -181,10 +181,12 @@ class NgramBagEncoder(nn.Module):
         self.layers = nn.Sequential(*layers)
 
     @torch.no_grad()
-    def fit_prior(self, texts: Sequence[Any]) -> NgramBagEncoder:
+    def fit_prior(self, texts: Sequence[Any], prepare: Any = None) -> NgramBagEncoder:
         """Set the ids' weights from training texts: ``texts`` is a sequence of token-id
         tensors ``(..., L)`` (0 is padding; each row one text, whose ids count once) or
-        of a Hugging Face tokenizer's dicts (``input_ids``, ``attention_mask``). With
+        of a Hugging Face tokenizer's dicts (``input_ids``, ``attention_mask``), each
+        read through ``prepare`` when given (what the training step does to a batch
+        before the encoder sees it; it leaves token ids as they are). With
         ``weighting='binary'`` nothing changes. Returns ``self``."""
         if self.weighting == "binary":
             return self
@@ -192,7 +194,7 @@ class NgramBagEncoder(nn.Module):
         frequency = torch.zeros(size, dtype=torch.float64)
         n = 0
         for block in texts:
-            ids, mask = _ids_and_mask(block)
+            ids, mask = _ids_and_mask(block if prepare is None else prepare(block))
             ids, mask = ids.reshape(-1, ids.shape[-1]).long().cpu(), \
                 mask.reshape(-1, mask.shape[-1]).cpu()
             if len(ids) == 0:

@@ -13,7 +13,13 @@ import numpy as np
 import torch
 
 from ..._validation import describe
-from ...images import channels_first, image_layout, is_pil_image, pil_images
+from ...images import (
+    channels_first,
+    check_pixel_range,
+    image_layout,
+    is_pil_image,
+    pil_images,
+)
 from .._checks import as_tensor, check_length, conform, where_in
 from .._data import InputSpec, TensorViews, View, ViewData, array_view
 from ._form import NO_FEATURES, InputForm
@@ -34,7 +40,7 @@ def as_images(X: Any, name: str = "X") -> torch.Tensor | None:
     layout = image_layout(X)
     if layout is None:
         return None
-    return as_tensor(channels_first(X, layout), name)
+    return as_tensor(channels_first(X, layout), name, images=True)
 
 
 class ImageForm(InputForm):
@@ -73,4 +79,6 @@ def read_images(X: Any, spec: InputSpec | None, name: str = "X"
     expected_view = None if spec is None else spec.views[0]
     view = array_view(x, 0, expected_view, name)
     view = View(view.name, view.shape, view.integer, image=True)
-    return TensorViews((conform(x, view, name, where_in(name)),)), InputSpec("image", (view,))
+    x = conform(x, view, name, where_in(name))
+    check_pixel_range(x, name)
+    return TensorViews((x,)), InputSpec("image", (view,))
