@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ._validation import describe, is_text
+from .images import is_pil_image, pil_images
 
 #: column names that hold labels, which go in ``y``, never among the views
 LABEL_COLUMNS = ("label", "labels")
@@ -177,6 +178,8 @@ def _column(values: Any, column: Any, name: str) -> Any:
     values = list(values)
     if not values:
         return np.zeros(0)
+    if all(is_pil_image(v) for v in values):  # an image column: the one rule of PIL images
+        return pil_images(values, where)
     strings = [isinstance(v, str) for v in values]
     if any(strings):
         if not all(strings):

@@ -301,3 +301,48 @@ def test_the_prior_of_large_images_reads_them_pooled_so_its_size_is_bounded(tmp_
     small = est.save(tmp_path / "small") / "model.safetensors"
     large = model.save(tmp_path / "large") / "model.safetensors"
     assert large.stat().st_size < 1.2 * small.stat().st_size
+
+
+def test_an_image_column_is_read_by_its_name_after_fit():
+    """Round 7's rule for tables holds for image columns: a renamed column is refused
+    naming it; a model fitted on an array reads an image table by position, warning."""
+    datasets = pytest.importorskip("datasets")
+    pd = pytest.importorskip("pandas")
+    from PIL import Image
+
+    x, _ = colour_images()
+    pil = [Image.fromarray(im) for im in x]
+    table = datasets.Dataset.from_dict({"image": pil})
+    est = ContrastiveEmbedder(**QUICK).fit(table)
+    assert est.input_spec_.views[0].name == "image"
+    expected = est.transform(x)
+    np.testing.assert_allclose(est.transform(pd.DataFrame({"image": pil})), expected,
+                               atol=2e-6)
+    for renamed in (datasets.Dataset.from_dict({"photo": pil}),
+                    pd.DataFrame({"photo": pil})):
+        with pytest.raises(ValueError, match=r"columns not seen in fit \['photo'\] and "
+                                             r"missing \['image'\]"):
+            est.transform(renamed)
+    by_position = ContrastiveEmbedder(**QUICK).fit(x)
+    with pytest.warns(UserWarning, match="fitted without column names"):
+        np.testing.assert_allclose(by_position.transform(table), expected, atol=2e-6)
+
+
+def test_grey_and_colour_pil_images_mixed_read_alike_in_a_list_and_a_dataset_column():
+    """One rule for PIL images wherever they come from: grey (``'L'``) images among
+    colour ones are converted to RGB, in a list and in a ``datasets`` image column."""
+    datasets = pytest.importorskip("datasets")
+    from PIL import Image
+
+    x, _ = colour_images()
+    pil = [Image.fromarray(im).convert("L") if i % 3 == 0 else Image.fromarray(im)
+           for i, im in enumerate(x)]
+    from_list = ContrastiveEmbedder(**QUICK).fit(pil)
+    from_column = ContrastiveEmbedder(**QUICK).fit(datasets.Dataset.from_dict({"image": pil}))
+    assert from_column.input_spec_.views[0].shape == (3, 8, 8)
+    np.testing.assert_allclose(from_column.transform(pil), from_list.transform(pil),
+                               atol=2e-6)
+    sizes = [*pil[:-1], pil[-1].resize((9, 9))]
+    for X in (sizes, datasets.Dataset.from_dict({"image": sizes})):
+        with pytest.raises(ValueError, match=r"PIL images of 2 sizes.*resize them"):
+            ContrastiveEmbedder(**QUICK).fit(X)

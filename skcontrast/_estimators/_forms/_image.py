@@ -66,9 +66,11 @@ class ImageForm(InputForm):
 IMAGE = ImageForm()
 
 
-def read_images(X: Any, spec: InputSpec | None, name: str = "X"
-                ) -> tuple[TensorViews, InputSpec]:
-    """Single images as one view ``(C, H, W)``, checked against ``spec`` after fit."""
+def read_images(X: Any, spec: InputSpec | None, name: str = "X", column: Any = 0
+                  ) -> tuple[TensorViews, InputSpec]:
+    """Single images as one view ``(C, H, W)``, checked against ``spec`` after fit; in
+    fit, the view is named ``column`` (a table's image column: read by that name
+    after fit)."""
     x = as_images(X, name)
     if x is None:
         expected = "" if spec is None else f" (fitted on {spec.views[0].describe()})"
@@ -77,7 +79,7 @@ def read_images(X: Any, spec: InputSpec | None, name: str = "X"
                          f"of PIL images; got {describe(X)}")
     check_length(len(x), name, minimum=1)
     expected_view = None if spec is None else spec.views[0]
-    view = array_view(x, 0, expected_view, name)
+    view = array_view(x, column, expected_view, name)
     view = View(view.name, view.shape, view.integer, image=True)
     x = conform(x, view, name, where_in(name))
     check_pixel_range(x, name)

@@ -18,8 +18,8 @@ from .._data import InputSpec, View, ViewData
 from ._array import ARRAY
 from ._dict import DICT
 from ._flat import FLAT
-from ._form import InputForm
-from ._image import IMAGE
+from ._form import NO_FEATURES, InputForm
+from ._image import IMAGE, read_images
 from ._text import TEXT
 
 
@@ -61,8 +61,8 @@ class TableForm(InputForm):
                             view_split=view_split, names=list(columns))
         images = _image_column(columns, kind)
         if images is not None:
-            return IMAGE.fit(estimator, images, single=single, labelled=labelled,
-                             view_split=view_split)
+            data, spec = read_images(*images.values(), None, column=next(iter(images)))
+            return data, spec, NO_FEATURES
         form = FLAT if kind == "features" else DICT
         return form.fit(estimator, _table_values(X, columns, kind), single=single,
                         labelled=labelled, view_split=view_split)
@@ -74,6 +74,11 @@ class TableForm(InputForm):
             if len(columns) != 1:
                 raise ValueError(f"{type(estimator).__name__} was fitted on images; got a "
                                  f"table of columns {list(columns)}: pass one image column")
+            fitted = _fitted_columns(estimator, spec)
+            if fitted is None:
+                _warn_unnamed(estimator, columns)
+            else:
+                columns = order_columns(columns, fitted)
             return IMAGE.read(estimator, next(iter(columns.values())), spec)
         if (kind == "text") != (spec.form == "text") or spec.form not in (
                 "text", "flat", "dict"):
@@ -130,16 +135,16 @@ def _fitted_columns(estimator: Any, spec: InputSpec) -> list | None:
     if spec.form == "flat":
         names = getattr(estimator, "feature_names_in_", None)
         return None if names is None else list(names)
-    names = fitted_views(spec)
+    names = fitted_views(spec)  # the views (an image column: its one view) by name
     return names if all(isinstance(c, str) for c in names) else None
 
 
-def _image_column(columns: dict, kind: str) -> Any:
-    """The one column of a table when it holds single images, else ``None``."""
+def _image_column(columns: dict, kind: str) -> dict | None:
+    """The table (its one column) when it holds single images, else ``None``."""
     if kind != "views" or len(columns) != 1:
         return None
     values = next(iter(columns.values()))
-    return values if IMAGE.detect(values) else None
+    return columns if IMAGE.detect(values) else None
 
 
 def _warn_unnamed(estimator: Any, columns: dict) -> None:
