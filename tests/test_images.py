@@ -146,6 +146,40 @@ def test_a_saved_image_model_loads_with_its_default_augmentation(tmp_path):
     np.testing.assert_array_equal(clone(est).fit(x).transform(x), est.transform(x))
 
 
+def darken(x, generator=None):
+    """An augmentation of a user's own (a saved file cannot hold it)."""
+    return x * 0.9
+
+
+@pytest.mark.parametrize("augmentation", [ImageAugmentation(degrees=5, noise=0.02), darken],
+                         ids=["ImageAugmentation", "own"])
+def test_a_saved_explicit_augmentation_continues_or_is_asked_back(tmp_path, augmentation):
+    """An explicit ``ImageAugmentation`` is saved with its settings, and load + 2 epochs
+    is 4 epochs; an augmentation of the user's own is asked back before training goes
+    on (it never trains silently with the default in its place)."""
+    x, _ = colour_images()
+    params = {**QUICK, "augmentation": augmentation}
+    four = ContrastiveEmbedder(**{**params, "max_epochs": 4}).fit(x)
+    folder = ContrastiveEmbedder(**{**params, "max_epochs": 2}).fit(x).save(tmp_path / "m")
+    if augmentation is darken:
+        with pytest.warns(UserWarning, match="refuses to train until it is passed back"):
+            loaded = load(folder)
+        with pytest.raises(ValueError, match=r"augmentation was test_images.darken when "
+                                             r"the model was saved.*set_params\("
+                                             r"augmentation=\.\.\.\)"):
+            loaded.set_params(warm_start=True, max_epochs=2).fit(x)
+        with pytest.raises(ValueError, match="augmentation was"):
+            loaded.transform_pairs(x)
+        loaded.set_params(augmentation=darken)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            loaded = load(folder)
+        assert repr(loaded.augmentation) == repr(augmentation)
+    loaded.set_params(warm_start=True, max_epochs=2).fit(x)
+    np.testing.assert_allclose(loaded.transform(x), four.transform(x), atol=1e-6)
+
+
 def test_module_options_reach_the_default_image_encoder_and_others_are_refused():
     x, _ = colour_images()
     est = ContrastiveEmbedder(**{**QUICK, "module__width": 8}).fit(x)

@@ -207,9 +207,18 @@ def test_objects_the_file_cannot_hold_are_passed_back_by_the_keyword_named(
     if required:
         with pytest.raises(ValueError, match=rf"skcontrast.load\(path, {name}=<"):
             skcontrast.load(folder)
-    else:
+    elif name == "random_state":  # not read by further training: None
         with pytest.warns(UserWarning, match=rf"{name} was .*pass {name}=\.\.\. to load"):
             assert skcontrast.load(folder).get_params()[name] is None
+    else:  # a placeholder: the model transforms, and refuses to train until it is back
+        with pytest.warns(UserWarning, match=rf"{name} was .*refuses to train until it is "
+                                             rf"passed back \(pass {name}=\.\.\. to load"):
+            lost = skcontrast.load(folder)
+        np.testing.assert_array_equal(lost.transform(X), est.transform(X))
+        with pytest.raises(ValueError, match=rf"{name} was test_persist.{value.__name__} "
+                                             r"when the model was saved"):
+            lost.set_params(warm_start=True, max_epochs=1).fit(X)
+        lost.set_params(**{name: value}).fit(X)
     again = skcontrast.load(folder, **{name: value})
     assert again.get_params()[name] is value
     np.testing.assert_array_equal(again.transform(X), est.transform(X))
@@ -971,3 +980,185 @@ def test_a_gpu_fitted_model_loads_transforms_and_trains_on_a_cpu_only_process(di
                           env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "ok"
+
+
+# Every object a fit uses is saved, or refuses to train until it is passed back ----------
+
+def _fit_objects():
+    """How each object type of the package that a fit can use takes part in one: the
+    estimator class, its parameters (the object in its slot) and the data. Built lazily
+    (igraph, kornia and the text tools are imported only here)."""
+    from skorch.callbacks import EpochTimer
+
+    from skcontrast import AcceleratorCheckpoint, LazyAdam, images, losses, selectors, text
+    from skcontrast import datasets as data
+
+    rng = np.random.default_rng(0)
+    pairs = rng.normal(size=(24, 2, 4)).astype(np.float32)
+    y = np.arange(24) % 3
+    pictures = rng.integers(0, 256, size=(24, 1, 8, 8), dtype=np.uint8)
+    flat = rng.normal(size=(24, 64)).astype(np.float32)
+    texts = [(w, w.upper()) for w in ["red heart", "cat face", "blue car", "sun", "moon",
+                                      "star", "rain", "snow"] * 3]
+    fixed = rng.normal(size=(24, 2, 4)).astype(np.float32)
+    pair, label = ContrastiveEmbedder, SupConEmbedder
+    on_pairs = lambda **p: (pair, p, pairs, None)  # noqa: E731
+    on_labels = lambda **p: (label, p, pairs[:, 0], y)  # noqa: E731
+    on_images = lambda **p: (pair, p, pictures, None)  # noqa: E731
+    on_flat = lambda **p: (pair, p, flat, None)  # noqa: E731
+    return {
+        images.ImageAugmentation: on_images(augmentation=images.ImageAugmentation(degrees=5)),
+        images.ImageEncoder: on_images(module=images.ImageEncoder,
+                                       module__shape=(1, 8, 8), module__width=2),
+        data.DigitAugmentation: (pair, {"augmentation": data.DigitAugmentation(),
+                                        "module": data.digit_cnn},
+                                 pictures.astype(np.float32) / 255, None),
+        data.GaussianNoise: on_flat(augmentation=data.GaussianNoise(0.05)),
+        data.RandomFeatureMask: on_flat(augmentation=data.RandomFeatureMask(0.1)),
+        data.RandomShift: on_flat(augmentation=data.RandomShift()),
+        data.Compose: on_flat(augmentation=data.Compose(data.GaussianNoise(0.05),
+                                                        data.RandomShift())),
+        text.HashingNgramTokenizer: (pair, {"tokenizer": text.HashingNgramTokenizer(
+            n_features=2**10)}, texts, None),
+        text.NgramBagEncoder: (pair, {"tokenizer": text.HashingNgramTokenizer(
+            n_features=2**10), "module": text.NgramBagEncoder,
+            "module__vocabulary_size": 2**10 + 1}, texts, None),
+        selectors.BcSSelector: on_pairs(selector=selectors.BcSSelector(8)),
+        selectors.BindingSelector: on_labels(selector=selectors.BindingSelector(
+            selectors.ShuffledBatchSelector(8))),
+        selectors.ClassBalancedSelector: on_labels(
+            selector=selectors.ClassBalancedSelector(6, 2)),
+        selectors.CommunityBatchSelector: on_pairs(
+            selector=selectors.CommunityBatchSelector(8, p=2, q=6)),
+        selectors.ExhaustiveBatchSelector: (pair, {"selector": selectors.
+                                                   ExhaustiveBatchSelector(2)},
+                                            pairs[:5], None),
+        selectors.FixedBatchSelector: on_pairs(selector=selectors.FixedBatchSelector(8)),
+        selectors.FullBatchSelector: on_pairs(selector=selectors.FullBatchSelector()),
+        selectors.JESTSelector: on_pairs(selector=selectors.JESTSelector(
+            8, n_chunks=2, reference=fixed)),
+        selectors.OSGDSelector: on_pairs(selector=selectors.OSGDSelector(8, k=3, q=2)),
+        selectors.PredefinedBatchSelector: on_pairs(selector=selectors.
+                                                    PredefinedBatchSelector(
+                                                        np.arange(24).reshape(3, 8))),
+        selectors.RandomBatchSelector: on_pairs(selector=selectors.RandomBatchSelector(8)),
+        selectors.RandomWalkBatchSelector: on_pairs(
+            selector=selectors.RandomWalkBatchSelector(8, n_candidates=12,
+                                                       n_neighbours=4)),
+        selectors.RhoLossSelector: on_pairs(selector=selectors.RhoLossSelector(
+            8, reference=fixed)),
+        selectors.ScBSelector: on_pairs(selector=selectors.ScBSelector(8)),
+        selectors.ShuffledBatchSelector: on_pairs(selector=selectors.ShuffledBatchSelector(8)),
+        selectors.SpectralBatchSelector: on_pairs(selector=selectors.SpectralBatchSelector(
+            8, chunk_size=24)),
+        selectors.TemperedSelector: on_labels(selector=selectors.TemperedSelector(
+            selectors.SpectralBatchSelector(8), random_share=0.25, max_same_label=4)),
+        CrossBatchMemory: on_pairs(memory=CrossBatchMemory(16)),
+        SogCLRMemory: on_pairs(memory=SogCLRMemory(0.5)),
+        **{cls: on_pairs(loss=cls(temperature=0.2))
+           for cls in (losses.DCL, losses.DHEL, losses.KCL, losses.DebiasedNCE,
+                       losses.HardNegativeNCE, losses.InfoNCE, losses.NTXent, losses.SigLIP,
+                       losses.SymmetricInfoNCE)},
+        losses.SupCon: on_labels(loss=losses.SupCon(temperature=0.2)),
+        losses.ContrastiveMargin: on_labels(loss=losses.ContrastiveMargin(0.3)),
+        losses.FalseNegativeGuard: on_pairs(loss=losses.InfoNCE(
+            false_negatives=losses.FalseNegativeGuard())),
+        losses.FunctionLoss: on_pairs(loss=losses.FunctionLoss(info_nce)),
+        LazyAdam: on_pairs(optimizer=LazyAdam, optimizer__betas=(0.8, 0.9)),
+        WarmupCosine: on_pairs(lr_schedule=WarmupCosine(warmup_epochs=1)),
+        EpochTimer: on_pairs(callbacks=[EpochTimer()]),
+        AcceleratorCheckpoint: on_pairs(callbacks=[AcceleratorCheckpoint("unused")]),
+    }
+
+
+#: The package's classes that no fit takes as a parameter, and why.
+NOT_FIT_OBJECTS = {
+    "BatchSelector": "the selectors' base class", "CuratingSelector": "a base class",
+    "BaseMemory": "the memories' base class", "Loss": "the losses' base class",
+    "MemoryState": "a memory's state inside the net, saved with it (tested above)",
+    "SelectorSampler": "made by the fit from its selector",
+    "FitSettings": "what a fit hands its selector", "SampledBatch": "a sampler's output",
+    "CurationBatch": "what a curating selector is handed", "Corollary21": "a result",
+    "LossBatch": "a loss's input", "LossInputs": "a loss's input",
+    "LossTerms": "a loss's output", "GrowingBatches": "the greedy selectors' scratch",
+    "HybridRetriever": "built on a fitted estimator, with its own save",
+    "ContrastiveEmbedder": "the estimators", "SupConEmbedder": "the estimators",
+}
+
+
+def _package_classes():
+    """Every class the package's public modules define and export."""
+    from skcontrast import (
+        _estimators,
+        datasets,
+        images,
+        losses,
+        memory,
+        selectors,
+        text,
+    )
+
+    found = {}
+    for module in (images, datasets, text, selectors, memory, losses, _estimators):
+        names = getattr(module, "__all__", None) or [n for n in vars(module)
+                                                     if not n.startswith("_")]
+        for name in names:
+            obj = getattr(module, name)
+            if isinstance(obj, type) and obj.__module__.startswith("skcontrast"):
+                found[obj.__name__] = obj
+    return found
+
+
+def test_every_object_type_of_the_package_has_a_fit_recipe():
+    """A new class in a public module that a fit can use needs a recipe in
+    :func:`_fit_objects` (so the next test covers it), or a reason here."""
+    recipes = {cls.__name__ for cls in _fit_objects()}
+    missing = sorted(set(_package_classes()) - recipes - set(NOT_FIT_OBJECTS))
+    assert not missing, f"add a recipe in _fit_objects, or a reason in NOT_FIT_OBJECTS: " \
+                        f"{missing}"
+
+
+@pytest.mark.parametrize("kind", sorted(
+    {*_package_classes(), "EpochTimer"} - set(NOT_FIT_OBJECTS)))
+def test_every_object_a_fit_uses_is_saved_or_refuses_training_until_passed_back(
+        kind, tmp_path):
+    """Each object type in its slot: the loaded model holds an equal object (its saved
+    form is the original's), or ``load`` refuses naming the keyword to pass it by, or
+    the loaded model transforms and refuses to train until it is passed back; never
+    ``None`` or a default in its place."""
+    from skcontrast._estimators._persist import Unsaved, encode_params
+
+    if kind == "CommunityBatchSelector":
+        pytest.importorskip("igraph")
+    if kind == "DigitAugmentation":
+        pytest.importorskip("kornia")
+    recipes = {cls.__name__: recipe for cls, recipe in _fit_objects().items()}
+    cls, params, X, y = recipes[kind]
+    fit_params = {"max_epochs": 1, "random_state": 0, "n_components": 4,
+                  "batch_size": None if "selector" in params else 8, **params}
+    if "callbacks" in params:  # fitted without them (the accelerator's needs a launch)
+        callbacks = fit_params.pop("callbacks")
+        est = cls(**fit_params).fit(X, y).set_params(callbacks=callbacks)
+    else:
+        est = cls(**fit_params).fit(X, y)
+    folder = est.save(tmp_path / "m")
+    slot = next(iter(params))
+    saved, named = encode_params(est)
+    if slot in named and slot not in ("augmentation", "callbacks", "scoring"):
+        with pytest.raises(ValueError, match=rf"skcontrast.load\(path, {slot}=<"):
+            skcontrast.load(folder)
+        return
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        loaded = skcontrast.load(folder)
+    value = loaded.get_params(deep=False)[slot]
+    if slot in named:
+        assert isinstance(value, Unsaved)
+        np.testing.assert_allclose(loaded.transform(X), est.transform(X), atol=1e-6)
+        with pytest.raises(ValueError, match=rf"{slot} was .* pass it back before this "
+                                             rf"model trains again"):
+            loaded.set_params(warm_start=True).fit(X, y)
+        return
+    assert value is not None and not isinstance(value, Unsaved)
+    again, _ = encode_params(loaded)
+    assert {k: again[k] for k in params} == {k: saved[k] for k in params}

@@ -42,6 +42,7 @@ from ._monitor import (
 from ._net import SelectorNet
 from ._params import resolve_device
 from ._persist import (
+    Unsaved,
     choose_params,
     decode_attributes,
     encode_attributes,
@@ -409,9 +410,14 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
         """The estimator a saved model describes (see :func:`load`)."""
         estimator, spec, state, n_samples, shared, attributes = cls._read_saved(
             config, tensors, {**objects})
-        estimator.set_params(device=device)
+        # what the file could not hold is not needed to build the net that transforms;
+        # the estimator keeps its placeholders, so that training refuses until it is back
+        unsaved = {name: value for name, value in estimator.get_params(deep=False).items()
+                   if isinstance(value, Unsaved)}
+        estimator.set_params(device=device, **dict.fromkeys(unsaved))
         estimator.check_saved_shapes(spec, n_samples, shared, state)
         net = estimator.build_net(spec, n_samples, shared, device, seed=state["seed"])
+        estimator.set_params(**unsaved)
         restore(net, state)
         estimator.net_ = net
         estimator.input_spec_ = spec

@@ -25,6 +25,7 @@ from ._data import InputSpec, TensorViews, ViewData
 from ._modules import ContrastiveCriterion, EncoderFactory, embedding_width
 from ._net import SelectorNet
 from ._params import ParameterChecks, describe_object, resolve_device
+from ._persist import check_saved
 from ._schedule import ScheduleCallback
 from ._step import Augmentation
 
@@ -229,7 +230,7 @@ class NetBuilder(ParameterChecks):
             from ..images import ImageAugmentation
 
             return ImageAugmentation.for_images(spec.views[0].shape)
-        return self.augmentation
+        return check_saved(self.augmentation)
 
     def _callbacks(self, selector: BatchSelector, n: int, labels: Any, extra: list,
                    trains: bool = True) -> list:

@@ -38,6 +38,7 @@ from ._data import InputSpec
 from ._modules import ENCODER_OPTIONS, input_kind
 from ._monitor import check_validation_fraction
 from ._optim import LazyAdam
+from ._persist import check_saved
 from ._schedule import WarmupCosine
 from ._step import PRECISIONS
 
@@ -299,8 +300,11 @@ class ParameterChecks(BaseEstimator):
     }
 
     def _check_params(self) -> None:
-        """The declared constraints (:attr:`_parameter_constraints`), then the rules
-        between parameters."""
+        """Parameters a loaded model could not get back from its file
+        (:class:`~._persist.Unsaved`), the declared constraints
+        (:attr:`_parameter_constraints`), then the rules between parameters."""
+        for value in self.get_params(deep=False).values():
+            check_saved(value)
         validate_params(self)
         self._check_accelerator()
         unknown = [k for k in self._extra_params() if not k.startswith(self._nested_prefixes)

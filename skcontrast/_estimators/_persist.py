@@ -47,8 +47,46 @@ CONFIG = "config.json"
 FORMAT = "skcontrast-model"
 FORMAT_VERSION = 3
 #: Parameters a loaded model does not need to transform: when the file could only name
-#: them, ``load`` sets them to ``None`` with a warning instead of refusing.
+#: them, ``load`` puts an :class:`Unsaved` placeholder there with a warning instead of
+#: refusing (training refuses until they are passed back); ``random_state``, which a
+#: warm start does not read (it continues from the saved seed), becomes ``None``.
 OPTIONAL_AT_LOAD = ("augmentation", "callbacks", "scoring", "random_state")
+#: Of those, the ones a further fit does not use
+NOT_USED_BY_TRAINING = ("random_state",)
+
+
+class Unsaved:
+    """What a loaded model holds for a parameter a saved file could not hold (an object
+    of your own: an augmentation, callbacks, a scorer) and ``load`` was not given.
+
+    The model transforms without it; whatever would use it (``fit``, a warm start,
+    ``transform_pairs`` of single views) refuses, naming the parameter and how to pass
+    it back, rather than train silently with something else (a default augmentation
+    in place of yours). ``set_params`` (or ``load(path, name=...)``) replaces it; set
+    ``None`` to go on without it.
+    """
+
+    def __init__(self, name: str, was: str) -> None:
+        self.name = name
+        self.was = was
+
+    def refusal(self) -> str:
+        """The error's message: what is missing and how to give it back."""
+        return (f"{self.name} was {self.was} when the model was saved, which a saved file "
+                f"does not hold: pass it back before this model trains again, "
+                f"skcontrast.load(path, {self.name}=...) or set_params({self.name}=...) "
+                f"({self.name}=None goes on without it)")
+
+    def __repr__(self) -> str:
+        return f"<not saved: {self.was}>"
+
+
+def check_saved(value: Any) -> Any:
+    """``value``, unless it is an :class:`Unsaved` placeholder, which is refused (with
+    what to pass back)."""
+    if isinstance(value, Unsaved):
+        raise ValueError(value.refusal())
+    return value
 #: Keys of an optimizer's param group that are data, not settings.
 _GROUP_DATA = ("params",)
 
@@ -83,15 +121,17 @@ def allowed_objects() -> dict[str, Any]:
       :mod:`skcontrast.losses`, the selectors of :mod:`skcontrast.selectors`, the
       memories of :mod:`skcontrast.memory` and :class:`~skcontrast.WarmupCosine`;
     - augmentation objects of :mod:`skcontrast.datasets` (restored field by field) and
-      its factories ``digit_cnn`` and ``digit_augmentation``;
+      its factories ``digit_cnn`` and ``digit_augmentation``; the image augmentation
+      (made again from its arguments) and encoder of :mod:`skcontrast.images`;
     - the loss functions of :mod:`skcontrast.losses`;
     - every ``torch.nn.Module`` class in ``torch.nn`` and every optimizer class in
       ``torch.optim`` (called with plain values only).
     """
-    from .. import datasets, losses, memory, selectors, text
+    from .. import datasets, images, losses, memory, selectors, text
     from ._schedule import WarmupCosine
 
     chosen: list[Any] = [WarmupCosine, text.HashingNgramTokenizer, text.NgramBagEncoder,
+                         images.ImageEncoder, images.ImageAugmentation,
                          datasets.GaussianNoise, datasets.RandomFeatureMask,
                          datasets.RandomShift, datasets.Compose, datasets.digit_cnn,
                          datasets.digit_augmentation, *RECIPES]
@@ -122,6 +162,20 @@ def _allowed(path: Any, entry: str) -> Any:
                          "own objects and torch.nn/torch.optim classes); if the model "
                          f"really was built from it, pass it to load by keyword")
     return allowed_objects()[path]
+
+
+#: Modules of skcontrast's own made again from their constructor's arguments, each
+#: stored as the attribute of its name (the image augmentation).
+def _init_objects() -> tuple[type, ...]:
+    from .. import images
+
+    return (images.ImageAugmentation,)
+
+
+def _init_arguments(value: Any) -> dict:
+    """The constructor's arguments of an :func:`_init_objects` object, as it holds them."""
+    return {name: getattr(value, name)
+            for name in inspect.signature(type(value)).parameters}
 
 
 #: Objects of skcontrast's own whose fields are plain data (augmentations).
@@ -172,6 +226,8 @@ def _encode(value: Any) -> Any:
         return {"estimator": path_of(type(value)), "params": {"dict": params}}
     if isinstance(value, _field_objects()):
         return {"object": path_of(type(value)), "state": _encode(dict(vars(value)))}
+    if type(value) in _init_objects():
+        return {"init": path_of(type(value)), "params": _encode(_init_arguments(value))}
     if type(value) in RECIPES:  # made again by calling its class
         return {"call": path_of(type(value))}
     if isinstance(value, functools.partial) and _named(value.func) in allowed:
@@ -279,6 +335,16 @@ def _decode(value: Any, entry: str) -> Any:
         obj = cls.__new__(cls)  # no __init__: the saved fields, as they were
         obj.__dict__.update(_decode_kwargs(value.get("state"), entry))
         return obj
+    if "init" in value:
+        cls = _allowed(value["init"], entry)
+        if cls not in _init_objects():
+            raise ValueError(f"{value['init']!r} ({entry}) is not made from its arguments")
+        kwargs = _decode_kwargs(value.get("params"), entry)
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise ValueError(f"malformed saved configuration: {entry} gives "
+                             f"{value['init']} arguments it does not take ({exc})") from None
     if "call" in value:
         factory = _allowed(value["call"], entry)
         if factory not in _factories():
@@ -765,11 +831,15 @@ def choose_params(config: dict, given: dict, names: list[str]) -> dict:
             params[name] = given[name]
         elif isinstance(value, dict) and "supplied" in value:
             if name in OPTIONAL_AT_LOAD:
-                params[name] = None
-                warnings.warn(f"{name} was {value.get('was')}, which a saved file does not "
-                              f"hold: it is None in the loaded model (pass {name}=... to "
-                              f"load to restore it){_OPTIONAL_NOTE.get(name, '')}",
-                              UserWarning, stacklevel=3)
+                was = str(value.get("was"))
+                unused = name in NOT_USED_BY_TRAINING
+                params[name] = None if unused else Unsaved(name, was)
+                now = "it is None in the loaded model" if unused else \
+                    "the loaded model transforms without it, and refuses to train until " \
+                    "it is passed back"
+                warnings.warn(f"{name} was {was}, which a saved file does not hold: {now} "
+                              f"(pass {name}=... to load to restore it)"
+                              f"{_OPTIONAL_NOTE.get(name, '')}", UserWarning, stacklevel=3)
             else:
                 missing[name] = value.get("was")
         else:
@@ -784,8 +854,7 @@ def choose_params(config: dict, given: dict, names: list[str]) -> dict:
 
 
 _OPTIONAL_NOTE = {
-    "augmentation": "; transform works, transform_pairs and further training of single "
-                    "views need it",
+    "augmentation": "; transform_pairs of single views needs it too",
     "random_state": "; warm starts continue from the saved seed",
 }
 
