@@ -430,7 +430,7 @@ class ImageEncoder(nn.Module):
     def prior_pixels(self, x: torch.Tensor) -> torch.Tensor:
         """Float images ``(n, C, H, W)`` as the prior reads them, flattened: averaged over
         areas down to at most :data:`PRIOR_SIDE` pixels a side (unchanged when smaller)."""
-        return _area_average(x, self.prior_shape[1:]).flatten(1)
+        return _area_average(x, (self.prior_shape[1], self.prior_shape[2])).flatten(1)
 
     @torch.no_grad()
     def fit_prior(self, views: list[torch.Tensor], max_rows: int = 10_000,
@@ -520,7 +520,7 @@ class ImageEncoder(nn.Module):
                 f"prior_width={self.prior_width}, mix={self.mix}")
 
 
-def _area_average(x: torch.Tensor, side: tuple[int, ...]) -> torch.Tensor:
+def _area_average(x: torch.Tensor, side: tuple[int, int]) -> torch.Tensor:
     """Images ``(n, C, H, W)`` averaged over areas down to ``side`` ``(h, w)`` (each
     output pixel the mean of the input pixels it covers, ``F.adaptive_avg_pool2d``);
     unchanged when they are that size already."""

@@ -61,7 +61,8 @@ class TableForm(InputForm):
                             view_split=view_split, names=list(columns))
         images = _image_column(columns, kind)
         if images is not None:
-            data, spec = read_images(*images.values(), None, column=next(iter(images)))
+            ((column, values),) = images.items()
+            data, spec = read_images(values, None, column=column)
             return data, spec, NO_FEATURES
         form = FLAT if kind == "features" else DICT
         return form.fit(estimator, _table_values(X, columns, kind), single=single,
