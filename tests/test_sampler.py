@@ -372,3 +372,8 @@ def test_refresh_every_is_a_deprecated_name_of_selection_pass(X):
                                                "selection_pass"):
             sampler = SelectorSampler(ShuffledBatchSelector(16), len(X), refresh_every=old)
         assert sampler.selection_pass == new
+    for bad in (0, -1, "x", 1.5, True):  # refused by the name the user gave
+        with pytest.warns(FutureWarning), pytest.raises(
+                ValueError, match=r"refresh_every must be None or an int >= 1 \(it is "
+                                  r"deprecated: use selection_pass="):
+            SelectorSampler(ShuffledBatchSelector(16), len(X), refresh_every=bad)

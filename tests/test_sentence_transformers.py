@@ -231,3 +231,21 @@ def test_content_ids_are_one_rule_for_every_tokenizer_output(model):
                 assert (ids.flat[a] == ids.flat[b]) == same
     with pytest.raises(ValueError, match="one entry per item"):
         FalseNegativeGuard.content_ids([texts[0], texts[1][:3]])
+
+
+def test_refresh_every_is_the_deprecated_selection_pass_here_too():
+    """``batch_sampler(refresh_every=...)`` reads as the sampler's: ``None`` is
+    ``'cached'`` (as documented), a bad value is refused naming ``refresh_every``."""
+    datasets = pytest.importorskip("datasets")
+    table = datasets.Dataset.from_dict({"anchor": [r[0] for r in ROWS],
+                                        "positive": [r[1] for r in ROWS]})
+    for old, new in ((None, "cached"), (1, "fresh"), (3, 3)):
+        with pytest.warns(FutureWarning, match=r"batch_sampler\(refresh_every=\.\.\.\) is "
+                                               "deprecated"):
+            make = batch_sampler(SpectralBatchSelector(4), refresh_every=old,
+                                 embed=lambda rows: np.zeros((len(rows), 2, 3)))
+        assert make(table, batch_size=4, drop_last=False).selection_pass == new
+    for bad in (0, -1, "x"):
+        with pytest.warns(FutureWarning), pytest.raises(
+                ValueError, match="refresh_every must be None or an int >= 1"):
+            batch_sampler(SpectralBatchSelector(4), refresh_every=bad)

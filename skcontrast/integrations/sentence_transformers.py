@@ -14,7 +14,6 @@ Needs ``sentence-transformers`` (``pip install sentence-transformers``).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -25,6 +24,7 @@ from torch import nn
 from .._validation import describe
 from ..losses import LossBatch, make_loss
 from ..selectors import BatchSelector, FitSettings, SelectorSampler
+from ..selectors._sampler import deprecated_refresh_every
 
 #: ``refresh_every`` not given (its deprecated alias of ``selection_pass``)
 _UNSET: Any = object()
@@ -64,8 +64,9 @@ def batch_sampler(selector: BatchSelector, *, model: Any = None,
         When the embeddings are taken anew (see
         :class:`~skcontrast.selectors.SelectorSampler`): every epoch, once, or every
         ``k`` epochs.
-    refresh_every : int
-        Deprecated alias of ``selection_pass``.
+    refresh_every : int or None
+        Deprecated alias of ``selection_pass`` (``1``: ``'fresh'``, ``None``:
+        ``'cached'``, ``k``: ``k``).
 
     Examples
     --------
@@ -81,9 +82,7 @@ def batch_sampler(selector: BatchSelector, *, model: Any = None,
         raise ValueError("give model (the embeddings of the model being trained) or embed "
                          "(a teacher), not both")
     if refresh_every is not _UNSET:
-        warnings.warn("batch_sampler(refresh_every=...) is deprecated: it is "
-                      "selection_pass (1 is 'fresh', k is k)", FutureWarning, stacklevel=2)
-        selection_pass = "fresh" if refresh_every == 1 else refresh_every
+        selection_pass = deprecated_refresh_every(refresh_every, "batch_sampler")
     SelectorSampler.pass_period(selection_pass)  # refused here, not when the trainer calls
 
     def make(dataset: Any, batch_size: int, drop_last: bool,
