@@ -37,7 +37,7 @@ def as_float_tensor(x: Any, name: str) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         return x if x.is_floating_point() else x.to(torch.get_default_dtype())
     try:
-        array = np.asarray(x)
+        array = torch_viewable(np.asarray(x))
     except Exception as exc:  # pragma: no cover - exotic objects
         raise TypeError(f"{name} must be an array or tensor; got {describe(x)}") from exc
     if array.dtype.kind not in "biuf":
@@ -47,15 +47,23 @@ def as_float_tensor(x: Any, name: str) -> torch.Tensor:
     return torch.as_tensor(array, dtype=torch.get_default_dtype())
 
 
+def torch_viewable(array: np.ndarray) -> np.ndarray:
+    """``array``, or its copy where it has a negative stride (``X[::-1]``,
+    ``X[:, ::-1]``), which torch cannot view: every NumPy array the package hands to
+    torch goes through here."""
+    return array.copy() if any(stride < 0 for stride in array.strides) else array
+
+
 def as_numpy(x: Any, name: str, *, dtype: Any = None) -> np.ndarray:
-    """Return ``x`` (tensor, array or sequence) as a NumPy array, detached and on the CPU."""
+    """Return ``x`` (tensor, array or sequence) as a NumPy array, detached and on the
+    CPU, that torch can view (:func:`torch_viewable`)."""
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
     try:
         array = np.asarray(x, dtype=dtype)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{name} must be array-like; got {describe(x)}") from exc
-    return array
+    return torch_viewable(array)
 
 
 def check_real(value: Any, name: str, *, low: float | None = None, high: float | None = None,

@@ -356,3 +356,29 @@ def test_transform_view_reads_a_one_column_table_of_arrays_as_fit_does():
     with pytest.raises(ValueError, match=r"X_view must have the columns seen in fit, "
                                          r"\['image'\]; got \['caption'\]"):
         est.transform_view(frame[["caption"]], view="image")
+
+
+def _reversed_views():
+    """Arrays that are views with negative strides, beside their contiguous copies: rows
+    or columns reversed, as ``X[::-1]``, ``X[:, ::-1]`` and ``df[cols[::-1]].to_numpy()``
+    give them (torch cannot view them)."""
+    rng = np.random.default_rng(0)
+    flat = rng.normal(size=(16, 6)).astype(np.float32)
+    pairs = rng.normal(size=(16, 2, 3)).astype(np.float32)
+    images = rng.integers(0, 256, size=(16, 1, 8, 8), dtype=np.uint8)
+    frame = pd.DataFrame(flat, columns=[f"f{i}" for i in range(6)])
+    return {"rows of a 2-D array": flat[::-1], "columns of a 2-D array": flat[:, ::-1],
+            "rows of pairs": pairs[::-1], "features of pairs": pairs[:, :, ::-1],
+            "image rows": images[::-1], "image columns": images[..., ::-1],
+            "a DataFrame's columns": frame[list(frame.columns)[::-1]].to_numpy(),
+            "a dict's views": {"a": flat[::-1, :3], "b": flat[::-1, 3:]}}
+
+
+@pytest.mark.parametrize("name", list(_reversed_views()))
+def test_arrays_with_negative_strides_read_as_their_contiguous_copies(name):
+    X = _reversed_views()[name]
+    copy = {k: np.ascontiguousarray(v) for k, v in X.items()} if isinstance(X, dict) \
+        else np.ascontiguousarray(X)
+    est = ContrastiveEmbedder(**TINY).fit(X)
+    np.testing.assert_array_equal(est.transform(X),
+                                  ContrastiveEmbedder(**TINY).fit(copy).transform(copy))

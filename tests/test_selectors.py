@@ -985,3 +985,14 @@ def test_the_spectral_selector_names_an_overflowing_affinity():
     with pytest.raises(ValueError, match=r"SpectralBatchSelector: the pair affinity .* NaN "
                                          r"or infinite.* temperature 0.001"):
         list(selector.split(X))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: OSGDSelector(8, k=3, q=2, random_state=0),
+    lambda: BcSSelector(8, random_state=0), lambda: ScBSelector(8, random_state=0),
+    lambda: SpectralBatchSelector(8, random_state=0)], ids=["OSGD", "BcS", "ScB", "spectral"])
+def test_embeddings_with_negative_strides_select_as_their_copies(make):
+    """``X[::-1]`` (a view torch cannot take) selects as its contiguous copy does."""
+    X = np.random.default_rng(0).normal(size=(32, 2, 4)).astype(np.float32)[::-1]
+    got = [b.tolist() for b in make().split(X)]
+    assert got == [b.tolist() for b in make().split(np.ascontiguousarray(X))]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from .._validation import describe
+from .._validation import describe, torch_viewable
 
 if TYPE_CHECKING:
     from ._data import View
@@ -33,9 +33,8 @@ def from_numpy(array: np.ndarray) -> torch.Tensor:
     """``torch.from_numpy`` without its warning for read-only arrays (a pandas frame's
     values, a read-only memmap): the estimators never write into their input. An array
     with a negative stride (``X[::-1]``, ``X[:, ::-1]``), which torch cannot view, is read
-    as its copy."""
-    if any(stride < 0 for stride in array.strides):
-        array = array.copy()
+    as its copy (:func:`~skcontrast._validation.torch_viewable`)."""
+    array = torch_viewable(array)
     if array.flags.writeable:
         return torch.from_numpy(array)
     with warnings.catch_warnings():

@@ -16,7 +16,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .._validation import as_float_tensor, check_choice, check_positive, check_real, describe
+from .._validation import (
+    as_float_tensor,
+    check_choice,
+    check_positive,
+    check_real,
+    describe,
+    torch_viewable,
+)
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -137,7 +144,7 @@ def as_label_tensor(y: Any, device: torch.device | None = None) -> torch.Tensor:
         if y.is_floating_point() or y.is_complex():
             raise ValueError(f"y must hold integer class labels; got {describe(y)}")
         return y.to(device=device, dtype=torch.long)
-    array = np.asarray(y)
+    array = torch_viewable(np.asarray(y))
     if array.dtype.kind not in "biu":
         _, codes = np.unique(array.reshape(-1), return_inverse=True)
         array = codes.reshape(array.shape)
