@@ -29,9 +29,10 @@ def _modules() -> Any:
 def static_embedding_fit(pairs: np.ndarray, *, batch_size: int = 64, epochs: int = 5,
                          dim: int = 256, vocab_size: int = 30_000, seed: int = 0,
                          lr: float = 0.2) -> tuple[Any, float, float]:
-    """Train the peer on ``pairs`` (anchor, positive); returns the model, the seconds of
-    ``trainer.train()`` and the seconds of the whole fit (tokenizer training, model and
-    trainer set-up included)."""
+    """Train the peer on ``pairs`` (anchor, positive), or rows (anchor, positive,
+    negative) whose third column MultipleNegativesRankingLoss takes as each anchor's hard
+    negative; returns the model, the seconds of ``trainer.train()`` and the seconds of
+    the whole fit (tokenizer training, model and trainer set-up included)."""
     import torch
     from datasets import Dataset
     from sentence_transformers import (
@@ -52,7 +53,8 @@ def static_embedding_fit(pairs: np.ndarray, *, batch_size: int = 64, epochs: int
     torch.manual_seed(seed)
     model = SentenceTransformer(
         modules=[_modules().StaticEmbedding(raw, embedding_dim=dim)], device="cpu")
-    data = Dataset.from_dict({"anchor": list(pairs[:, 0]), "positive": list(pairs[:, 1])})
+    names = ("anchor", "positive", "negative")[:pairs.shape[1]]
+    data = Dataset.from_dict({name: list(pairs[:, i]) for i, name in enumerate(names)})
     import transformers
 
     # 10% warm-up: a float warmup_steps from transformers 5 on, warmup_ratio before

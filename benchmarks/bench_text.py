@@ -24,6 +24,16 @@ fits, the dense search a user writes first: the whole ``n x n`` similarity matri
     python benchmarks/bench_text.py --search 1000000 [--queries 1000]  # HybridRetriever
         # beside scikit-learn's TfidfVectorizer and a sparse product, as a user writes it
     python benchmarks/bench_text.py --training [--batch-size 64] [--fit-lengths 1 3]
+    python benchmarks/bench_text.py --negative-column [--threads 1] [--runs 3]
+        # what one hard-negative column per pair costs, each trainer against its pairs
+
+A hard-negative column (``--negative-column``): the time per epoch of the same pairs
+with a third text per row (the positive of another row, drawn at random: the cost of a
+mined negative, whose texts are as long), against the pairs alone, for skcontrast's
+defaults and for sentence-transformers' static model with MultipleNegativesRankingLoss
+(which takes a third column as each anchor's hard negative); fits of two lengths,
+interleaved, ``--runs`` times, medians. A third text per row embeds 1.5 times the texts
+and gives the loss ``B x 2B`` logits instead of ``B x B``.
 
 Peak memory: resident memory added on the CPU, allocated GPU memory on a GPU (see
 ``_harness``).
@@ -231,6 +241,50 @@ def training_rows(batch_size: int, lengths: tuple[int, int], threads: int) -> li
     return rows
 
 
+def negative_column_rows(batch_size: int, lengths: tuple[int, int], threads: int,
+                         runs: int) -> list[list[str]]:
+    """Seconds per epoch of pairs and of pairs with a hard-negative column, per trainer,
+    and their ratio (see the module docstring)."""
+    import statistics
+
+    from _peers import static_embedding_fit
+
+    from skcontrast import ContrastiveEmbedder
+    from skcontrast.datasets import SAME_SCRIPT_LANGUAGES, load_emoji_names
+
+    torch.set_num_threads(threads)
+    pairs = load_emoji_names(list(SAME_SCRIPT_LANGUAGES), random_state=0).pairs_train
+    other = np.random.default_rng(0).permutation(len(pairs))
+    data = {"pairs": np.asarray(pairs, dtype=object),
+            "+ 1 negative": np.asarray([(a, b, pairs[j][1])
+                                        for (a, b), j in zip(pairs, other, strict=True)],
+                                       dtype=object)}
+
+    def ours(rows: np.ndarray, epochs: int) -> float:
+        start = time.perf_counter()
+        ContrastiveEmbedder(max_epochs=epochs, batch_size=batch_size, random_state=0).fit(
+            [tuple(r) for r in rows])
+        return time.perf_counter() - start
+
+    def peer(rows: np.ndarray, epochs: int) -> float:
+        return static_embedding_fit(rows, batch_size=batch_size, epochs=epochs)[2]
+
+    trainers = {"skcontrast defaults": ours,
+                "sentence-transformers StaticEmbedding + MNRL": peer}
+    seconds: dict[tuple[str, str], list[float]] = {}
+    for _ in range(runs):
+        for trainer, fit in trainers.items():
+            for kind, rows in data.items():
+                short, long = (fit(rows, epochs) for epochs in lengths)
+                seconds.setdefault((trainer, kind), []).append(
+                    (long - short) / (lengths[1] - lengths[0]))
+    out = []
+    for trainer in trainers:
+        alone, more = (statistics.median(seconds[trainer, kind]) for kind in data)
+        out.append([trainer, f"{alone:.2f} s", f"{more:.2f} s", f"{more / alone:.2f}x"])
+    return out
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
@@ -246,7 +300,20 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--fit-lengths", type=int, nargs=2, default=[1, 3])
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--negative-column", action="store_true",
+                        help="instead: the cost of a hard-negative column per trainer")
+    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
+    if args.negative_column:
+        rows = negative_column_rows(args.batch_size, tuple(args.fit_lengths), args.threads,
+                                    args.runs)
+        text = (f"A hard-negative column: same-script emoji name pairs, batches of "
+                f"{args.batch_size}, CPU ({args.threads} thread(s)); per epoch from fits "
+                f"of {args.fit_lengths[0]} and {args.fit_lengths[1]} epochs, median of "
+                f"{args.runs} interleaved runs\n"
+                + table(rows, ["trainer", "pairs", "pairs + 1 negative", "x its pairs"]))
+        print(text)
+        return text
     if args.training:
         rows = training_rows(args.batch_size, tuple(args.fit_lengths), args.threads)
         text = (f"Training on same-script emoji name pairs, batches of {args.batch_size}, CPU "

@@ -235,3 +235,26 @@ def test_kornia_augmentations_on_a_factory_built_cnn_are_reproducible(digit_imag
     fits = [ContrastiveEmbedder(module=digit_cnn, augmentation=digit_augmentation(),
                                 **SMALL_IMAGES).fit(images) for _ in range(2)]
     np.testing.assert_array_equal(fits[0].transform(images), fits[1].transform(images))
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_each_encoder_embeds_its_views_and_the_hard_negatives_in_one_call(shared):
+    """Pairs with hard negatives ``(x0, x1, negatives)``: the views' and negatives'
+    embeddings are each encoder's of each row, in ``(B, 2 + m, k)``, and the encoder
+    that embeds view 1 is called once for its view and the negatives (a shared one once
+    for everything)."""
+    from skcontrast._estimators._modules import ViewEncoders
+
+    torch.manual_seed(0)
+    first, second = nn.Linear(5, 3), nn.Linear(5, 3)
+    calls = []
+    for encoder in (first, second):
+        encoder.register_forward_hook(lambda m, i, o: calls.append(len(i[0])))
+    encoders = ViewEncoders([first] if shared else [first, second])
+    x0, x1, negatives = torch.randn(4, 5), torch.randn(4, 5), torch.randn(4, 2, 5)
+    out = encoders((x0, x1, negatives))
+    side = first if shared else second
+    expected = torch.cat([first(x0)[:, None], side(x1)[:, None], side(negatives)], dim=1)
+    calls_made = calls[:-3]  # the expected's own three
+    torch.testing.assert_close(out, expected)
+    assert calls_made == ([4 + 4 + 8] if shared else [4 + 8, 4])

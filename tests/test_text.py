@@ -75,6 +75,30 @@ def test_the_bag_is_the_scaled_sum_of_its_ids_embeddings():
     assert with_layers(ids).shape == (3, 3)
 
 
+@pytest.mark.parametrize("weighting", ["binary", "idf"])
+def test_the_sparse_bags_gradient_has_one_row_per_id_and_is_torchs_dense_one(weighting):
+    """With sparse gradients the bag's gradient holds each id of the batch once (no row
+    per occurrence, none for padding), in order, and equals the dense gradient of
+    ``nn.EmbeddingBag`` (float64), HF's masked ids included."""
+    torch.manual_seed(0)
+    ids = torch.tensor([[3, 7, 7, 0, 0], [1, 2, 3, 4, 5], [9, 0, 0, 0, 0], [7, 7, 7, 7, 7]])
+    enc = NgramBagEncoder(50, 4, weighting=weighting, sparse=True).double()
+    if weighting == "idf":
+        enc.fit_prior([ids])
+    dense = NgramBagEncoder(50, 4, weighting=weighting, sparse=False).double()
+    dense.load_state_dict(enc.state_dict())
+    grad = torch.randn(len(ids), 4, dtype=torch.float64)
+    for kwargs in ({"ids": ids}, {"input_ids": ids, "attention_mask": (ids > 0).long()}):
+        enc.zero_grad(set_to_none=True)
+        dense.zero_grad(set_to_none=True)
+        (enc(**kwargs) * grad).sum().backward()
+        (dense(**kwargs) * grad).sum().backward()
+        sparse = enc.bag.weight.grad
+        assert sparse.is_sparse
+        assert sparse._indices()[0].tolist() == [1, 2, 3, 4, 5, 7, 9]  # once each
+        torch.testing.assert_close(sparse.to_dense(), dense.bag.weight.grad)
+
+
 def test_idf_weights_are_scikit_learns_smooth_idf_and_weigh_the_bag():
     from sklearn.feature_extraction.text import TfidfTransformer
 

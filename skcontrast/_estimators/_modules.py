@@ -155,8 +155,13 @@ class ViewEncoders(nn.Module):
     """One encoder per view, or one shared by both, each with an optional projection head.
 
     ``forward`` takes a batch of one view (a tensor) and returns ``(B, k)`` embeddings,
-    or a pair ``(x0, x1)`` and returns ``(B, 2, k)``. A shared encoder embeds both views
-    of a pair in one call on the ``2B`` stacked rows, as SimCLR does. The loss sees the
+    a pair ``(x0, x1)`` and returns ``(B, 2, k)``, or a pair with each pair's hard
+    negatives ``(x0, x1, negatives)``, ``negatives`` of ``(B, m, ...)``, and returns
+    ``(B, 2 + m, k)`` (the negatives are view 1's side). Each encoder embeds all its rows
+    of the batch in one call: a shared encoder the ``2B`` stacked views, as SimCLR does,
+    and the ``B m`` negatives with them; view 1's encoder its view with the negatives.
+    So a sparse embedding table gets one sparse gradient per step, not a sum of several
+    (which cost a hard-negative column more than its embeddings). The loss sees the
     heads' outputs; :meth:`encode` gives the backbone's with ``head=False``.
 
     ``frozen`` names submodules (e.g. ``'encoders.0.layer1'``) whose parameters do not
@@ -188,41 +193,57 @@ class ViewEncoders(nn.Module):
     def forward(self, x: Any) -> torch.Tensor:
         if not isinstance(x, tuple | list):
             return self.encode(x, 0)
-        if len(x) == 3:  # pairs and each pair's hard negatives, (B, k, ...): view 1's side
-            pairs = self.forward(tuple(x[:2]))
-            negatives = x[2]
+        x0, x1, *rest = x
+        b = len(next(iter(x0.values()))) if isinstance(x0, Mapping) else len(x0)
+        # view 1's side: its rows, then each pair's hard negatives (B m rows)
+        side, m = [x1], 0
+        if rest:
+            negatives = rest[0]
             first = next(iter(negatives.values())) if isinstance(negatives, Mapping) \
                 else negatives
-            b, k = first.shape[:2]
-            flat = {key: t.reshape(b * k, *t.shape[2:]) for key, t in negatives.items()} \
-                if isinstance(negatives, Mapping) else negatives.reshape(b * k,
-                                                                         *negatives.shape[2:])
-            z = self.encode(flat, 1).reshape(b, k, -1)
-            return torch.cat([pairs, z], dim=1)
-        x0, x1 = x
-        stacked = _stack_views(x0, x1) if len(self.encoders) == 1 else None
-        if stacked is not None:
+            m = first.shape[1]
+            side.append({key: t.reshape(b * m, *t.shape[2:]) for key, t in negatives.items()}
+                        if isinstance(negatives, Mapping)
+                        else negatives.reshape(b * m, *negatives.shape[2:]))
+        parts = [x0, *side] if len(self.encoders) == 1 else side
+        stacked = _stack_views(*parts)
+        if stacked is None:  # rows of other shapes: a call each
+            z1 = torch.cat([self.encode(part, 1) for part in side])
+        elif len(self.encoders) == 1:
             z = self.encode(stacked, 0)
-            half = len(z) // 2
-            return torch.stack([z[:half], z[half:]], dim=1)
-        z0, z1 = self.encode(x0, 0), self.encode(x1, 1)
+            return _as_columns(z[:b], z[b:], b, m)
+        else:
+            z1 = self.encode(stacked, 1)
+        z0 = self.encode(x0, 0)
         if z0.shape[1:] != z1.shape[1:]:
             raise ValueError(f"the two views' encoders must embed into the same space; they "
                              f"output {tuple(z0.shape[1:])} and {tuple(z1.shape[1:])} per item "
                              "(give both n_out outputs, the estimator's n_components, or a "
                              "projection_head)")
-        return torch.stack([z0, z1], dim=1)
+        return _as_columns(z0, z1, b, m)
 
 
-def _stack_views(x0: Any, x1: Any) -> Any:
-    """The two views' rows in one batch, for a shared encoder (None when they differ)."""
-    if isinstance(x0, Mapping) and isinstance(x1, Mapping):
-        if x0.keys() != x1.keys() or any(x0[k].shape[1:] != x1[k].shape[1:] for k in x0):
+def _as_columns(z0: torch.Tensor, side: torch.Tensor, b: int, m: int) -> torch.Tensor:
+    """``(B, 2 + m, k)``: view 0's ``B`` embeddings, then view 1's ``B`` and the ``B m``
+    hard negatives' (``side``, in that order), each item's in a row."""
+    columns = [z0[:, None], side[:b, None]]
+    if m:
+        columns.append(side[b:].reshape(b, m, -1))
+    return torch.cat(columns, dim=1)
+
+
+def _stack_views(*views: Any) -> Any:
+    """The rows of several views (tensors, or dicts of them) in one batch, for one
+    encoder (None when their shapes or keys differ)."""
+    first = views[0]
+    if all(isinstance(v, Mapping) for v in views):
+        if any(v.keys() != first.keys() or any(v[k].shape[1:] != first[k].shape[1:]
+                                               for k in first) for v in views):
             return None
-        return {k: torch.cat([x0[k], x1[k]]) for k in x0}
-    if isinstance(x0, torch.Tensor) and isinstance(x1, torch.Tensor) and \
-            x0.shape[1:] == x1.shape[1:]:
-        return torch.cat([x0, x1])
+        return {k: torch.cat([v[k] for v in views]) for k in first}
+    if all(isinstance(v, torch.Tensor) for v in views) and \
+            all(v.shape[1:] == first.shape[1:] for v in views):
+        return torch.cat(views) if len(views) > 1 else first
     return None
 
 
