@@ -462,9 +462,9 @@ class ImageEncoder(nn.Module):
             batch = prepare(x.index_select(0, chunk.to(x.device))).to(device).float()
             if pooled:  # the learned path reads every value: its moments, chunk by chunk
                 # (Chan et al.'s pairwise update of the mean and the squared deviations)
-                size, mean = batch.numel(), float(batch.mean())
-                squares = float((batch - mean).square_().sum())
-                delta, count = mean - mean_all, count + size
+                size, part_mean = batch.numel(), float(batch.mean())
+                squares = float((batch - part_mean).square_().sum())
+                delta, count = part_mean - mean_all, count + size
                 mean_all += delta * size / count
                 spread += squares + delta ** 2 * size * (count - size) / count
             flat[start:start + len(chunk)] = self.prior_pixels(batch)
