@@ -196,7 +196,8 @@ class ViewEncoders(nn.Module):
         x0, x1, *rest = x
         b = len(next(iter(x0.values()))) if isinstance(x0, Mapping) else len(x0)
         # view 1's side: its rows, then each pair's hard negatives (B m rows)
-        side, m = [x1], 0
+        side: list[Any] = [x1]
+        m = 0
         if rest:
             negatives = rest[0]
             first = next(iter(negatives.values())) if isinstance(negatives, Mapping) \
@@ -226,24 +227,26 @@ class ViewEncoders(nn.Module):
 def _as_columns(z0: torch.Tensor, side: torch.Tensor, b: int, m: int) -> torch.Tensor:
     """``(B, 2 + m, k)``: view 0's ``B`` embeddings, then view 1's ``B`` and the ``B m``
     hard negatives' (``side``, in that order), each item's in a row."""
-    columns = [z0[:, None], side[:b, None]]
-    if m:
-        columns.append(side[b:].reshape(b, m, -1))
-    return torch.cat(columns, dim=1)
+    if not m:  # pairs, every step of most fits: one stack
+        return torch.stack([z0, side], dim=1)
+    return torch.cat([z0[:, None], side[:b, None], side[b:].reshape(b, m, -1)], dim=1)
 
 
 def _stack_views(*views: Any) -> Any:
     """The rows of several views (tensors, or dicts of them) in one batch, for one
     encoder (None when their shapes or keys differ)."""
     first = views[0]
+    if isinstance(first, torch.Tensor):  # the common case first (every step)
+        shape = first.shape[1:]
+        for view in views[1:]:
+            if not isinstance(view, torch.Tensor) or view.shape[1:] != shape:
+                return None
+        return torch.cat(views) if len(views) > 1 else first
     if all(isinstance(v, Mapping) for v in views):
         if any(v.keys() != first.keys() or any(v[k].shape[1:] != first[k].shape[1:]
                                                for k in first) for v in views):
             return None
         return {k: torch.cat([v[k] for v in views]) for k in first}
-    if all(isinstance(v, torch.Tensor) for v in views) and \
-            all(v.shape[1:] == first.shape[1:] for v in views):
-        return torch.cat(views) if len(views) > 1 else first
     return None
 
 
