@@ -109,7 +109,7 @@ def pil_images(images: Any, name: str = "X") -> np.ndarray:
 
 def is_pixel_type(dtype: Any) -> bool:
     """Whether ``dtype`` (torch's or NumPy's) is an integer pixel type
-    (:data:`PIXEL_RANGES`): bytes or 16-bit pixels."""
+    (``PIXEL_RANGES``): bytes or 16-bit pixels."""
     return dtype in PIXEL_RANGES if isinstance(dtype, torch.dtype) else \
         np.dtype(dtype) in NUMPY_PIXELS
 
@@ -333,7 +333,7 @@ class ImageEncoder(nn.Module):
       (:meth:`fit_prior`) and fixed: before any training the model's neighbours are
       those of a PCA of the pixels, the baseline a user tries first (a random
       orthogonal projection, which keeps pixel distances, until it is fitted). Images
-      larger than :data:`PRIOR_SIDE` (32) pixels a side are averaged over areas down to
+      larger than ``PRIOR_SIDE`` (32) pixels a side are averaged over areas down to
       at most 32 x 32 first (as ``F.adaptive_avg_pool2d`` does), so the prior holds at
       most ``3 * 32 * 32 * prior_width`` numbers whatever the image size (768 KiB for
       colour images, 64 directions), and its fit reads images a chunk at a time.
@@ -344,7 +344,7 @@ class ImageEncoder(nn.Module):
       average pool to at most 3 x 3 and a linear map to ``n_out``); images larger than
       32 pixels a side go through a strided stem and two residual blocks (He et al.
       2016, https://arxiv.org/abs/1512.03385) first, and images larger than
-      :data:`LEARNED_SIDE` (256) pixels a side are averaged over areas down to at most
+      ``LEARNED_SIDE`` (256) pixels a side are averaged over areas down to at most
       256 first. The images are standardised by the training images' mean and standard
       deviation (from :meth:`fit_prior`).
 
@@ -430,7 +430,7 @@ class ImageEncoder(nn.Module):
 
     def prior_pixels(self, x: torch.Tensor) -> torch.Tensor:
         """Float images ``(n, C, H, W)`` as the prior reads them, flattened: averaged over
-        areas down to at most :data:`PRIOR_SIDE` pixels a side (unchanged when smaller)."""
+        areas down to at most ``PRIOR_SIDE`` pixels a side (unchanged when smaller)."""
         return _area_average(x, (self.prior_shape[1], self.prior_shape[2])).flatten(1)
 
     @torch.no_grad()
@@ -445,7 +445,7 @@ class ImageEncoder(nn.Module):
         it (the estimators pass theirs: bytes and 16-bit pixels to [0, 1],
         ``image_normalization``); default :meth:`as_floats`. Both the prior and the
         standardisation are of its output, prepared a few images at a time (about
-        :data:`PRIOR_CHUNK` values), so the floats of every image are never held at
+        ``PRIOR_CHUNK`` values), so the floats of every image are never held at
         once. Principal directions of no variance (constant images) are left out of the
         prior."""
         x = views[0]

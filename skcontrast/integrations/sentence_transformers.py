@@ -24,7 +24,6 @@ from torch import nn
 from .._validation import describe
 from ..losses import LossBatch, make_loss
 from ..selectors import BatchSelector, FitSettings, SelectorSampler
-from ..selectors._sampler import deprecated_refresh_every
 
 #: ``refresh_every`` not given (its deprecated alias of ``selection_pass``)
 _UNSET: Any = object()
@@ -82,7 +81,8 @@ def batch_sampler(selector: BatchSelector, *, model: Any = None,
         raise ValueError("give model (the embeddings of the model being trained) or embed "
                          "(a teacher), not both")
     if refresh_every is not _UNSET:
-        selection_pass = deprecated_refresh_every(refresh_every, "batch_sampler")
+        selection_pass = SelectorSampler.deprecated_refresh_every(refresh_every,
+                                                                  "batch_sampler")
     SelectorSampler.pass_period(selection_pass)  # refused here, not when the trainer calls
 
     def make(dataset: Any, batch_size: int, drop_last: bool,

@@ -24,23 +24,6 @@ def _reads_at_once(device: torch.device) -> bool:
 #: ``refresh_every`` not given (its deprecated alias of ``selection_pass``)
 _UNSET: Any = object()
 
-
-def deprecated_refresh_every(refresh_every: Any, owner: str) -> str | int:
-    """The ``selection_pass`` that ``refresh_every``, its deprecated alias, names (``1``:
-    ``'fresh'``, ``None``: ``'cached'``, ``k``: ``k``), with a ``FutureWarning``; any
-    other value is refused naming ``refresh_every``, the argument given."""
-    warnings.warn(f"{owner}(refresh_every=...) is deprecated: it is selection_pass "
-                  "(refresh_every=1 is selection_pass='fresh', None is 'cached', k is k)",
-                  FutureWarning, stacklevel=3)
-    if refresh_every is None:
-        return "cached"
-    if isinstance(refresh_every, bool) or not isinstance(refresh_every, int | np.integer) \
-            or refresh_every < 1:
-        raise ValueError(f"refresh_every must be None or an int >= 1 (it is deprecated: "
-                         f"use selection_pass='fresh', 'cached' or an int >= 1); got "
-                         f"{describe(refresh_every)}")
-    return "fresh" if refresh_every == 1 else int(refresh_every)
-
 #: The tables of per-sample embeddings a sampler holds: the learner's (what an adaptive
 #: selector selects on, or a curating selector scores with) and a curating selector's
 #: reference model's.
@@ -214,7 +197,7 @@ class SelectorSampler(Sampler[list[int]]):
                              f"{self.n_samples}")
         self.loss = loss
         if refresh_every is not _UNSET:
-            selection_pass = deprecated_refresh_every(refresh_every, "SelectorSampler")
+            selection_pass = self.deprecated_refresh_every(refresh_every, "SelectorSampler")
         self.selection_pass = selection_pass
         self.pass_every = self.pass_period(selection_pass)
         if (num_replicas is None) != (rank is None):
@@ -237,6 +220,24 @@ class SelectorSampler(Sampler[list[int]]):
         self._refreshed_at: int | None = None
         self.refreshes = 0
         self.select_time = 0.0  # seconds the last epoch's selection took
+
+    @staticmethod
+    def deprecated_refresh_every(refresh_every: Any, owner: str) -> str | int:
+        """The ``selection_pass`` that ``refresh_every``, its deprecated alias, names
+        (``1``: ``'fresh'``, ``None``: ``'cached'``, ``k``: ``k``), with a
+        ``FutureWarning``; any other value is refused naming ``refresh_every``, the
+        argument given (the sampler's and the sentence-transformers ``batch_sampler``'s)."""
+        warnings.warn(f"{owner}(refresh_every=...) is deprecated: it is selection_pass "
+                      "(refresh_every=1 is selection_pass='fresh', None is 'cached', k is k)",
+                      FutureWarning, stacklevel=3)
+        if refresh_every is None:
+            return "cached"
+        if isinstance(refresh_every, bool) or not isinstance(refresh_every, int | np.integer) \
+                or refresh_every < 1:
+            raise ValueError(f"refresh_every must be None or an int >= 1 (it is deprecated: "
+                             f"use selection_pass='fresh', 'cached' or an int >= 1); got "
+                             f"{describe(refresh_every)}")
+        return "fresh" if refresh_every == 1 else int(refresh_every)
 
     @staticmethod
     def pass_period(selection_pass: Any, name: str = "selection_pass") -> int | None:
