@@ -156,9 +156,32 @@ def _check_pixel_type(x: np.ndarray | torch.Tensor) -> None:
 
 
 def pixel_floats(x: torch.Tensor) -> torch.Tensor:
-    """Images as the float32 values the network reads: bytes divided by 255, 16-bit
-    pixels by 65535 (both into [0, 1]), floats as they are (made float32); other values
-    (token ids) untouched."""
+    """Images as the float32 values the network reads.
+
+    What the estimators do to every batch on the training device (and
+    :meth:`ImageEncoder.fit_prior` to the images of its prior): bytes are divided by
+    255 and 16-bit pixels by 65535, their types' full range, so both lie in [0, 1];
+    floats are kept as they are (made float32); other tensors (token ids) are returned
+    untouched.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        A batch of images (or of any view).
+
+    Returns
+    -------
+    torch.Tensor
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skcontrast.images import pixel_floats
+    >>> pixel_floats(torch.tensor([0, 255], dtype=torch.uint8)).tolist()
+    [0.0, 1.0]
+    >>> pixel_floats(torch.tensor([65535], dtype=torch.uint16)).tolist()
+    [1.0]
+    """
     full = PIXEL_RANGES.get(x.dtype)
     if full is not None:
         return x.float().div_(full)
@@ -166,12 +189,28 @@ def pixel_floats(x: torch.Tensor) -> torch.Tensor:
 
 
 def check_pixel_range(x: np.ndarray | torch.Tensor, name: str = "X") -> None:
-    """Warn when float images ``x`` hold values in [0, 255] (or any range beyond [0, 1]
-    with no negative value), naming the range found: float images are read as
-    intensities in [0, 1], as bytes are scaled to, and the default augmentation's
-    brightness, contrast and noise are in those units, so such floats and the same
-    pixels as bytes embed differently. Standardised images (negative values) pass.
-    Read a chunk at a time (a memory-mapped array is never copied whole)."""
+    """Warn when float images hold values beyond [0, 1] and none below 0.
+
+    Float images are read as intensities in [0, 1], the range bytes are scaled to
+    (:func:`pixel_floats`), and the default augmentation's brightness, contrast and
+    noise are in its units; float images in [0, 255] (``np.asarray(pil).astype(float)``)
+    and the same pixels as bytes would embed differently. Every read of float images
+    by the estimators (``fit``, ``transform``, ``score``) goes through this check.
+    Standardised images (with negative values) pass. The values are read a chunk at a
+    time (a memory-mapped array is never copied whole).
+
+    Parameters
+    ----------
+    x : ndarray or torch.Tensor
+        Images ``(n, ...)``; anything but floats passes.
+    name : str, default='X'
+        What the warning calls them.
+
+    Warns
+    -----
+    UserWarning
+        Naming the range found and the fix (divide 0-255 values by 255, or pass bytes).
+    """
     if not (x.is_floating_point() if isinstance(x, torch.Tensor) else x.dtype.kind == "f") \
             or not len(x):
         return

@@ -87,6 +87,8 @@ def check_saved(value: Any) -> Any:
     if isinstance(value, Unsaved):
         raise ValueError(value.refusal())
     return value
+
+
 #: Keys of an optimizer's param group that are data, not settings.
 _GROUP_DATA = ("params",)
 
