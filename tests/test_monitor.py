@@ -11,7 +11,7 @@ from skorch.callbacks import Checkpoint, EarlyStopping, LRScheduler
 
 from skcontrast import ContrastiveEmbedder, SupConEmbedder
 from skcontrast._estimators._monitor import split_indices
-from skcontrast.datasets import GaussianNoise
+from skcontrast.datasets import GaussianNoise, make_paired_gaussians
 from skcontrast.memory import SogCLRMemory
 from skcontrast.selectors import ShuffledBatchSelector
 
@@ -165,3 +165,83 @@ def test_x_val_and_the_errors_of_held_out_settings(pairs):
     with pytest.raises(ValueError, match="compares the two views of pairs"):
         SupConEmbedder(**{**SMALL_FLOW, "scoring": "recall@1", "validation_fraction": 0.2}).fit(
             X[:, 0], y)
+
+
+def _guarded_symmetric_info_nce(U, V, same, t):
+    """Float64 loops: the symmetric InfoNCE of a batch (both directions, each a mean
+    over anchors), a candidate of the same content as the anchor's pair left out."""
+    total = 0.0
+    for A, P in ((U, V), (V, U)):
+        terms = []
+        for i in range(len(A)):
+            kept = [j for j in range(len(A)) if j == i or not same[i][j]]
+            logits = [float(A[i] @ P[j]) / t for j in kept]
+            top = max(logits)
+            terms.append(-float(A[i] @ P[i]) / t + top
+                         + np.log(sum(np.exp(v - top) for v in logits)))
+        total += np.mean(terms)
+    return total
+
+
+def test_the_held_out_loss_applies_the_false_negative_guard():
+    """``valid_loss`` with ``FalseNegativeGuard(same_content=True)``: a held-out pair that
+    repeats another is not its negative, as a float64 loop over the held-out batches
+    (the held-out data in the fit's fixed order, consecutive batches) computes it with
+    the final model."""
+    from skcontrast.losses import FalseNegativeGuard, SymmetricInfoNCE
+
+    X, _ = make_paired_gaussians(80, 8, n_clusters=3, random_state=0)
+    X_val = np.concatenate([X[:12], X[:12]])  # every held-out pair twice
+    t = 0.2
+    est = ContrastiveEmbedder(**{**SMALL_FLOW, "max_epochs": 1, "batch_size": 8,
+                                 "loss": SymmetricInfoNCE(t, false_negatives=FalseNegativeGuard())}
+                              ).fit(X[12:], X_val=X_val)
+    U, V = (np.asarray(z, dtype=np.float64) for z in est.transform_pairs(X_val))
+    order = np.random.default_rng([est.net_.seed, 4]).permutation(len(X_val))
+    losses, sizes = [], []
+    for start in range(0, len(order), 8):
+        rows = order[start:start + 8]
+        same = [[np.array_equal(X_val[a], X_val[b]) for b in rows] for a in rows]
+        losses.append(_guarded_symmetric_info_nce(U[rows], V[rows], same, t))
+        sizes.append(len(rows))
+    expected = np.average(losses, weights=sizes)
+    assert est.history_[-1, "valid_loss"] == pytest.approx(expected, rel=1e-5)
+    unguarded = np.average([_guarded_symmetric_info_nce(
+        U[order[s:s + 8]], V[order[s:s + 8]], np.zeros((8, 8), bool), t)
+        for s in range(0, len(order), 8)], weights=sizes)
+    assert abs(unguarded - expected) > 1e-3  # the guard matters here
+
+
+def test_skorchs_epoch_and_batch_scoring_score_with_skcontrast_scorers():
+    """``EpochScoring`` with a skcontrast scorer's name records what ``scoring=`` does;
+    ``BatchScoring`` scores each batch; a callable gets the net, whose ``predict`` gives
+    the embeddings in the data's order, cached or not; a name only scikit-learn knows is
+    refused when fit starts."""
+    from skorch.callbacks import BatchScoring, EpochScoring
+
+    X, _ = make_paired_gaussians(64, 8, n_clusters=3, random_state=0)
+
+    def mean_embedding(net, X, y=None):
+        return float(np.asarray(net.predict(X)).mean())
+
+    est = ContrastiveEmbedder(**{**SMALL_FLOW, "validation_fraction": 0.25,
+                                 "scoring": "recall@1", "callbacks": [
+                                     EpochScoring("recall@1", lower_is_better=False,
+                                                  name="r1"),
+                                     EpochScoring("map@r", on_train=True,
+                                                  lower_is_better=False),
+                                     EpochScoring(mean_embedding, use_caching=False),
+                                     EpochScoring(mean_embedding, name="cached")]}).fit(X)
+    history = est.history_
+    assert history[:, "r1"] == history[:, "valid_score"]
+    assert history[:, "cached"] == pytest.approx(history[:, "mean_embedding"], rel=1e-5)
+    assert all(0 <= v <= 1 for v in history[:, "map@r"])
+    est = ContrastiveEmbedder(**{**SMALL_FLOW, "batch_size": 16, "callbacks": [
+        BatchScoring("recall@1", on_train=True, lower_is_better=False)]}).fit(X)
+    per_batch = [b["recall@1"] for b in est.history_[-1, "batches"]]
+    assert len(per_batch) == 4 and all(0 <= v <= 1 for v in per_batch)
+    assert est.history_[-1, "recall@1"] == pytest.approx(np.mean(per_batch))
+    with pytest.raises(ValueError, match=r"EpochScoring\(scoring='accuracy'\): the "
+                                         r"estimators embed"):
+        ContrastiveEmbedder(**{**SMALL_FLOW, "validation_fraction": 0.25,
+                               "callbacks": [EpochScoring("accuracy")]}).fit(X)

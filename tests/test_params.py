@@ -84,3 +84,17 @@ def test_the_parameters_are_declared_and_checked_in_fit():
     ]:
         with pytest.raises(ValueError, match=message):
             ContrastiveEmbedder(**params).fit(X)
+
+
+@pytest.mark.parametrize("name", ["iterator_train__shuffle", "iterator_train__num_workers",
+                                  "iterator_valid__batch_size", "dataset__length",
+                                  "train_split"])
+def test_skorchs_loader_parameters_are_refused_naming_what_to_set(pairs, name):
+    """skorch's ``iterator_*``, ``dataset__*`` and ``train_split`` would be dead here (the
+    estimators make their loaders and held-out data themselves): refused, naming the
+    selector, ``batch_size``, ``num_workers`` and ``validation_fraction``."""
+    X, _ = pairs
+    with pytest.raises(ValueError, match=rf"\['{name}'\]: parameters of skorch's "
+                                         r"NeuralNet that the estimators set themselves.*"
+                                         r"batch_size.*num_workers.*validation_fraction"):
+        ContrastiveEmbedder(**small_mlp(max_epochs=1), **{name: 1}).fit(X)

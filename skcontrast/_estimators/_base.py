@@ -37,6 +37,7 @@ from ._monitor import (
     check_monitors,
     check_validation_fraction,
     held_out_counts,
+    scoring_callbacks,
     split_indices,
 )
 from ._net import SelectorNet
@@ -74,6 +75,17 @@ class HeldOut:
     y: np.ndarray | None  # the labels as given, for the scorer
     loss_labels: np.ndarray | None  # class codes for a label loss
     rows: np.ndarray | None = None  # the rows of X held out (validation_fraction)
+
+    def shuffled(self, seed: int) -> HeldOut:
+        """The same held-out items in a fixed random order of ``seed``: the held-out
+        loss takes consecutive batches of them (a batch mixes classes however the data
+        was sorted), and whatever else reads them (skorch's ``EpochScoring`` and its
+        cache of the held-out predictions, ``net.forward``) reads them in that same,
+        dataset order."""
+        order = np.random.default_rng([seed, 4]).permutation(len(self.data))
+        return HeldOut(self.data.subset(order), None if self.y is None else self.y[order],
+                       None if self.loss_labels is None else self.loss_labels[order],
+                       self.rows)
 
 
 #: The loss parameters the estimators had before the loss became an object.
@@ -170,7 +182,7 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
                                              self._seed() % 2**32, codes)
             held = HeldOut(data.subset(valid), None if y is None else y[valid],
                            None if codes is None else codes[valid], valid)
-            return data.subset(train), train, held
+            return data.subset(train), train, held.shuffled(self._fit_seed())
         if self.validation_fraction is not None:
             raise ValueError("pass either X_val or validation_fraction, not both")
         if labelled and y_val is None:
@@ -191,7 +203,13 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
         valid_codes = None
         if labelled:
             _, valid_codes = encode_labels(labels, "y_val")
-        return data, None, HeldOut(valid_data, labels, valid_codes)
+        return data, None, HeldOut(valid_data, labels, valid_codes).shuffled(self._fit_seed())
+
+    def _fit_seed(self) -> int:
+        """The seed of this fit: the fitted net's for a warm start (it continues its
+        streams), else one drawn from ``random_state``."""
+        old = getattr(self, "net_", None) if self.warm_start else None
+        return old.seed if old is not None else self._seed()
 
     def _warm_held_out_rows(self, n: int, X_val: Any, codes: np.ndarray | None
                             ) -> np.ndarray | None:
@@ -253,7 +271,7 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
             loss, held_out.data, spec, None if self._labelled else held_out.y, check=False)
         if old is not None:
             self._check_warm_start(old, factory, loss, len(data))
-        seed = old.seed if old is not None else self._seed()
+        seed = self._fit_seed()
         # what a warm start compares before it reuses the selection embeddings of the
         # training rows; a selector that looks at no embedding keeps none
         selector = self.selector
@@ -442,13 +460,16 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
 
     def _monitoring(self, spec: InputSpec, valid: ViewData | None, held_out: Any,
                     scorer: Any) -> list:
-        """Callbacks that watch the held-out data: its score, when asked for."""
-        if scorer is None:
-            return []
+        """The callbacks that score: ``valid_score`` of the held-out data when
+        ``scoring`` asks for it, then the user's callbacks, skorch's ``EpochScoring``
+        and ``BatchScoring`` of a skcontrast scorer's name scoring the estimator with it
+        (:func:`~._monitor.scoring_callbacks`)."""
         view = copy.copy(self)
         view._unfit()
         view.input_spec_ = spec
-        return [("valid_score", ValidScore(scorer, view, valid, held_out.y))]
+        own = [] if scorer is None else \
+            [("valid_score", ValidScore(scorer, view, valid, held_out.y))]
+        return own + scoring_callbacks(self.callbacks, view)
 
     def _commit(self, net: SelectorNet, spec: InputSpec, **fitted: Any) -> None:
         """Set every fitted attribute at once, after a fit has fully succeeded.

@@ -181,7 +181,7 @@ class NetBuilder(ParameterChecks):
                 # pairs and two crops add two embeddings per item
                 paired = not self._labelled or items_paired or augmentation is not None
                 self.memory.check_batch_rows(largest * (2 if paired else 1))
-        callbacks = self._callbacks(selector, n, labels, extra or [], trains)
+        callbacks = self._callbacks(selector, n, labels, extra, trains)
         optimizer_params = {f"optimizer__{k}": v for k, v in
                             {**(self.optimizer_params or {}), **self._nested("optimizer__")
                              }.items()}
@@ -232,18 +232,20 @@ class NetBuilder(ParameterChecks):
             return ImageAugmentation.for_images(spec.views[0].shape)
         return check_saved(self.augmentation)
 
-    def _callbacks(self, selector: BatchSelector, n: int, labels: Any, extra: list,
+    def _callbacks(self, selector: BatchSelector, n: int, labels: Any, extra: list | None,
                    trains: bool = True) -> list:
-        """The skorch callbacks of a fit: the loss terms, progress, schedule, held-out
-        score, then the user's. A net that will not train (one :func:`skcontrast.load`
-        fills; a warm start builds its own) needs no batch count, which may need the
-        training labels."""
+        """The skorch callbacks of a fit: the loss terms, progress, schedule, then
+        ``extra``, the ones that score, the user's among them (``None``: the user's as
+        they are). A net that will not train (one :func:`skcontrast.load` fills; a warm
+        start builds its own) needs no batch count, which may need the training
+        labels."""
         callbacks: list[Any] = [
             ("train_positive", PassthroughScoring(name="train_positive", on_train=True)),
             ("train_entropy", PassthroughScoring(name="train_entropy", on_train=True)),
         ]
+        extra = list(self.callbacks or []) if extra is None else extra
         if not trains:
-            return callbacks + extra + list(self.callbacks or [])
+            return callbacks + extra
         # the selector, not skorch's batch_size, knows how many batches an epoch has
         per_epoch = selector.get_n_splits(n, labels)
         if self.verbose:
@@ -252,7 +254,7 @@ class NetBuilder(ParameterChecks):
         if self.lr_schedule is not None:
             callbacks.append(("lr_schedule", ScheduleCallback(clone(self.lr_schedule),
                                                               per_epoch, self.max_epochs)))
-        return callbacks + extra + list(self.callbacks or [])
+        return callbacks + extra
 
 
 def _compare_saved(part: str, built: dict, saved: dict, optional: tuple[str, ...]) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ from .._validation import describe, plain_label
 from ..images import is_pixel_type, pixel_floats
 from ._checks import FINITE_CHUNK
 from ._items import item_views, stack, unwrap
+from ._step import item_streams
 
 
 @dataclass(frozen=True)
@@ -161,19 +162,36 @@ class InputSpec:
 # Datasets
 # --------------------------------------------------------------------------------------
 
-class Batch(NamedTuple):
-    """One training or inference batch.
+class Batch(tuple):
+    """One training or inference batch: skorch's ``(X, y)``, ``(views, labels)``, which
+    its callbacks unpack (``EpochScoring``'s cache, ``BatchScoring``), with ``index``.
 
     ``views`` and ``labels`` hold the rows this process works on; ``index`` holds the
     dataset indices of the whole selected batch, in the selector's order. In
     data-parallel training every process trains on a slice of the batch, and the
     embeddings gathered from all processes come back in that same order, so ``index``
-    describes the gathered batch on every process.
+    describes the gathered batch on every process. It travels with the batch (through
+    DataLoader workers too) to whatever keeps per-sample state.
     """
 
-    views: Any
-    labels: torch.Tensor | None
-    index: torch.Tensor  # type: ignore[assignment]  # a field; tuple.index is not used
+    index: torch.Tensor  # type: ignore[assignment]  # the rows; tuple.index is not used
+
+    def __new__(cls, views: Any, labels: torch.Tensor | None, index: torch.Tensor
+                ) -> Batch:
+        batch = super().__new__(cls, (views, labels))
+        batch.index = index
+        return batch
+
+    def __getnewargs__(self) -> tuple:  # a pickle (a worker's batch) keeps the index
+        return (self[0], self[1], self.index)
+
+    @property
+    def views(self) -> Any:
+        return self[0]
+
+    @property
+    def labels(self) -> torch.Tensor | None:
+        return self[1]
 
 
 def _rows_and_batch(indices: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -205,7 +223,7 @@ class ViewData(Dataset):
         raise NotImplementedError
 
     def __getitem__(self, i: int) -> tuple[Any, Any]:
-        views, labels, _ = self.__getitems__([i])
+        views, labels = self.__getitems__([i])
         views = tuple(v[0] for v in views) if isinstance(views, tuple) else views[0]
         return views, None if labels is None else labels[0]
 
@@ -352,24 +370,49 @@ class ItemViews(ViewData):
 
     Items are ``(x0, x1)`` pairs or single views (``spec.items_paired``), each view an
     array or tensor of the shape and kind recorded in ``spec``; ``pick`` keeps one view
-    of paired items. Checks run in the DataLoader's workers, on the CPU.
+    of paired items. Checks run in the DataLoader's workers, on the CPU. With a
+    ``seed`` (:meth:`seeded`: the net's, for its loaders), each item is loaded with
+    torch's, NumPy's and Python's generators started from ``(seed, epoch, index)`` (the
+    epoch of a sampler's batch; none for held-out and inference batches), so random
+    views (two crops) are the same whichever worker loads them
+    (:func:`~._step.item_streams`); a Dataset that loads a batch at once
+    (``__getitems__``) is seeded per batch, by its first item.
     """
 
     def __init__(self, dataset: Any, spec: InputSpec, labels: torch.Tensor | None = None,
-                 pick: int | None = None) -> None:
+                 pick: int | None = None, seed: int | None = None) -> None:
         self.dataset = dataset
         self.spec = spec
         self.labels = labels
         self.pick = pick
+        self.seed = seed
+
+    def seeded(self, seed: int) -> ItemViews:
+        """The same items, each loaded from streams of ``seed``, the epoch and itself."""
+        return ItemViews(self.dataset, self.spec, self.labels, self.pick, seed)
+
+    def _items(self, indices: list[int], epoch: int | None) -> list:
+        fetch = getattr(self.dataset, "__getitems__", None)
+        if self.seed is None:
+            return fetch(indices) if fetch is not None else [self.dataset[i] for i in indices]
+        with item_streams(self.seed, epoch) as reseed:
+            if fetch is not None:
+                reseed(indices[0] if indices else 0)
+                return fetch(indices)
+            items = []
+            for i in indices:
+                reseed(i)
+                items.append(self.dataset[i])
+            return items
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitems__(self, indices: Any) -> Batch:
         rows, batch = _rows_and_batch(indices)
+        epoch = getattr(indices, "epoch", None)
         indices = rows.tolist()  # a user's Dataset is indexed with plain ints
-        fetch = getattr(self.dataset, "__getitems__", None)
-        items = fetch(indices) if fetch is not None else [self.dataset[i] for i in indices]
+        items = self._items(indices, epoch)
         columns: list[list[Any]] = [[] for _ in range(2 if self.spec.items_paired else 1)]
         for i, item in zip(indices, items, strict=True):
             parts = unwrap(item, self.spec.item_labels)[0]
@@ -389,7 +432,7 @@ class ItemViews(ViewData):
     def select(self, view: int) -> ItemViews:
         if not self.spec.items_paired:
             return self
-        return ItemViews(self.dataset, self.spec, self.labels, pick=view)
+        return ItemViews(self.dataset, self.spec, self.labels, view, self.seed)
 
     def item_labels(self) -> np.ndarray:
         """The labels the items carry (``(x, label)`` items): a ``targets`` attribute
@@ -408,7 +451,7 @@ class ItemViews(ViewData):
 
         labels = None if self.labels is None else self.labels[torch.as_tensor(indices)]
         return ItemViews(Subset(self.dataset, [int(i) for i in indices]), self.spec, labels,
-                         self.pick)
+                         self.pick, self.seed)
 
 
 def to_device(x: Any, device: Any, normalization: Any = None) -> Any:
@@ -445,4 +488,4 @@ def with_labels(data: ViewData, labels: np.ndarray | None) -> ViewData:
     if isinstance(data, TensorViews):
         return TensorViews(data.views, tensor)
     assert isinstance(data, ItemViews)
-    return ItemViews(data.dataset, data.spec, tensor, data.pick)
+    return ItemViews(data.dataset, data.spec, tensor, data.pick, data.seed)

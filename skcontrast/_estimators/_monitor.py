@@ -7,6 +7,7 @@ import warnings
 from typing import Any
 
 import numpy as np
+import torch
 from skorch.callbacks import Callback
 
 from .._validation import check_real
@@ -80,6 +81,70 @@ def split_indices(n: int, fraction: float, seed: int, labels: np.ndarray | None
     return np.setdiff1d(np.arange(n), valid), np.sort(valid)
 
 
+class EstimatorScore:
+    """A skcontrast scorer of the estimator as its net is at the moment of the call, as
+    skorch's scoring callbacks call their ``scoring``: ``score(net, X, y)``.
+
+    ``X`` is data the estimators read (the training or held-out :class:`~._data.ViewData`
+    that ``EpochScoring`` hands over), or a batch's views (``BatchScoring``), read as the
+    data of that batch; ``y`` defaults to the labels the data carries. What
+    ``scoring=`` records as ``valid_score`` (:class:`ValidScore`) is this on the held-out
+    data, so ``EpochScoring`` with a scorer's name agrees with it.
+    """
+
+    def __init__(self, scorer: Any, estimator: Any) -> None:
+        self.scorer = scorer
+        self.estimator = estimator  # unfitted, with the fit's input spec
+
+    @property
+    def __name__(self) -> str:  # skorch names a callable scoring by it
+        return str(getattr(self.scorer, "name", type(self.scorer).__name__))
+
+    def __call__(self, net: Any, X: Any, y: Any = None) -> float:
+        from ._data import TensorViews, ViewData
+
+        current = copy.copy(self.estimator)
+        current.net_ = net
+        if not isinstance(X, ViewData):  # a batch's views
+            X = TensorViews(tuple(X) if isinstance(X, tuple | list) else (X,), y)
+        labels = X.labels if y is None else y
+        if isinstance(labels, torch.Tensor):
+            labels = labels.cpu().numpy()
+        return float(self.scorer(current, X, labels))
+
+
+def scoring_callbacks(callbacks: Any, estimator: Any) -> list:
+    """The user's callbacks as the fit's net takes them: skorch's ``EpochScoring`` and
+    ``BatchScoring`` whose ``scoring`` names a skcontrast scorer (``'recall@1'``,
+    ``'map@r'``, ... of :func:`~skcontrast.metrics.get_scorer`) score the estimator with
+    it (:class:`EstimatorScore`; the callback is a copy with every other setting kept,
+    named after the scorer unless it has a name); a name only scikit-learn knows
+    (``'accuracy'``) is refused, since the estimators embed rather than predict. A
+    callable ``scoring`` gets skorch's net, as on a ``NeuralNet``."""
+    from skorch.callbacks.scoring import ScoringBase
+
+    from ..metrics import get_scorer
+
+    out = []
+    for item in callbacks or []:
+        name, callback = item if isinstance(item, tuple) else (None, item)
+        if isinstance(callback, ScoringBase) and isinstance(callback.scoring, str):
+            try:
+                scorer = get_scorer(callback.scoring, estimator)
+            except ValueError as exc:
+                raise ValueError(
+                    f"{type(callback).__name__}(scoring={callback.scoring!r}): the "
+                    f"estimators embed, they do not predict classes; score with a "
+                    f"skcontrast scorer by name or a callable scoring(net, X, y) ({exc})"
+                ) from None
+            params = callback.get_params(deep=False)
+            params.update(scoring=EstimatorScore(scorer, estimator),
+                          name=callback.name or callback.scoring)
+            callback = type(callback)(**params)
+        out.append(callback if name is None else (name, callback))
+    return out
+
+
 class ValidScore(Callback):
     """Records ``valid_score`` (and ``valid_score_best``) each epoch: ``scorer`` applied
     to the held-out data by the estimator as it is at that epoch."""
@@ -95,9 +160,7 @@ class ValidScore(Callback):
         return self
 
     def on_epoch_end(self, net: Any, **kwargs: Any) -> None:
-        current = copy.copy(self.estimator)
-        current.net_ = net
-        value = float(self.scorer(current, self.X, self.y))
+        value = EstimatorScore(self.scorer, self.estimator)(net, self.X, self.y)
         net.history.record("valid_score", value)
         is_best = value > self.best_
         if is_best:

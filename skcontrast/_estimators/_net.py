@@ -51,7 +51,7 @@ from .._validation import describe
 from ..exceptions import TrainingDivergedError
 from ..losses import LossTerms
 from ..selectors import CurationBatch, SelectorSampler
-from ._data import ItemViews, TensorViews, ViewData, batch_length, to_device
+from ._data import Batch, ItemViews, TensorViews, ViewData, batch_length, to_device
 from ._optim import use_sparse_gradients
 from ._step import (
     PRECISIONS,
@@ -60,15 +60,10 @@ from ._step import (
     seed_torch,
     set_rng_states,
     split_rows,
+    stream_seed,
 )
 
 INFERENCE_BATCH = 1024
-
-
-def _stream(*key: int) -> int:
-    """A 63-bit seed drawn from ``key`` (independent streams for different keys)."""
-    return int(np.random.SeedSequence(list(key)).generate_state(1, dtype=np.uint64)[0]
-               % 2**63)
 
 
 def _aliases(name: str) -> list[str]:
@@ -131,9 +126,9 @@ class FitStreams(skorch.callbacks.Callback):
 
     def on_epoch_begin(self, net: Any, **kwargs: Any) -> None:
         epoch = len(net.history) - 1  # skorch has opened this epoch's row
-        seed_torch(_stream(net.seed, 5, epoch))
+        seed_torch(stream_seed(net.seed, 5, epoch))
         if net.augmentation is not None:
-            net.augmentation.seed(net.compute_device, _stream(net.seed, 2, epoch))
+            net.augmentation.seed(net.compute_device, stream_seed(net.seed, 2, epoch))
         memory = net.memory_state
         if memory is not None:  # e.g. SogCLR's schedule of gamma counts epochs
             memory.set_epoch(epoch)
@@ -352,15 +347,20 @@ class SelectorNet(NeuralNet):
         # Its own generator: a DataLoader draws its workers' base seed from torch's
         # global one otherwise, which would advance the caller's random stream.
         workers = self.num_workers if isinstance(data, ItemViews) else 0
+        if isinstance(data, ItemViews):  # random items: of (seed, epoch, item) alone
+            data = data.seeded(self.seed)
         generator = torch.Generator().manual_seed(self.seed + len(self.history or ()))
         return DataLoader(data, batch_sampler=batch_sampler, collate_fn=_as_batch,
                           num_workers=workers, pin_memory=self._on_gpu(),
                           persistent_workers=workers > 0, generator=generator)
 
     def held_out_batches(self, data: ViewData) -> Any:
-        """The same batches of the held-out data every epoch, of the training batch size
-        (a last batch of one sample joins the one before)."""
-        order = np.random.default_rng([self.seed, 4]).permutation(len(data))
+        """Consecutive batches of data that does not train, in its order, of the
+        training batch size (a last batch of one sample joins the one before): the
+        held-out loss's, the same every epoch (the estimators hand the held-out data in
+        a fixed random order, so a batch mixes classes however the data was sorted), and
+        the batches of skorch's ``forward``/``predict``, whose outputs follow the data."""
+        order = np.arange(len(data))
         size = max(2, min(self.valid_batch_size or len(data), len(data)))
         batches = [order[i:i + size] for i in range(0, len(data), size)]
         if len(batches) > 1 and len(batches[-1]) == 1:
@@ -405,10 +405,11 @@ class SelectorNet(NeuralNet):
 
         A training epoch first prepares the selection (:meth:`prepare_selection`) and
         records how long choosing its batches took (``select_time``) and how many it has
-        (``n_batches``). With ``verbose`` the values are read per batch, for the
-        progress bar. If the epoch is interrupted, the values of the steps already
-        applied are still recorded. A non-finite loss stops training
-        (:meth:`check_finite`).
+        (``n_batches``). With ``verbose``, or a callback acting on ``on_batch_end``, the
+        values are recorded per batch, before the callbacks see the batch end, as skorch
+        records them (a scheduler stepping per batch on ``train_loss`` reads it there).
+        If the epoch is interrupted, the values of the steps already applied are still
+        recorded. A non-finite loss stops training (:meth:`check_finite`).
         """
         if iterator is None:
             return
@@ -424,12 +425,15 @@ class SelectorNet(NeuralNet):
 
     def _run_epoch(self, iterator: Any, training: bool, prefix: str, step_fn: Any,
                    **fit_params: Any) -> None:
-        per_batch = bool(self.verbose)
         first = len(self.history[-1]["batches"])
         pending: list[torch.Tensor] = []
         sizes: list[int] = []
         kept: list[tuple[int, torch.Tensor]] = []  # rows a curating selector kept
         begin, end = (self._listening(hook) for hook in ("on_batch_begin", "on_batch_end"))
+        # a callback that acts after each batch reads its values from the history (a
+        # scheduler stepping on train_loss, a logger), as skorch records them: then they
+        # are read from the device per batch, else once after the epoch
+        per_batch = bool(self.verbose) or end
         try:
             for batch in iterator:
                 if begin:
@@ -548,7 +552,7 @@ class SelectorNet(NeuralNet):
         curating selector also the rows ``kept`` and ``selection_rows``, those embedded
         to choose them)."""
         self.set_mode(True)
-        Xi, yi, index = batch
+        (Xi, yi), index = batch, batch.index
         Xi = to_device(Xi, self.compute_device, self.image_normalization)
         if self.augmentation is not None:
             Xi = (self.augment(Xi), self.augment(Xi))
@@ -571,17 +575,26 @@ class SelectorNet(NeuralNet):
         return step
 
     def validation_step(self, batch: Any, **fit_params: Any) -> dict:
-        """The loss of a held-out batch without gradients (and without the memory)."""
+        """The loss of a held-out batch without gradients (and without the memory); its
+        rows' ``index`` reaches the loss's false-negative guard, which reads the
+        held-out rows' content and groups."""
         self.set_mode(False)
-        Xi, yi, _ = batch
+        (Xi, yi), index = batch, batch.index
         Xi = to_device(Xi, self.compute_device, self.image_normalization)
         with torch.no_grad():
             if self.augmentation is not None:
                 Xi = (self.augmentation(Xi), self.augmentation(Xi))
             with self.autocast():
                 y_pred = self.forward_batch(Xi, **fit_params)
-            terms = self.loss_terms(y_pred, yi, training=False)
+            terms = self.loss_terms(y_pred, yi, index=index, training=False)
         return {"loss": terms.loss, "y_pred": y_pred, "terms": terms}
+
+    def evaluation_step(self, batch: Any, training: bool = False) -> Any:
+        """skorch's inference step (``forward``, ``predict``, a scoring callback's
+        predictions), on the batch's views prepared as a training step prepares them
+        (the device, pixels to [0, 1], ``image_normalization``)."""
+        views = to_device(batch.views, self.compute_device, self.image_normalization)
+        return super().evaluation_step(Batch(views, batch.labels, batch.index), training)
 
     def get_loss(self, y_pred: torch.Tensor, y_true: Any, X: Any = None,
                  training: bool = False) -> torch.Tensor:

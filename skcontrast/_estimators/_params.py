@@ -64,6 +64,17 @@ MOVED_TO_LOSS = {
     "loss_params": "loss__<option> (e.g. loss__chunk_size), or loss=SupCon(...)",
 }
 
+#: skorch's own nested parameters that the estimators do not take, and what to set
+SKORCH_ONLY = ("iterator_train__", "iterator_valid__", "dataset__", "train_split")
+SKORCH_ONLY_HINT = (
+    "the selector makes the training batches (set batch_size, or the selector, e.g. "
+    "selector=ShuffledBatchSelector(64) or FixedBatchSelector for an order that does not "
+    "change, for iterator_train__shuffle/batch_size/drop_last/sampler); held-out batches "
+    "are of the training batch size; DataLoader workers are num_workers=..., and host "
+    "memory for a GPU is pinned by itself; held-out data is validation_fraction or "
+    "fit(X_val=...) (for train_split)")
+
+
 def moved_to_loss_message(names: list[str]) -> str:
     said = "; ".join(f"{n} -> {MOVED_TO_LOSS[n]}" for n in names)
     verb = "is now a parameter" if len(names) == 1 else "are now parameters"
@@ -312,6 +323,10 @@ class ParameterChecks(BaseEstimator):
         moved = [k for k in unknown if k in MOVED_TO_LOSS]
         if moved:
             raise ValueError(moved_to_loss_message(moved))
+        skorchs = [k for k in unknown if k.startswith(SKORCH_ONLY)]
+        if skorchs:
+            raise ValueError(f"{skorchs}: parameters of skorch's NeuralNet that the "
+                             f"estimators set themselves: {SKORCH_ONLY_HINT}")
         if unknown:
             raise ValueError(f"unknown parameter(s) {unknown} of {type(self).__name__}; nested "
                              "parameters start with 'module__' or 'optimizer__'")

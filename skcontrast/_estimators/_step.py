@@ -5,15 +5,50 @@ batch-normalisation layers)."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 PRECISIONS = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
+
+def stream_seed(*key: int) -> int:
+    """A 63-bit seed drawn from ``key`` (independent streams for different keys)."""
+    return int(np.random.SeedSequence(list(key)).generate_state(1, dtype=np.uint64)[0]
+               % 2**63)
+
+
+@contextlib.contextmanager
+def item_streams(seed: int, epoch: int | None) -> Iterator[Callable[[int], None]]:
+    """Seeding per item: inside, ``reseed(i)`` starts torch's CPU generator, NumPy's
+    and Python's global ones from ``(seed, epoch, i)``, what a Dataset item's random
+    views draw from; on exit the three are as they were, so a batch loaded in the
+    training process leaves the training's own streams untouched. An item's random
+    numbers are thus a function of the fit's seed, the epoch and the item, whichever
+    DataLoader worker loads it, however many there are, persistent or not."""
+    import random
+
+    # the global streams a user's Dataset draws from (np.random.* included)
+    saved = torch.get_rng_state(), np.random.get_state(), random.getstate()  # noqa: NPY002
+    key = -1 if epoch is None else int(epoch)
+
+    def reseed(i: int) -> None:
+        value = stream_seed(seed, 6, key + 1, int(i))
+        torch.default_generator.manual_seed(value)
+        np.random.seed(value % 2**32)  # noqa: NPY002
+        random.seed(value)
+
+    try:
+        yield reseed
+    finally:
+        torch.set_rng_state(saved[0])
+        np.random.set_state(saved[1])  # noqa: NPY002
+        random.setstate(saved[2])
 
 def seed_torch(seed: int) -> None:
     """``torch.manual_seed`` without its cost where a backend is not in use: the CPU

@@ -44,17 +44,20 @@ class _Table(NamedTuple):
 
 class SampledBatch(list):
     """One batch of :class:`SelectorSampler`: the sample indices this process loads (a
-    list, as a ``DataLoader`` takes them), and ``batch``, the whole selected batch (an
-    ``int64`` array; the same indices with one process)."""
+    list, as a ``DataLoader`` takes them), ``batch``, the whole selected batch (an
+    ``int64`` array; the same indices with one process), and ``epoch``, the selector's
+    epoch it was drawn in (what seeds the random numbers of its items, whichever
+    DataLoader worker loads them)."""
 
-    __slots__ = ("batch",)
+    __slots__ = ("batch", "epoch")
 
-    def __init__(self, rows: Any, batch: np.ndarray) -> None:
+    def __init__(self, rows: Any, batch: np.ndarray, epoch: int | None = None) -> None:
         super().__init__(rows)
         self.batch = batch
+        self.epoch = epoch
 
     def __reduce__(self) -> tuple:  # a DataLoader worker receives it pickled
-        return (SampledBatch, (list(self), self.batch))
+        return (SampledBatch, (list(self), self.batch, self.epoch))
 
 
 class SelectorSampler(Sampler[list[int]]):
@@ -268,8 +271,9 @@ class SelectorSampler(Sampler[list[int]]):
         return self.selector.get_n_splits(self.n_samples, self.labels)
 
     def __iter__(self) -> Iterator[SampledBatch]:
+        epoch = self.epoch
         for rows, batch in self.selections():
-            yield SampledBatch(rows.tolist(), batch)
+            yield SampledBatch(rows.tolist(), batch, epoch)
 
     def selections(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """The next epoch: for each batch, the ``int64`` indices this process loads and
