@@ -144,3 +144,47 @@ def test_random_items_give_one_model_whatever_the_workers_and_two_plus_two_is_fo
                                   ).fit(data)
         two.set_params(warm_start=True).fit(data)
         np.testing.assert_array_equal(two.transform(x.numpy()), expected)
+
+
+@pytest.mark.parametrize("settings", [
+    {"selector": "spectral"},
+    {"selector": "spectral", "selection_pass": "cached"},
+    {"selector": "tempered"},
+    {"selector": "jest"},
+    {"memory": "sogclr"},
+], ids=["spectral", "cached", "tempered", "curation", "memory"])
+def test_checkpoint_and_load_init_state_resume_to_the_uninterrupted_fit(tmp_path, settings):
+    """skorch's workflow: ``Checkpoint`` every epoch, then a new fit with
+    ``LoadInitState`` of that checkpoint trains 2 more epochs; it equals 4 uninterrupted
+    epochs (the selector's epoch and state, the sampler's tables, a curating selector's
+    tables and a memory travel in the loss module's state, which the checkpoint saves).
+    It resumed at the selector's epoch 0: 0.02 apart."""
+    from skorch.callbacks import Checkpoint, LoadInitState
+
+    from skcontrast.losses import DCL
+    from skcontrast.memory import SogCLRMemory
+    from skcontrast.selectors import JESTSelector, SpectralBatchSelector, TemperedSelector
+
+    X, _ = make_paired_gaussians(64, 6, random_state=0)
+    reference = np.random.default_rng(1).normal(size=(64, 2, 4)).astype(np.float32)
+    selectors = {"spectral": lambda: SpectralBatchSelector(16, random_state=0),
+                 "tempered": lambda: TemperedSelector(SpectralBatchSelector(16),
+                                                      refresh_every=3, random_state=0),
+                 "jest": lambda: JESTSelector(16, n_chunks=2, reference=reference,
+                                              random_state=0)}
+    params = {**SMALL, "batch_size": None}
+    if "selector" in settings:
+        params["selector"] = selectors[settings["selector"]]()
+    if "selection_pass" in settings:
+        params["selection_pass"] = settings["selection_pass"]
+    if "memory" in settings:
+        params.update(memory=SogCLRMemory(0.5), loss=DCL(), batch_size=16)
+    whole = ContrastiveEmbedder(**{**params, "max_epochs": 4}).fit(X)
+    folder = str(tmp_path)
+    ContrastiveEmbedder(**{**params, "max_epochs": 2, "callbacks": [
+        Checkpoint(dirname=folder, monitor=None)]}).fit(X)
+    resumed = ContrastiveEmbedder(**{**params, "max_epochs": 2, "callbacks": [
+        Checkpoint(dirname=folder, monitor=None),
+        LoadInitState(Checkpoint(dirname=folder, monitor=None))]}).fit(X)
+    assert len(resumed.history_) == 4 and resumed.net_.selector.current_epoch == 4
+    np.testing.assert_allclose(resumed.transform(X), whole.transform(X), atol=1e-6)

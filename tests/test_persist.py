@@ -907,7 +907,9 @@ class TensorSpy(pickle.Pickler):
 
 def device_dependent_storages(net):
     """Storages of what the training device holds: module, criterion, optimizer state."""
-    tensors = [*net.module_.state_dict().values(), *net.criterion_.state_dict().values()]
+    tensors = [v for v in (*net.module_.state_dict().values(),
+                           *net.criterion_.state_dict().values())
+               if isinstance(v, torch.Tensor)]  # not extra states (a selection's progress)
     for name in net._optimizers:
         for state in getattr(net, name + "_").state.values():
             tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]

@@ -293,9 +293,8 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
                                  spec.items_paired, valid, extra, kept=kept, n_rows=n_rows,
                                  held_out_rows=None if held_out is None else held_out.rows,
                                  row_info=(*row_info, *held_out_info),
-                                 augmentation=self._augmentation_for(spec))
+                                 augmentation=self._augmentation_for(spec), rows=rows_digest)
             net.initialize()
-            net.data_fingerprint = rows_digest
             if old is not None:
                 before = old.loss_module().loss
                 restart = tuple(name for name in loss.learnable

@@ -20,7 +20,8 @@ from skorch.helper import predefined_split
 
 from .._validation import describe
 from ..losses import Loss
-from ..selectors import BatchSelector, FitSettings, ShuffledBatchSelector
+from .._batch import world_size
+from ..selectors import BatchSelector, FitSettings, SelectorSampler, ShuffledBatchSelector
 from ._data import InputSpec, TensorViews, ViewData
 from ._modules import ContrastiveCriterion, EncoderFactory, embedding_width
 from ._net import SelectorNet
@@ -167,8 +168,15 @@ class NetBuilder(ParameterChecks):
                   extra: list | None = None, kept: np.ndarray | None = None,
                   n_rows: int | None = None, held_out_rows: np.ndarray | None = None,
                   trains: bool = True, row_info: tuple = (None, None, None, None),
-                  augmentation: Any = None) -> SelectorNet:
+                  augmentation: Any = None, rows: str | None = None) -> SelectorNet:
         selector = self._fitting_selector(seed, n, kept, n_rows)
+        # the fit's sampler over its n training rows, sliced over the processes without
+        # padding (the step gathers rows of any count); the loss module holds it, so its
+        # state (a checkpoint's too) carries where the selection stands
+        world, rank = world_size() if self.accelerator is not None else (1, 0)
+        sampler = SelectorSampler(selector, n, labels=labels,
+                                  selection_pass=self.selection_pass,
+                                  num_replicas=world, rank=rank, even=False)
         batch = selector.nominal_batch_size(n)
         if self.micro_batch_size is not None and batch is not None and \
                 self.micro_batch_size > batch:
@@ -190,7 +198,7 @@ class NetBuilder(ParameterChecks):
                                                        augmentation is not None),
             "memory": self.memory, "n_samples": n, "row_keys": row_info[0],
             "row_groups": row_info[1], "held_out_keys": row_info[2],
-            "held_out_groups": row_info[3]}.items()}
+            "held_out_groups": row_info[3], "sampler": sampler, "rows": rows}.items()}
         kind: type[SelectorNet] = SelectorNet
         placement: dict[str, Any] = {"device": device}
         if self.accelerator is not None:

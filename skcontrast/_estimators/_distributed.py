@@ -120,9 +120,6 @@ class DistributedSelectorNet(SelectorNet):
             return torch.device(self.device)
         return torch.device(self.accelerator.device)
 
-    def replicas(self) -> tuple[int, int]:
-        return world_size()
-
     def inference_module(self) -> torch.nn.Module:
         if self.accelerator is None:
             return self.module_
@@ -307,7 +304,8 @@ class AcceleratorCheckpoint(Callback):
             write_replacing(folder / META, json.dumps(state, default=_plain).encode())
             for name, value in ((CRITERION, net.loss_module().state_dict()),
                                (SELECTION, {"selector_state": net.selector.state_dict(),
-                                            "selection": net.selection_state()})):
+                                            "selection":
+                                                net.loss_module().progress.selection()})):
                 buffer = io.BytesIO()
                 torch.save(value, buffer)
                 write_replacing(folder / name, buffer.getvalue())

@@ -351,6 +351,52 @@ def _to_cpu(module: Any) -> Any:
     return module
 
 
+class SelectionProgress(nn.Module):
+    """Where a fit's batch selection stands, as module state: the selector's epoch and
+    own state, and the sampler's tables of the training rows' embeddings (a cached
+    selection pass's, a curating selector's), with ``rows``, the digest of the rows
+    they are of (:meth:`~._data.ViewData.fingerprint`).
+
+    It holds the fit's :class:`~skcontrast.selectors.SelectorSampler` (the same object
+    the net draws its batches from) and reads it when its ``state_dict`` is taken
+    (torch's ``get_extra_state``), so nothing is copied while training runs; loading a
+    state (``set_extra_state``) puts the epoch and the selector's state back, and the
+    tables when they are of the same rows. So a checkpoint of the loss module resumes
+    the uninterrupted fit's batches.
+    """
+
+    def __init__(self, sampler: Any, rows: str | None = None) -> None:
+        super().__init__()
+        self.sampler = sampler
+        self.rows = rows
+
+    def get_extra_state(self) -> dict:
+        return {**self.sampler.state_dict(), "selection": self.selection()}
+
+    def set_extra_state(self, state: Any) -> None:
+        if not isinstance(state, dict):
+            raise ValueError(f"the saved selection progress is not a dict; got "
+                             f"{type(state).__name__}")
+        self.sampler.load_state_dict(state)
+        self.take(state.get("selection"), same_rows=False)
+
+    def selection(self) -> dict:
+        """The sampler's tables (a copy on the CPU) and the digest of their rows."""
+        return {**self.sampler.embedding_state(), "rows": self.rows}
+
+    def take(self, selection: dict | None, same_rows: bool = True) -> None:
+        """Continue from :meth:`selection`: its tables go to the sampler when they are of
+        this fit's rows (``same_rows``: known to be, as for a loaded model, whose rows
+        are then theirs)."""
+        if not selection or selection.get("embeddings") is None:
+            return
+        if same_rows:
+            self.rows = selection.get("rows")
+        elif self.rows is None or selection.get("rows") != self.rows:
+            return
+        self.sampler.load_embedding_state(selection)
+
+
 class ContrastiveCriterion(nn.Module):
     """Loss of a batch of embeddings: the estimator's loss object, with what it learns.
 
@@ -369,7 +415,10 @@ class ContrastiveCriterion(nn.Module):
     values as numbers): what adaptive selectors score with. With a ``memory``
     (:mod:`skcontrast.memory`), training batches (``remember=True``, with the dataset
     ``index`` of their items) go through its state, ``memory_state``, a submodule, so
-    that it is pickled and moved with the criterion.
+    that it is pickled and moved with the criterion. With the fit's ``sampler``, where
+    its batch selection stands is its state too (``progress``,
+    :class:`SelectionProgress`): skorch's ``Checkpoint``, which saves the criterion's
+    ``state_dict``, keeps it, and ``LoadInitState`` resumes from it.
     """
 
     #: The state-dict name of each learnable loss parameter.
@@ -379,11 +428,16 @@ class ContrastiveCriterion(nn.Module):
     #: which it keeps beside its buffers (no buffer shows how many samples it remembers)
     MEMORY_COUNTERS: ClassVar[str] = "memory_state._extra_state"
 
+    #: The state-dict entry of the selection's progress (:class:`SelectionProgress`)
+    PROGRESS: ClassVar[str] = "progress._extra_state"
+
     def __init__(self, loss: Loss, *, structure: str = "pairs", memory: Any = None,
                  n_samples: int | None = None, row_keys: Any = None,
                  row_groups: Any = None, held_out_keys: Any = None,
-                 held_out_groups: Any = None) -> None:
+                 held_out_groups: Any = None, sampler: Any = None,
+                 rows: str | None = None) -> None:
         super().__init__()
+        self.progress = None if sampler is None else SelectionProgress(sampler, rows)
         self.loss = loss
         self.structure = structure
         # per training row (and held-out row): content ids of its texts (anchor,

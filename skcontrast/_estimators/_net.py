@@ -205,11 +205,6 @@ class SelectorNet(NeuralNet):
         self.seed = seed
         self.precision = precision
         self.num_workers = num_workers
-        # the training rows' digest and the sampler of them, which holds the selection
-        # embeddings: training state (a warm start on the same rows continues from it)
-        self.data_fingerprint: str | None = None
-        self.sampler_: SelectorSampler | None = None
-        self.pending_selection_: dict | None = None
         self.grad_scaler_ = None
         self.fit_ = None
 
@@ -304,12 +299,12 @@ class SelectorNet(NeuralNet):
         """The training batches, from the fit's :class:`SelectorSampler` (the same one
         every epoch: each pass over it is the selector's next epoch); held-out data in
         fixed batches (:meth:`held_out_batches`)."""
-        if not training:  # skorch asks for it only for the held-out data
+        if not training:  # the held-out data, or skorch's forward/predict
             return self.held_out_batches(dataset)
         sampler = self.sampler_
-        if sampler is None or sampler.n_samples != len(dataset) or \
-                sampler.selector is not self.selector:
-            sampler = self.sampler_ = self.start_sampler(len(dataset))
+        if sampler.n_samples != len(dataset):
+            raise ValueError(f"this net selects batches of {sampler.n_samples} training "
+                             f"rows; got {len(dataset)} (fit the estimator instead)")
         # Data held whole where the module computes, or in this process's memory for
         # training on the CPU, is gathered batch by batch, without a DataLoader (whose
         # per-batch machinery a small model's step notices); a Dataset's items are
@@ -319,25 +314,12 @@ class SelectorNet(NeuralNet):
             return dataset.batches(sampler)
         return self._loader(dataset, sampler)
 
-    def start_sampler(self, n: int) -> SelectorSampler:
-        """The sampler of this fit's ``n`` training rows: the net's selector, sliced over
-        the processes without padding (the step gathers rows of any count), taking over
-        the selection embeddings a previous fit on the same rows left (a warm start, a
-        saved model)."""
-        world, rank = self.replicas()
-        sampler = SelectorSampler(self.selector, n, labels=self.labels,
-                                  selection_pass=self.selection_pass,
-                                  num_replicas=world, rank=rank, even=False)
-        pending = self.pending_selection_
-        if pending and pending.get("embeddings") is not None and \
-                len(pending["embeddings"]) == n:
-            sampler.load_embedding_state(pending)
-        self.pending_selection_ = None
-        return sampler
-
-    def replicas(self) -> tuple[int, int]:
-        """The data-parallel processes and this one's rank (one process here)."""
-        return 1, 0
+    @property
+    def sampler_(self) -> SelectorSampler:
+        """The fit's :class:`~skcontrast.selectors.SelectorSampler` of its training rows,
+        which the loss module holds (:class:`~._modules.SelectionProgress`), so that its
+        state travels with it."""
+        return self.loss_module().progress.sampler
 
     def _on_gpu(self) -> bool:
         return self.compute_device.type == "cuda"
@@ -887,28 +869,9 @@ class SelectorNet(NeuralNet):
 
     # -- state that travels: warm starts, saved models and pickles ----------------------
 
-    def selection_state(self) -> dict:
-        """What ``selection_pass='cached'`` carries to the next fit on the same rows: the
-        sampler's tables of their embeddings (a copy: the selection's, or a curating
-        selector's learner's and reference's), with the rows' digest."""
-        sampler = self.sampler_
-        state = sampler.embedding_state() if sampler is not None else \
-            (self.pending_selection_ or {})
-        return {**state, "rows": self.data_fingerprint}
-
-    def load_selection_state(self, state: dict | None) -> None:
-        """Continue from :meth:`selection_state`: the next fit's sampler starts from it
-        (the caller drops it when the rows differ)."""
-        self.pending_selection_ = state or None
-        self.data_fingerprint = (state or {}).get("rows")
-        self.sampler_ = None
-
     def __getstate__(self) -> dict:
         state = super().__getstate__()
         state["fit_"] = None  # rebuilt by every fit
-        # the sampler is made anew by the next fit, from the embeddings it held
-        state["pending_selection_"] = self.selection_state()
-        state["sampler_"] = None
         state["train_split"] = None  # the held-out data stays out of the pickle
         return state
 

@@ -139,8 +139,18 @@ def _check_normalization(normalization: Any, name: str = "image_normalization") 
                          f"channel each, std > 0; got {describe(normalization)}")
 
 
+#: skorch callbacks that have nothing to act on here, and what to use instead
+REFUSED_CALLBACKS = {
+    "InputShapeSetter": "the estimators build the module from the data's shapes "
+                        "themselves: set the widths with n_components, hidden_layer_sizes "
+                        "or module__* (or pass a module built as you want it)",
+}
+
+
 def _check_callbacks(callbacks: Any, name: str = "callbacks") -> None:
-    """skorch callbacks: instances or classes, optionally as ``(name, callback)``."""
+    """skorch callbacks: instances or classes, optionally as ``(name, callback)``; those
+    of :data:`REFUSED_CALLBACKS` refused, naming what to use."""
+    from skorch import callbacks as skorch_callbacks
     from skorch.callbacks import Callback
 
     if callbacks is None:
@@ -156,6 +166,11 @@ def _check_callbacks(callbacks: Any, name: str = "callbacks") -> None:
             raise ValueError(f"{name}[{i}] must be a skorch callback (an instance of "
                              f"skorch.callbacks.Callback, or (name, callback)); got "
                              f"{describe(item)}")
+        for refused, instead in REFUSED_CALLBACKS.items():
+            kind = getattr(skorch_callbacks, refused, None)
+            if kind is not None and (callback is kind or isinstance(callback, kind)):
+                raise ValueError(f"{name}[{i}] is skorch's {refused}, which has nothing to "
+                                 f"act on here: {instead}")
 
 
 def _check_widths(widths: Any, name: str) -> None:

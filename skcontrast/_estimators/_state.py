@@ -38,14 +38,18 @@ def training_state(net: Any) -> dict:
     tensors of the module and the loss module as their ``state_dict`` holds them)."""
     optimizer = getattr(net.optimizer_, "optimizer", net.optimizer_)  # accelerate wraps it
     scaler = getattr(net, "grad_scaler_", None)
+    progress = net.loss_module().progress
+    # the loss module's state without the selection's progress, which is its own parts
+    criterion = {k: v for k, v in net.loss_module().state_dict().items()
+                 if k != ContrastiveCriterion.PROGRESS}
     return {"module": net.inference_module().state_dict(),
-            "criterion": net.loss_module().state_dict(),
+            "criterion": criterion,
             "optimizer": copy.deepcopy(optimizer.state_dict()),
             "optimizer_class": type(optimizer),
             "history": net.history.to_list(),
             "selector_epoch": net.selector.current_epoch,
             "selector_state": net.selector.state_dict(),
-            "selection": net.selection_state(),
+            "selection": progress.selection(),
             "held_out_rows": None if net.held_out_rows is None
             else np.asarray(net.held_out_rows).tolist(),
             "seed": net.seed,
@@ -80,7 +84,8 @@ def restore(net: Any, state: dict, *, restart: tuple[str, ...] = (),
             if value is not None and name not in restart and \
                     hasattr(net.loss_module(), key):
                 criterion[key] = value
-        _load_state(net.loss_module(), criterion, "the loss module", optional=learned)
+        _load_state(net.loss_module(), criterion, "the loss module",
+                    optional=(*learned, ContrastiveCriterion.PROGRESS))
     if "optimizer" in parts:
         _load_optimizer(net, state.get("optimizer"), state.get("optimizer_class"))
     if "history" in parts:
@@ -88,10 +93,8 @@ def restore(net: Any, state: dict, *, restart: tuple[str, ...] = (),
     if "selector" in parts:
         net.selector.set_epoch(state["selector_epoch"])
         net.selector.load_state_dict(state.get("selector_state", {}))
-    if "selection" in parts:
-        net.load_selection_state(state.get("selection"))
-        if rows is not True:
-            net.data_fingerprint = rows
+    if "selection" in parts:  # of the same rows by now (dropped above otherwise)
+        net.loss_module().progress.take(state.get("selection"), same_rows=rows is True)
     if "held_out_rows" in parts:
         held = state.get("held_out_rows")
         net.held_out_rows = None if held is None else np.asarray(held, dtype=np.int64)
