@@ -18,9 +18,9 @@ from sklearn.base import clone
 from skorch.callbacks import PassthroughScoring, ProgressBar
 from skorch.helper import predefined_split
 
+from .._batch import world_size
 from .._validation import describe
 from ..losses import Loss
-from .._batch import world_size
 from ..selectors import BatchSelector, FitSettings, SelectorSampler, ShuffledBatchSelector
 from ._data import InputSpec, TensorViews, ViewData
 from ._modules import ContrastiveCriterion, EncoderFactory, embedding_width
