@@ -206,7 +206,8 @@ def supcon_study(cfg, device):
                 minor.append(right[minority].mean())
                 balanced.append(np.mean([right[y_test == c].mean() for c in classes]))
                 selector = est.net_.selector.set_epoch(0)
-                epoch = selector.epoch_batches(np.zeros((len(keep), 1)), est.net_.labels)
+                epoch = selector.epoch_batches(np.zeros((len(keep), 1)),
+                                               est.net_.sampler_.labels)
                 corollary.append(bool(check_corollary_2_1(epoch, y_train[keep])))
             rows.append([f"R={ratio}", name, str(len(keep)), mean_std(gaps), mean_std(minor),
                          mean_std(balanced), f"{sum(corollary)}/{len(corollary)}"])

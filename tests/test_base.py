@@ -59,7 +59,7 @@ class PoisonLastStep(Callback):
 
     def on_grad_computed(self, net, named_parameters, training=False, **kwargs):
         last_epoch = len(net.history) == net.max_epochs
-        n_batches = net.selector.get_n_splits(len(net.fit_.data), net.labels)
+        n_batches = len(net.sampler_)  # the selector's batches of the fit's rows
         if training and last_epoch and len(net.history[-1]["batches"]) == n_batches:
             next(iter(net.module_.parameters())).grad.fill_(float("nan"))
 

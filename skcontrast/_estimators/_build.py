@@ -214,12 +214,11 @@ class NetBuilder(ParameterChecks):
             lr=self.lr, max_epochs=self.max_epochs, batch_size=DEFAULT_BATCH_SIZE,
             train_split=None if valid is None else predefined_split(valid),
             valid_batch_size=batch, callbacks=callbacks, warm_start=self.warm_start,
-            verbose=self.verbose, selector=selector, labels=labels, **placement,
+            verbose=self.verbose, selector=selector, **placement,
             augmentation=None if augmentation is None else Augmentation(augmentation),
             seed=seed, precision=self.precision if self.accelerator is None else "float32",
             num_workers=int(self.num_workers),
             micro_batch_size=self.micro_batch_size, held_out_rows=held_out_rows,
-            selection_pass=self.selection_pass,
             image_normalization=self.image_normalization, **criterion,
             **optimizer_params)
 

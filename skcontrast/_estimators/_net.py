@@ -153,9 +153,9 @@ class SelectorNet(NeuralNet):
     Parameters (beyond ``NeuralNet``'s)
     ------------------------------------
     selector : BatchSelector
-        The fit's selector (a configured clone of the estimator's).
-    labels : ndarray or None
-        Labels handed to the selector (and, in the dataset, to the loss).
+        The fit's selector (a configured clone of the estimator's); the fit's sampler of
+        it (its labels and ``selection_pass`` with it) is the loss module's
+        (``criterion__sampler``, :attr:`sampler_`).
     augmentation : Augmentation or None
         One random view of a batch already on the training device; applied twice per
         training batch.
@@ -175,10 +175,6 @@ class SelectorNet(NeuralNet):
     held_out_rows : ndarray or None
         The rows of the estimator's ``X`` held out of training (``validation_fraction``),
         kept so that every warm start holds out the same rows.
-    selection_pass : {'fresh', 'cached'} or int
-        When adaptive selectors see a fresh no-grad pass over the training set (every
-        epoch, once, or every ``k`` epochs), and between passes the embeddings the
-        training steps computed (:class:`~skcontrast.selectors.SelectorSampler`).
     """
 
     module_: Any
@@ -187,20 +183,17 @@ class SelectorNet(NeuralNet):
     grad_scaler_: Any
     fit_: FitState | None
 
-    def __init__(self, *args: Any, selector: Any = None, labels: Any = None,
-                 augmentation: Any = None, seed: int = 0, precision: str = "float32",
-                 num_workers: int = 0, micro_batch_size: int | None = None,
-                 valid_batch_size: int | None = None,
+    def __init__(self, *args: Any, selector: Any = None, augmentation: Any = None,
+                 seed: int = 0, precision: str = "float32", num_workers: int = 0,
+                 micro_batch_size: int | None = None, valid_batch_size: int | None = None,
                  image_normalization: Any = None, held_out_rows: Any = None,
-                 selection_pass: Any = "fresh", **kwargs: Any) -> None:
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.selection_pass = selection_pass
         self.held_out_rows = held_out_rows
         self.image_normalization = image_normalization
         self.micro_batch_size = micro_batch_size
         self.valid_batch_size = valid_batch_size
         self.selector = selector
-        self.labels = labels
         self.augmentation = augmentation
         self.seed = seed
         self.precision = precision
