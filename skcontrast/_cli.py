@@ -173,7 +173,7 @@ def _gram_figure(results: dict, geometry: Any, args: argparse.Namespace) -> str 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__  # the package imports torch only when an estimator is used
+    from ._version import __version__
 
     parser = argparse.ArgumentParser(
         prog="skcontrast",

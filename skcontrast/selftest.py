@@ -68,9 +68,8 @@ def _median_time(fn: Callable[[], object], repeats: int = 3, sync: bool = False)
 
 
 def environment(gpu: bool) -> list[Row]:
-    import skcontrast
-
     from ._backend import cupy_usable
+    from ._version import __version__
 
     where = torch.cuda.get_device_name() if gpu else "no CUDA GPU usable"
     cupy = "absent"
@@ -78,7 +77,7 @@ def environment(gpu: bool) -> list[Row]:
         import cupy as cp
 
         cupy = f"{cp.__version__} ({'usable' if cupy_usable() else 'no GPU'})"
-    return [Row("environment", "pass", f"skcontrast {skcontrast.__version__}, torch "
+    return [Row("environment", "pass", f"skcontrast {__version__}, torch "
                 f"{torch.__version__}, CuPy {cupy}", where)]
 
 
@@ -209,9 +208,8 @@ def spectral(gpu: bool) -> list[Row]:
 
 def training(gpu: bool) -> list[Row]:
     """Time per epoch on the device, mixed precision, a memory, and a CPU reload."""
-    import skcontrast
-
-    from . import ContrastiveEmbedder
+    from ._estimators import ContrastiveEmbedder
+    from ._estimators._base import load
     from .datasets import load_digit_views
     from .memory import SogCLRMemory
 
@@ -233,7 +231,7 @@ def training(gpu: bool) -> list[Row]:
                 "MLP, digit views (1,797 pairs), B = 256; from fits of 2 and 8 epochs")]
     with tempfile.TemporaryDirectory() as folder:
         est.save(folder)
-        loaded = skcontrast.load(folder, device="cpu")
+        loaded = load(folder, device="cpu")
         gap = float(np.abs(loaded.transform(X) - est.transform(X)).max())
     rows.append(Row(f"saved on {device}, loaded on the CPU", "pass" if gap < 1e-4 else "FAIL",
                     f"max difference {gap:.1e}", "transform of the loaded model"))

@@ -15,7 +15,7 @@ import torch
 from .._validation import describe, torch_viewable
 
 if TYPE_CHECKING:
-    from ._data import View
+    from ._spec import View
 
 
 def check_length(n: int, name: str, minimum: int) -> None:

@@ -19,7 +19,7 @@ from .._validation import describe
 from ._checks import as_tensor, conform
 
 if TYPE_CHECKING:
-    from ._data import View
+    from ._spec import View
 
 
 def _is_label(x: Any) -> bool:
