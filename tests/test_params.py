@@ -60,7 +60,8 @@ def test_parameter_errors(digit_images):
         ContrastiveEmbedder(precision="half", **SMALL_IMAGES).fit(X)
     with pytest.raises(ValueError, match="num_workers must be >= 0; got -1"):
         ContrastiveEmbedder(num_workers=-1, **SMALL_IMAGES).fit(X)
-    with pytest.raises(ValueError, match=r"data_on_device must be True, False or 'auto'"):
+    with pytest.raises(ValueError, match=r"data_on_device must be one of True, False, 'auto'; "
+                                         r"got 'yes'"):
         ContrastiveEmbedder(data_on_device="yes", **SMALL_IMAGES).fit(X)
     with pytest.raises(ValueError, match="data_on_device=True needs array or tensor data"):
         ContrastiveEmbedder(data_on_device=True, **SMALL_IMAGES).fit(PairDataset(images))

@@ -536,3 +536,28 @@ def test_no_value_passes_through_an_attribute_set_past_setattr():
     uses = [f"{path.relative_to(ROOT)}" for path in (ROOT / "skcontrast").rglob("*.py")
             if "object.__setattr__" in path.read_text()]
     assert uses == []
+
+
+def test_every_parameter_of_both_estimators_is_declared_and_each_option_set_written_once():
+    """Each ``__init__`` parameter has its accepted values in ``_parameter_constraints``
+    (11 were checked by hand where read, or not at all); the option sets the checks
+    take are the ``Literal`` aliases of the signatures, read back (not restated)."""
+    import typing
+
+    from skcontrast import ContrastiveEmbedder, SupConEmbedder
+    from skcontrast._estimators import _params
+
+    for cls in (ContrastiveEmbedder, SupConEmbedder):
+        names = cls._get_param_names()
+        assert [n for n in names if n not in cls._parameter_constraints] == [], cls
+        assert set(cls._parameter_constraints) <= set(names), cls
+    assert tuple(_params.OPTIMIZERS) == typing.get_args(_params.OptimizerName)
+    from skcontrast._estimators._step import PRECISIONS
+
+    assert tuple(PRECISIONS) == typing.get_args(_params.Precision)
+    sources = "".join(p.read_text() for p in (ROOT / "skcontrast" / "_estimators").glob("*.py"))
+    for alias in (_params.Precision, _params.Passes, _params.TransformFrom,
+                  _params.TransformViews, _params.OptimizerName):
+        spelled = ", ".join(repr(o) for o in typing.get_args(alias))
+        # written once, as the alias (a Literal[...]); nowhere else as a list of options
+        assert sources.count(spelled.replace("'", '"')) == 1, spelled

@@ -19,7 +19,6 @@ from skorch.callbacks import PassthroughScoring, ProgressBar
 from skorch.helper import predefined_split
 
 from .._batch import world_size
-from .._validation import describe
 from ..losses import Loss
 from ..selectors import BatchSelector, FitSettings, SelectorSampler, ShuffledBatchSelector
 from ._data import InputSpec, TensorViews, ViewData
@@ -138,10 +137,7 @@ class NetBuilder(ParameterChecks):
 
     def _place(self, data: ViewData, device: str) -> ViewData:
         """Where the training arrays live: on the training device when asked and they fit."""
-        choice = self.data_on_device
-        if choice not in (True, False, "auto"):
-            raise ValueError(f"data_on_device must be True, False or 'auto'; got "
-                             f"{describe(choice)}")
+        choice = self.data_on_device  # one of its options (_parameter_constraints)
         if not isinstance(data, TensorViews):
             if choice is True:
                 raise ValueError("data_on_device=True needs array or tensor data; the items "

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -15,6 +15,7 @@ from ..metrics import recall_at_k
 from ._base import BaseEmbedder, global_rng_turn, sample_of
 from ._docs import shared_parameters
 from ._forms import read_fit_input, read_input, read_view
+from ._params import Auto, TransformViews, options
 from ._step import Augmentation
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
         Precision,
         Seed,
         SelectionPass,
+        TransformFrom,
     )
     from ._schedule import WarmupCosine
 
@@ -152,8 +154,8 @@ class ContrastiveEmbedder(BaseEmbedder):
     _parameter_constraints: ClassVar[dict[str, list]] = {
         **BaseEmbedder._parameter_constraints,
         "view_split": [None, Interval(int, 1)],
-        "shared_encoder": [Options("auto", True, False)],
-        "transform_views": [Options("first", "concat", "mean")],
+        "shared_encoder": [Options(*options(Auto), True, False)],
+        "transform_views": [Options(*options(TransformViews))],
     }
 
     def __init__(
@@ -161,8 +163,8 @@ class ContrastiveEmbedder(BaseEmbedder):
         module: ModuleLike = None,
         *,
         tokenizer: Callable[..., Any] | None = None,
-        n_components: int | Literal["auto"] = "auto",
-        hidden_layer_sizes: tuple[int, ...] | Literal["auto"] = "auto",
+        n_components: int | Auto = "auto",
+        hidden_layer_sizes: tuple[int, ...] | Auto = "auto",
         loss: LossLike = "symmetric_info_nce",
         batch_size: int | None = None,
         selector: BatchSelector | None = None,
@@ -177,7 +179,7 @@ class ContrastiveEmbedder(BaseEmbedder):
         augmentation: Callable[..., Any] | None = None,
         precision: Precision = "float32",
         num_workers: int = 0,
-        data_on_device: bool | Literal["auto"] = False,
+        data_on_device: bool | Auto = False,
         micro_batch_size: int | None = None,
         image_normalization: tuple[Any, Any] | None = None,
         selection_pass: SelectionPass = "fresh",
@@ -188,11 +190,11 @@ class ContrastiveEmbedder(BaseEmbedder):
         callbacks: list[Any] | None = None,
         warm_start: bool = False,
         projection_head: HeadLike = None,
-        transform_from: Literal["head", "backbone"] = "head",
+        transform_from: TransformFrom = "head",
         freeze: FreezeLike = None,
         view_split: int | None = None,
-        shared_encoder: bool | Literal["auto"] = "auto",
-        transform_views: Literal["first", "concat", "mean"] = "first",
+        shared_encoder: bool | Auto = "auto",
+        transform_views: TransformViews = "first",
         **kwargs: Any,
     ) -> None:
         store_params(self, locals())

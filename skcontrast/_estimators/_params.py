@@ -13,8 +13,9 @@ from __future__ import annotations
 import functools
 import inspect
 import numbers
+import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 import numpy as np
 import torch
@@ -40,21 +41,35 @@ from ._monitor import check_validation_fraction
 from ._optim import LazyAdam
 from ._persist import check_saved
 from ._schedule import WarmupCosine
-from ._step import PRECISIONS
 
 #: What the estimators' parameters hold, for the type checker (their ``__init__``
-#: annotations) and the reader.
+#: annotations) and the reader. Each set of options is written once, here, as a
+#: ``Literal``; the checks of :attr:`ParameterChecks._parameter_constraints` (and the
+#: tables keyed by option) read it with :func:`options`.
 ModuleLike = nn.Module | type | Callable[..., Any] | Mapping[Any, Any] | Sequence[Any] | None
 LossLike = str | Loss | Callable[..., Any]
+Auto = Literal["auto"]
 OptimizerName = Literal["adam", "adamw", "sgd"]
 Precision = Literal["float32", "bfloat16", "float16"]
-SelectionPass = Literal["fresh", "cached"] | int
-HeadLike = Literal["mlp"] | int | nn.Module | None
-FreezeLike = Literal["backbone"] | Sequence[str] | None
+Passes = Literal["fresh", "cached"]
+SelectionPass = Passes | int
+Head = Literal["mlp"]
+HeadLike = Head | int | nn.Module | None
+Backbone = Literal["backbone"]
+FreezeLike = Backbone | Sequence[str] | None
+TransformFrom = Literal["head", "backbone"]
+TransformViews = Literal["first", "concat", "mean"]
 Seed = int | np.random.RandomState | np.random.Generator | None
 
+
+def options(alias: Any) -> tuple:
+    """The values of a ``Literal`` alias, in order."""
+    return get_args(alias)
+
+
 #: ``'adam'`` is :class:`~._optim.LazyAdam`: Adam, with lazy row updates of sparse gradients
-OPTIMIZERS = {"adam": LazyAdam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+OPTIMIZERS = dict(zip(options(OptimizerName), (LazyAdam, torch.optim.AdamW, torch.optim.SGD),
+                      strict=True))
 
 MOVED_TO_LOSS = {
     "temperature": "loss__temperature",
@@ -171,6 +186,47 @@ def _check_callbacks(callbacks: Any, name: str = "callbacks") -> None:
             if kind is not None and (callback is kind or isinstance(callback, kind)):
                 raise ValueError(f"{name}[{i}] is skorch's {refused}, which has nothing to "
                                  f"act on here: {instead}")
+
+
+def _check_module(module: Any, name: str = "module") -> None:
+    """An encoder as ``module`` takes it: a module, a module class, a factory, or one of
+    those per view (a dict by view name, or a sequence in view order)."""
+    def one(value: Any) -> bool:
+        return isinstance(value, nn.Module) or callable(value)
+
+    parts = list(module.values()) if isinstance(module, Mapping) else list(module) \
+        if isinstance(module, list | tuple) else [module]
+    if not parts or not all(one(p) for p in parts):
+        raise ValueError(f"{name} must be None, an nn.Module, an nn.Module class, a factory "
+                         f"f(n_in, n_out), or a dict or sequence of those per view; got "
+                         f"{describe(module)}")
+
+
+def _check_loss(loss: Any, name: str = "loss") -> None:
+    """A loss object, a loss's name (or alias), or a callable loss."""
+    make_loss(loss, what=name)
+
+
+def _check_device(device: Any, name: str = "device") -> None:
+    """A device's name (whether it is usable is checked when the fit places the net)."""
+    if device in ("auto", "cpu", "mps") or (isinstance(device, str) and re.fullmatch(
+            r"cuda(:\d+)?", device)):
+        return
+    raise ValueError(f"{name} must be 'auto', 'cpu', 'cuda[:N]' or 'mps'; got "
+                     f"{describe(device)}")
+
+
+def _check_accelerator_object(accelerator: Any, name: str = "accelerator") -> None:
+    if not hasattr(accelerator, "prepare") or not hasattr(accelerator, "backward"):
+        raise ValueError(f"{name} must be an accelerate.Accelerator or None; got "
+                         f"{describe(accelerator)}")
+
+
+def _check_freeze(freeze: Any, name: str = "freeze") -> None:
+    if isinstance(freeze, list | tuple) and all(isinstance(p, str) and p for p in freeze):
+        return
+    raise ValueError(f"{name} must be None, {options(Backbone)[0]!r} or a list of submodule "
+                     f"names; got {describe(freeze)}")
 
 
 def _check_widths(widths: Any, name: str) -> None:
@@ -294,12 +350,17 @@ class ParameterChecks(BaseEstimator):
 
     #: What each parameter may be (scikit-learn's ``_parameter_constraints``: a value
     #: satisfies one of the list), checked by :func:`~skcontrast._validation.
-    #: validate_params` when ``fit`` starts. Parameters whose check needs the data
-    #: (``device``, ``module``, ``view_split``, ``data_on_device``) are checked where it
-    #: is read; rules between parameters in :meth:`_check_params`.
+    #: validate_params` when ``fit`` starts; every parameter of both estimators is here
+    #: (a test says so). What needs the data (a device's availability, the module's
+    #: fit to the views, ``view_split``'s column) is checked where it is read; rules
+    #: between parameters in :meth:`_check_params`.
     _parameter_constraints: ClassVar[dict[str, list]] = {
-        "n_components": ["auto", Interval(int, 1)],
-        "hidden_layer_sizes": ["auto", Checked(_check_widths, "a tuple of positive ints")],
+        "module": [None, Checked(_check_module, "an encoder, or one per view")],
+        "tokenizer": [None, callable],
+        "n_components": [*options(Auto), Interval(int, 1)],
+        "hidden_layer_sizes": [*options(Auto),
+                               Checked(_check_widths, "a tuple of positive ints")],
+        "loss": [Checked(_check_loss, "a loss object, a loss name or a callable loss")],
         "batch_size": [None, Interval(int)],
         "selector": [InstanceOf(BatchSelector, "a BatchSelector from skcontrast.selectors"),
                      None],
@@ -310,17 +371,29 @@ class ParameterChecks(BaseEstimator):
         "lr_schedule": [None, Checked(_check_schedule, "a WarmupCosine")],
         "validation_fraction": [Checked(check_validation_fraction,
                                         "None or a number in (0, 1)")],
+        "scoring": [None, str, callable],
         "optimizer": [Options(*OPTIMIZERS), Checked(_check_optimizer_class,
                                                     "a torch.optim.Optimizer class")],
+        "optimizer_params": [None, dict],
         "augmentation": [None, Checked(_check_augmentation,
                                        "a callable f(x) or f(x, generator)")],
-        "precision": [Options(*PRECISIONS)],
+        "precision": [Options(*options(Precision))],
         "num_workers": [Interval(int, 0)],
+        "data_on_device": [Options(True, False, *options(Auto))],
         "micro_batch_size": [None, Interval(int, 1)],
         "image_normalization": [Checked(_check_normalization, "None or (mean, std)")],
-        "selection_pass": [Options("fresh", "cached"), Interval(int, 1)],
+        "selection_pass": [Options(*options(Passes)), Interval(int, 1)],
+        "accelerator": [None, Checked(_check_accelerator_object, "an accelerate.Accelerator")],
+        "device": [Checked(_check_device, "'auto', 'cpu', 'cuda[:N]' or 'mps'")],
+        "random_state": [None, Interval(int, 0),
+                         InstanceOf((np.random.RandomState, np.random.Generator),
+                                    "a NumPy RandomState or Generator")],
         "callbacks": [Checked(_check_callbacks, "a list of skorch callbacks")],
-        "transform_from": [Options("head", "backbone")],
+        "projection_head": [None, Options(*options(Head)), Interval(int, 1),
+                            InstanceOf(nn.Module, "an nn.Module")],
+        "transform_from": [Options(*options(TransformFrom))],
+        "freeze": [None, Options(*options(Backbone)), Checked(_check_freeze,
+                                                              "a list of submodule names")],
         "verbose": [Interval(int, 0), bool],
         "warm_start": [bool],
     }
@@ -373,9 +446,6 @@ class ParameterChecks(BaseEstimator):
             return
         from ._distributed import PRECISION_OF_ACCELERATE
 
-        if not hasattr(accelerator, "prepare") or not hasattr(accelerator, "backward"):
-            raise ValueError(f"accelerator must be an accelerate.Accelerator or None; got "
-                             f"{describe(accelerator)}")
         mixed = str(getattr(accelerator, "mixed_precision", "no"))
         implied = PRECISION_OF_ACCELERATE.get(mixed, mixed)
         if self.precision != "float32" and self.precision != implied:

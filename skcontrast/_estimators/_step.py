@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
+#: the forward passes' ``torch.autocast`` dtype of each ``precision`` (the estimators'
+#: ``Precision`` options, in their order)
 PRECISIONS = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 

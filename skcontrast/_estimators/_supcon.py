@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ..memory import BaseMemory
     from ..selectors import BatchSelector
     from ._params import (
+        Auto,
         FreezeLike,
         HeadLike,
         LossLike,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
         Precision,
         Seed,
         SelectionPass,
+        TransformFrom,
     )
     from ._schedule import WarmupCosine
 
@@ -108,8 +110,8 @@ class SupConEmbedder(BaseEmbedder):
         module: ModuleLike = None,
         *,
         tokenizer: Callable[..., Any] | None = None,
-        n_components: int | Literal["auto"] = "auto",
-        hidden_layer_sizes: tuple[int, ...] | Literal["auto"] = "auto",
+        n_components: int | Auto = "auto",
+        hidden_layer_sizes: tuple[int, ...] | Auto = "auto",
         loss: LossLike = "supcon",
         batch_size: int | None = None,
         selector: BatchSelector | None = None,
@@ -124,7 +126,7 @@ class SupConEmbedder(BaseEmbedder):
         augmentation: Callable[..., Any] | None = None,
         precision: Precision = "float32",
         num_workers: int = 0,
-        data_on_device: bool | Literal["auto"] = False,
+        data_on_device: bool | Auto = False,
         micro_batch_size: int | None = None,
         image_normalization: tuple[Any, Any] | None = None,
         selection_pass: SelectionPass = "fresh",
@@ -135,7 +137,7 @@ class SupConEmbedder(BaseEmbedder):
         callbacks: list[Any] | None = None,
         warm_start: bool = False,
         projection_head: HeadLike = None,
-        transform_from: Literal["head", "backbone"] = "head",
+        transform_from: TransformFrom = "head",
         freeze: FreezeLike = None,
         **kwargs: Any,
     ) -> None:
