@@ -561,3 +561,27 @@ def test_every_parameter_of_both_estimators_is_declared_and_each_option_set_writ
         spelled = ", ".join(repr(o) for o in typing.get_args(alias))
         # written once, as the alias (a Literal[...]); nowhere else as a list of options
         assert sources.count(spelled.replace("'", '"')) == 1, spelled
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_the_package_loads_what_is_used_and_a_fit_on_arrays_no_text_module():
+    """``import skcontrast`` loads none of ``text``, ``integrations`` or ``datasets`` (nor
+    torch); a fit on arrays loads no module of ``skcontrast.text`` (the optimiser's setup
+    imported it, for the text encoder's sparse table), ``integrations`` or
+    ``datasets`` (a saved model's recipe list imported them)."""
+    script = (
+        "import sys\n"
+        "import skcontrast\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('skcontrast'))\n"
+        "assert loaded == ['skcontrast', 'skcontrast._version'], loaded\n"
+        "assert 'torch' not in sys.modules\n"
+        "import numpy as np\n"
+        "from skcontrast import ContrastiveEmbedder\n"
+        "X = np.random.default_rng(0).normal(size=(32, 2, 4)).astype(np.float32)\n"
+        "ContrastiveEmbedder(max_epochs=1).fit(X).transform(X)\n"
+        "bad = [m for m in sys.modules if m.startswith(('skcontrast.text', "
+        "'skcontrast.integrations', 'skcontrast.datasets'))]\n"
+        "assert bad == [], bad\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -11,6 +11,7 @@ and every dense parameter (the layers after the bag) exactly as ``torch.optim.Ad
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -206,8 +207,8 @@ def use_sparse_gradients(module: nn.Module, optimizer: Any) -> None:
     ``optimizer`` trains its bag with update them (:func:`sparse_refusal`), dense
     otherwise, and refuse, naming it and those settings, a table a user built with
     ``sparse=True`` for settings that cannot update it."""
-    from ..text import NgramBagEncoder
-
+    # the default text encoder exists only where text was read (its package is loaded)
+    text = sys.modules.get("skcontrast.text")
     optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps optimizers
     groups = {id(p): group for group in optimizer.param_groups for p in group["params"]}
 
@@ -215,8 +216,8 @@ def use_sparse_gradients(module: nn.Module, optimizer: Any) -> None:
         group = groups.get(id(table.weight))
         return None if group is None else sparse_refusal(optimizer, group)
 
-    for m in module.modules():
-        if isinstance(m, NgramBagEncoder) and m.sparse == "auto":
+    for m in module.modules() if text is not None else ():
+        if isinstance(m, text.NgramBagEncoder) and m.sparse == "auto":
             m.bag.sparse = id(m.bag.weight) in groups and refusal(m.bag) is None
     for name, table in sparse_tables(module):
         why = refusal(table)

@@ -40,7 +40,6 @@ import torch
 from sklearn.base import BaseEstimator
 
 from .._validation import first_non_finite
-from ..datasets import DigitAugmentation
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -111,8 +110,12 @@ LOSS_MODULES_0_2 = {
 }
 
 
-#: Classes whose objects take no parameter: stored by name, made again by calling them
-RECIPES: tuple[type, ...] = (DigitAugmentation,)
+def recipes() -> tuple[type, ...]:
+    """Classes whose objects take no parameter: stored by name, made again by calling
+    them (read when a model is saved or loaded, so the datasets are imported then)."""
+    from ..datasets import DigitAugmentation
+
+    return (DigitAugmentation,)
 
 
 @functools.cache
@@ -136,7 +139,7 @@ def allowed_objects() -> dict[str, Any]:
                          images.ImageEncoder, images.ImageAugmentation,
                          datasets.GaussianNoise, datasets.RandomFeatureMask,
                          datasets.RandomShift, datasets.Compose, datasets.digit_cnn,
-                         datasets.digit_augmentation, *RECIPES]
+                         datasets.digit_augmentation, *recipes()]
     chosen += [getattr(selectors, name) for name in selectors.__all__
                if isinstance(getattr(selectors, name), type)
                and issubclass(getattr(selectors, name), selectors.BatchSelector)]
@@ -230,7 +233,7 @@ def _encode(value: Any) -> Any:
         return {"object": path_of(type(value)), "state": _encode(dict(vars(value)))}
     if type(value) in _init_objects():
         return {"init": path_of(type(value)), "params": _encode(_init_arguments(value))}
-    if type(value) in RECIPES:  # made again by calling its class
+    if type(value) in recipes():  # made again by calling its class
         return {"call": path_of(type(value))}
     if isinstance(value, functools.partial) and _named(value.func) in allowed:
         return {"partial": _named(value.func), "args": _encode(list(value.args)),
@@ -366,7 +369,7 @@ def _factories() -> tuple[Callable, ...]:
     """What load may call without arguments: the recipes (and 0.2.0's name of one)."""
     from .. import datasets
 
-    return (datasets.digit_augmentation, *RECIPES)
+    return (datasets.digit_augmentation, *recipes())
 
 
 def _decode_kwargs(value: Any, entry: str) -> dict:
