@@ -216,8 +216,10 @@ def use_sparse_gradients(module: nn.Module, optimizer: Any) -> None:
         group = groups.get(id(table.weight))
         return None if group is None else sparse_refusal(optimizer, group)
 
-    for m in module.modules() if text is not None else ():
-        if isinstance(m, text.NgramBagEncoder) and m.sparse == "auto":
+    bags = () if text is None else tuple(m for m in module.modules()
+                                         if isinstance(m, text.NgramBagEncoder))
+    for m in bags:
+        if m.sparse == "auto":
             m.bag.sparse = id(m.bag.weight) in groups and refusal(m.bag) is None
     for name, table in sparse_tables(module):
         why = refusal(table)
