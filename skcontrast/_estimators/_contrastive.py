@@ -10,7 +10,8 @@ import numpy as np
 import torch
 from sklearn.utils.validation import check_is_fitted
 
-from .._validation import Interval, Options, check_labels, store_params
+from .._constraints import Interval, Options
+from .._validation import check_labels, store_params
 from ..metrics import recall_at_k
 from ._base import BaseEmbedder, global_rng_turn, sample_of
 from ._docs import shared_parameters

@@ -310,7 +310,7 @@ class SelectorNet(NeuralNet):
     @property
     def sampler_(self) -> SelectorSampler:
         """The fit's :class:`~skcontrast.selectors.SelectorSampler` of its training rows,
-        which the loss module holds (:class:`~._modules.SelectionProgress`), so that its
+        which the loss module holds (:class:`~._progress.SelectionProgress`), so that its
         state travels with it."""
         return self.loss_module().progress.sampler
 

@@ -22,16 +22,8 @@ import torch
 from sklearn.base import BaseEstimator, clone
 from torch import nn
 
-from .._validation import (
-    Checked,
-    InstanceOf,
-    Interval,
-    Options,
-    describe,
-    param_names,
-    resolve_seed,
-    validate_params,
-)
+from .._constraints import Checked, InstanceOf, Interval, Options, validate_params
+from .._validation import describe, param_names, resolve_seed
 from ..losses import LOSSES, Loss, make_loss
 from ..memory import BaseMemory
 from ..selectors import BatchSelector
