@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from ._pixels import is_pil_image, pil_images
 from ._validation import describe, is_text
-from .images import is_pil_image, pil_images
 
 #: column names that hold labels, which go in ``y``, never among the views
 LABEL_COLUMNS = ("label", "labels")

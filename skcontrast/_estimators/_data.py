@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from .._pixels import pixel_floats
 from .._validation import plain_label
-from ..images import pixel_floats
 from ._checks import FINITE_CHUNK
 from ._items import item_views, stack, unwrap
 from ._spec import InputSpec, View, array_view

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._pixels import is_pixel_type
 from .._validation import describe
-from ..images import is_pixel_type
 
 
 @dataclass(frozen=True)

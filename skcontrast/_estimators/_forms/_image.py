@@ -12,14 +12,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..._validation import describe
-from ...images import (
+from ..._pixels import (
     channels_first,
     check_pixel_range,
     image_layout,
     is_pil_image,
     pil_images,
 )
+from ..._validation import describe
 from .._checks import as_tensor, check_length, conform, where_in
 from .._data import InputSpec, TensorViews, View, ViewData, array_view
 from ._form import NO_FEATURES, InputForm
