@@ -102,7 +102,7 @@ def balanced_assignments(cost: torch.Tensor, capacity: torch.Tensor) -> torch.Te
     G, _, k = cost.shape
     capacity = capacity.to(device=cost.device, dtype=torch.long)
     labels = (cost - _warm_start_prices(cost, capacity)[:, None, :]).argmin(2)
-    excess = _counts(labels, k) - capacity
+    excess = cluster_counts(labels, k) - capacity
     hop, mover = _hops(cost, labels)
     tolerance = 1e-12 * cost.abs().flatten(1).amax(1).clamp_min(1.0)[:, None]
     while True:
@@ -171,7 +171,7 @@ def _disjoint_paths(dist: np.ndarray, pred: np.ndarray, excess: np.ndarray,
             list(np.array(ends, dtype=np.int64).reshape(-1, 3).T))
 
 
-def _counts(labels: torch.Tensor, k: int) -> torch.Tensor:
+def cluster_counts(labels: torch.Tensor, k: int) -> torch.Tensor:
     counts = torch.zeros(labels.shape[0], k, dtype=torch.long, device=labels.device)
     return counts.scatter_add_(1, labels, torch.ones_like(labels))
 
@@ -234,7 +234,7 @@ def _warm_start_prices(cost: torch.Tensor, capacity: torch.Tensor, max_iter: int
         part, p, cap = cost[running], prices[running], capacity[running]
         reduced = part - p[:, None, :]
         first, nearest = reduced.min(2)
-        excess = (_counts(nearest, k) - cap).clamp_min(0).sum(1).to(cost.dtype)
+        excess = (cluster_counts(nearest, k) - cap).clamp_min(0).sum(1).to(cost.dtype)
         improved = excess < best_excess[running]
         best_excess[running[improved]] = excess[improved]
         best_prices[running[improved]] = p[improved]
