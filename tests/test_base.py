@@ -92,12 +92,12 @@ def _warm(X, y=None, kind=ContrastiveEmbedder, **first):
     ({"batch_size": 8}, lambda e: e.history_[-1, "n_batches"] == 8),
     ({"max_epochs": 3}, lambda e: len(e.history_) == 5),
     ({"optimizer": "sgd"}, lambda e: isinstance(e.net_.optimizer_, torch.optim.SGD)),
-    ({"micro_batch_size": 4}, lambda e: e.net_.micro_batch_size == 4),
+    ({"micro_batch_size": 4}, lambda e: e.net_.plan.micro_batch_size == 4),
     ({"selector": OSGDSelector(16, k=2, q=1)},
      lambda e: e.history_[-1, "n_batches"] == 2 and e.net_.selector.current_epoch == 4),
     ({"loss__learn_temperature": True},
      lambda e: e.net_.criterion_.learn_temperature and e.temperature_ != 0.1),
-    ({"precision": "bfloat16"}, lambda e: e.net_.precision == "bfloat16"),
+    ({"precision": "bfloat16"}, lambda e: e.net_.plan.precision == "bfloat16"),
 ])
 def test_a_warm_start_applies_the_parameters_changed_since(pairs, change, check):
     X, _ = pairs
@@ -156,10 +156,10 @@ def test_warm_starts_hold_out_the_same_rows(pairs):
     X, _ = pairs
     est = _warm(X, validation_fraction=0.25, random_state=None, memory=SogCLRMemory(),
                 loss="dcl")
-    rows = est.net_.held_out_rows.copy()
+    rows = est.net_.plan.held_out_rows.copy()
     for _ in range(3):
         est.fit(X)
-        np.testing.assert_array_equal(est.net_.held_out_rows, rows)
+        np.testing.assert_array_equal(est.net_.plan.held_out_rows, rows)
     assert est.net_.memory_state.n_samples == len(X) - len(rows)
     with pytest.raises(ValueError, match="keeps the same held-out rows"):
         est.set_params(validation_fraction=0.5).fit(X)
@@ -184,7 +184,7 @@ def test_predefined_batches_keep_naming_rows_of_x_with_held_out_rows(pairs):
                                  "validation_fraction": 0.25})
     with pytest.warns(UserWarning, match="16 entries of the PredefinedBatchSelector"):
         est.fit(X)
-    held = set(est.net_.held_out_rows.tolist())
+    held = set(est.net_.plan.held_out_rows.tolist())
     kept = np.setdiff1d(np.arange(64), sorted(held))
     trained = [kept[b].tolist() for b in est.net_.selector.batches]
     assert trained == [[i for i in b.tolist() if i not in held] for b in batches]
@@ -289,7 +289,7 @@ def test_pickles_hold_string_scorers_and_never_the_held_out_rows(pairs):
     est = ContrastiveEmbedder(**{**SMALL, "validation_fraction": 0.25,
                                  "scoring": "map@r"}).fit(X, y)
     blob = pickle.dumps(est)
-    for row in est.net_.held_out_rows:
+    for row in est.net_.plan.held_out_rows:
         assert X[row].tobytes() not in blob
     again = pickle.loads(blob)
     np.testing.assert_array_equal(again.transform(X), est.transform(X))
@@ -510,8 +510,10 @@ def test_data_in_memory_is_batched_without_a_dataloader_unless_a_gpu_needs_it_pi
     net = ContrastiveEmbedder(**SMALL).fit(X).net_
     data = TensorViews((torch.zeros(64, 4), torch.zeros(64, 4)))
     assert isinstance(net.get_iterator(data, training=True), DeviceBatches)
-    net._on_gpu = lambda: True
-    loader = net.get_iterator(data, training=True)
+    from skcontrast._estimators._batches import selected_batches
+
+    loader = selected_batches(data, -1, plan=net.plan, device=torch.device("cuda"),
+                              sampler=net.sampler_)
     assert isinstance(loader, DataLoader) and loader.pin_memory
 
 
@@ -793,7 +795,7 @@ def test_cuda_training_with_and_without_resident_data(digit_images, data_on_devi
     single = ContrastiveEmbedder(module=tiny_cnn(), device="cuda",
                                  data_on_device=data_on_device,
                                  augmentation=GaussianNoise(0.05), **SMALL_IMAGES).fit(images)
-    assert single.net_.augmentation.generator.device.type == "cuda"
+    assert single.net_.plan.augmentation.generator.device.type == "cuda"
     assert single.transform(images).shape == (96, 4)
 
 

@@ -61,10 +61,10 @@ def test_singleton_classes_give_their_held_out_places_to_the_others():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # single-member classes
         est.fit(X, y)
-        rows = est.net_.held_out_rows
+        rows = est.net_.plan.held_out_rows
         assert len(rows) == 13 and set(y[rows]) <= {100, 101, 102}
         est.set_params(warm_start=True).fit(X, y)  # the identical warm start is accepted
-    np.testing.assert_array_equal(est.net_.held_out_rows, rows)
+    np.testing.assert_array_equal(est.net_.plan.held_out_rows, rows)
 
 
 def test_held_out_counts_reach_the_fraction_whenever_the_classes_have_room():
@@ -197,7 +197,7 @@ def test_the_held_out_loss_applies_the_false_negative_guard():
                                  "loss": SymmetricInfoNCE(t, false_negatives=FalseNegativeGuard())}
                               ).fit(X[12:], X_val=X_val)
     U, V = (np.asarray(z, dtype=np.float64) for z in est.transform_pairs(X_val))
-    order = np.random.default_rng([est.net_.seed, 4]).permutation(len(X_val))
+    order = np.random.default_rng([est.net_.plan.seed, 4]).permutation(len(X_val))
     losses, sizes = [], []
     for start in range(0, len(order), 8):
         rows = order[start:start + 8]

@@ -287,7 +287,7 @@ def test_a_warm_start_after_load_continues_as_one_uninterrupted_fit(pairs, tmp_p
               "random_state": None}
     first = ContrastiveEmbedder(**params).fit(X)
     uninterrupted = ContrastiveEmbedder(**{**params, "max_epochs": 4,
-                                           "random_state": first.net_.seed}).fit(X)
+                                           "random_state": first.net_.plan.seed}).fit(X)
     again = skcontrast.load(first.save(tmp_path / "m"))
     again.set_params(warm_start=True).fit(X)
     assert again.net_.selector.current_epoch == 4

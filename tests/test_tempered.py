@@ -217,6 +217,6 @@ def test_a_teacher_follows_the_rows_a_fit_trains_on(monkeypatch):
                               selector=TemperedSelector(ShuffledBatchSelector(B),
                                                         teacher=teacher))
     est.fit(X)
-    kept = np.setdiff1d(np.arange(120), est.net_.held_out_rows)
+    kept = np.setdiff1d(np.arange(120), est.net_.plan.held_out_rows)
     assert len(kept) == 90
     assert np.array_equal(seen[0][:, 0], kept)

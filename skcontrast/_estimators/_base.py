@@ -209,7 +209,7 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
         """The seed of this fit: the fitted net's for a warm start (it continues its
         streams), else one drawn from ``random_state``."""
         old = getattr(self, "net_", None) if self.warm_start else None
-        return old.seed if old is not None else self._seed()
+        return old.plan.seed if old is not None else self._seed()
 
     def _warm_held_out_rows(self, n: int, X_val: Any, codes: np.ndarray | None
                             ) -> np.ndarray | None:
@@ -219,7 +219,7 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
         net = getattr(self, "net_", None)
         if not self.warm_start or net is None:
             return None
-        rows = net.held_out_rows
+        rows = net.plan.held_out_rows
         fraction = self.validation_fraction
         if rows is None and fraction is None:
             return None
@@ -318,7 +318,7 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
                 net.partial_fit(data, None, epochs=self.max_epochs)
         finally:
             if self.accelerator is not None:  # hand the user's accelerator back clean
-                net.release_accelerator()
+                net.release_replicas()
         if not pressed[0]:
             return None
         done = sum("dur" in row for row in net.history[epochs:])
@@ -433,7 +433,8 @@ class BaseEmbedder(NetBuilder, ClassNamePrefixFeaturesOutMixin,
                    if isinstance(value, Unsaved)}
         estimator.set_params(device=device, **dict.fromkeys(unsaved))
         estimator.check_saved_shapes(spec, n_samples, shared, state)
-        net = estimator.build_net(spec, n_samples, shared, device, seed=state["seed"])
+        net = estimator.build_net(spec, n_samples, shared, device, seed=state["seed"],
+                                  held_out_rows=state["held_out_rows"])
         estimator.set_params(**unsaved)
         restore(net, state)
         estimator.net_ = net

@@ -21,11 +21,14 @@ from skorch.helper import predefined_split
 from .._batch import world_size
 from ..losses import Loss
 from ..selectors import BatchSelector, FitSettings, SelectorSampler, ShuffledBatchSelector
+from ._batches import consecutive_batches, selected_batches
 from ._data import InputSpec, TensorViews, ViewData
 from ._modules import ContrastiveCriterion, EncoderFactory, embedding_width
 from ._net import SelectorNet
 from ._params import ParameterChecks, describe_object, resolve_device
 from ._persist import check_saved
+from ._plan import FitPlan
+from ._replicas import AcceleratedReplicas, Replicas
 from ._schedule import ScheduleCallback
 from ._step import Augmentation
 
@@ -88,14 +91,16 @@ class NetBuilder(ParameterChecks):
                               self.projection_head, self.freeze)
 
     def build_net(self, spec: InputSpec, n_samples: int, shared: bool,
-                  device: str = "cpu", seed: int | None = None) -> SelectorNet:
+                  device: str = "cpu", seed: int | None = None,
+                  held_out_rows: np.ndarray | None = None) -> SelectorNet:
         """An initialised, untrained net for input ``spec`` (what :func:`skcontrast.load`
-        fills with saved weights)."""
+        fills with saved weights, planned with the saved ``seed`` and ``held_out_rows``)."""
         self._check_params()
         seed = self._seed() if seed is None else seed
         net = self._make_net(self._factory(spec, shared), self._loss(), None,
                              resolve_device(device), seed, n_samples, spec.items_paired,
-                             trains=False, augmentation=self._augmentation_for(spec))
+                             trains=False, augmentation=self._augmentation_for(spec),
+                             held_out_rows=held_out_rows)
         return net.initialize()
 
     def check_saved_shapes(self, spec: InputSpec, n_samples: int, shared: bool,
@@ -189,34 +194,37 @@ class NetBuilder(ParameterChecks):
         optimizer_params = {f"optimizer__{k}": v for k, v in
                             {**(self.optimizer_params or {}), **self._nested("optimizer__")
                              }.items()}
+        structure = self._structure(items_paired, augmentation is not None)
         criterion = {f"criterion__{k}": v for k, v in {
-            "loss": loss, "structure": self._structure(items_paired,
-                                                       augmentation is not None),
+            "loss": loss, "structure": structure,
             "memory": self.memory, "n_samples": n, "row_keys": row_info[0],
             "row_groups": row_info[1], "held_out_keys": row_info[2],
             "held_out_groups": row_info[3], "sampler": sampler, "rows": rows}.items()}
-        kind: type[SelectorNet] = SelectorNet
         placement: dict[str, Any] = {"device": device}
+        replicas = Replicas()
         if self.accelerator is not None:
-            from ._distributed import DistributedSelectorNet
-
+            replicas = AcceleratedReplicas(self.accelerator)
             # the accelerator's print shows the table on process 0 only, and only verbose
             sink = self.accelerator.print if self.verbose else print
-            kind = DistributedSelectorNet
-            placement = {"accelerator": self.accelerator, "callbacks__print_log__sink": sink,
+            placement = {"callbacks__print_log__sink": sink,
                          "device": str(self.accelerator.device)}
-        return kind(
-            module=factory, criterion=ContrastiveCriterion, optimizer=self._optimizer(),
-            lr=self.lr, max_epochs=self.max_epochs, batch_size=DEFAULT_BATCH_SIZE,
-            train_split=None if valid is None else predefined_split(valid),
-            valid_batch_size=batch, callbacks=callbacks, warm_start=self.warm_start,
-            verbose=self.verbose, selector=selector, **placement,
+        plan = FitPlan(
+            selector, structure, seed,
             augmentation=None if augmentation is None else Augmentation(augmentation),
-            seed=seed, precision=self.precision if self.accelerator is None else "float32",
-            num_workers=int(self.num_workers),
-            micro_batch_size=self.micro_batch_size, held_out_rows=held_out_rows,
-            image_normalization=self.image_normalization, **criterion,
-            **optimizer_params)
+            precision=self.precision if self.accelerator is None else "float32",
+            num_workers=int(self.num_workers), micro_batch_size=self.micro_batch_size,
+            image_normalization=self.image_normalization,
+            held_out_rows=held_out_rows, replicas=replicas)
+        return SelectorNet(
+            module=factory, criterion=ContrastiveCriterion, optimizer=self._optimizer(),
+            lr=self.lr, max_epochs=self.max_epochs,
+            # the selector sizes the training batches; held-out and predicted data go in
+            # consecutive batches of the training size (-1, as skorch reads it: whole)
+            batch_size=-1 if batch is None else batch,
+            iterator_train=selected_batches, iterator_valid=consecutive_batches,
+            train_split=None if valid is None else predefined_split(valid),
+            callbacks=callbacks, warm_start=self.warm_start, verbose=self.verbose,
+            plan=plan, **placement, **criterion, **optimizer_params)
 
     def _structure(self, items_paired: bool, augmented: bool) -> str:
         """How a training batch's rows reach the loss (see ``ContrastiveCriterion``)."""

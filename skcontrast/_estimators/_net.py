@@ -8,24 +8,26 @@ bottom:
   the default text encoders where the optimizer's settings take them) and
   ``get_default_callbacks`` (skorch's, with :class:`FitStreams`, which gives each epoch
   its random streams, and a :class:`PrintLog` without colour codes off a terminal);
-- **batches**: ``get_iterator`` iterates the fit's public
-  :class:`~skcontrast.selectors.SelectorSampler`: a ``DataLoader`` takes it as its
-  ``batch_sampler``, and data held whole in memory is gathered batch by batch
-  (:meth:`~._data.TensorViews.batches`). The sampler owns everything about batches
-  (the selector, its checks, slicing for several processes); before each epoch the
-  net gives it the embeddings its adaptive selector needs (:meth:`prepare_selection`);
+- **batches**: skorch's ``get_iterator`` builds the net's ``iterator_train``, which
+  iterates the fit's public :class:`~skcontrast.selectors.SelectorSampler`, and its
+  ``iterator_valid`` (:mod:`._batches`); ``get_params_for`` hands them the plan, the
+  device and the sampler. The sampler owns everything about batches (the selector, its
+  checks, slicing for several processes); before each epoch the net gives it the
+  embeddings its adaptive selector needs (:meth:`prepare_selection`);
 - **the epoch**: ``run_single_epoch`` reads the batch values from the device once per
   epoch (skorch's loop reads each batch, which stalls a GPU's queue) and stops a
   diverging fit;
-- **the step**: ``train_step`` (zero, step, the float16 scaler), ``train_step_single``
+- **the step**: ``train_step`` (skorch's, or the float16 scaler's), ``train_step_single``
   (device, augmentation, curation, gradient caching, the loss, backward) and
   ``validation_step``; each returns the batch's loss terms in its result (``'terms'``)
   and ``get_loss`` is the criterion's loss;
 - ``__getstate__``: what a pickle keeps.
 
-Its other methods are its own: the embedding passes (:meth:`embed`), and the hooks a
-data-parallel net (:mod:`._distributed`) changes (:meth:`loss_terms`, :meth:`backward`,
-:meth:`gathered`, ...). What a later fit continues from is :mod:`._state`.
+Its other methods are its own: the embedding passes (:meth:`embed`) and the parts of a
+step. What the fit worked out once is its plan (:class:`~._plan.FitPlan`), which the net
+reads; where several processes train, the plan's :mod:`._replicas` answer what differs
+(the gathered rows, the backward pass, the wrapped module). What a later fit continues
+from is :mod:`._state`.
 """
 
 from __future__ import annotations
@@ -44,15 +46,16 @@ import skorch.callbacks
 import torch
 from skorch import NeuralNet
 from skorch.utils import TeeGenerator
-from torch.utils.data import DataLoader
 
 from .._batch import take_rows
 from .._validation import describe
 from ..exceptions import TrainingDivergedError
 from ..losses import LossTerms
 from ..selectors import CurationBatch, SelectorSampler
-from ._data import Batch, ItemViews, TensorViews, ViewData, batch_length, to_device
+from ._batches import inference_batches
+from ._data import Batch, ViewData, batch_length, to_device
 from ._optim import use_sparse_gradients
+from ._plan import FitPlan
 from ._step import (
     PRECISIONS,
     batch_norms,
@@ -62,8 +65,6 @@ from ._step import (
     split_rows,
     stream_seed,
 )
-
-INFERENCE_BATCH = 1024
 
 
 def _aliases(name: str) -> list[str]:
@@ -126,9 +127,9 @@ class FitStreams(skorch.callbacks.Callback):
 
     def on_epoch_begin(self, net: Any, **kwargs: Any) -> None:
         epoch = len(net.history) - 1  # skorch has opened this epoch's row
-        seed_torch(stream_seed(net.seed, 5, epoch))
-        if net.augmentation is not None:
-            net.augmentation.seed(net.compute_device, stream_seed(net.seed, 2, epoch))
+        seed_torch(stream_seed(net.plan.seed, 5, epoch))
+        if net.plan.augmentation is not None:
+            net.plan.augmentation.seed(net.compute_device, stream_seed(net.plan.seed, 2, epoch))
         memory = net.memory_state
         if memory is not None:  # e.g. SogCLR's schedule of gamma counts epochs
             memory.set_epoch(epoch)
@@ -152,29 +153,11 @@ class SelectorNet(NeuralNet):
 
     Parameters (beyond ``NeuralNet``'s)
     ------------------------------------
-    selector : BatchSelector
-        The fit's selector (a configured clone of the estimator's); the fit's sampler of
-        it (its labels and ``selection_pass`` with it) is the loss module's
-        (``criterion__sampler``, :attr:`sampler_`).
-    augmentation : Augmentation or None
-        One random view of a batch already on the training device; applied twice per
-        training batch.
-    seed : int
-        Seeds the epochs' random streams and the held-out batches.
-    precision : {'float32', 'bfloat16', 'float16'}
-        ``torch.autocast`` dtype of the forward passes; the loss stays float32.
-    num_workers : int
-        DataLoader worker processes (a Dataset's items).
-    micro_batch_size : int or None
-        Gradient caching: embed each batch this many items at a time (see
-        :meth:`cached_step`).
-    valid_batch_size : int or None
-        Size of the fixed batches of held-out data (``train_split`` gives that data).
-    image_normalization : (mean, std) or None
-        Applied to image views on the device (uint8 ones once they are floats in [0, 1]).
-    held_out_rows : ndarray or None
-        The rows of the estimator's ``X`` held out of training (``validation_fraction``),
-        kept so that every warm start holds out the same rows.
+    plan : FitPlan
+        What the fit worked out once (:class:`~._plan.FitPlan`): the selector, the
+        batch structure, the augmentation, the seed, the precision, the workers,
+        gradient caching, the held-out rows and the processes that train. The net reads
+        it and derives none of it again.
     """
 
     module_: Any
@@ -183,21 +166,9 @@ class SelectorNet(NeuralNet):
     grad_scaler_: Any
     fit_: FitState | None
 
-    def __init__(self, *args: Any, selector: Any = None, augmentation: Any = None,
-                 seed: int = 0, precision: str = "float32", num_workers: int = 0,
-                 micro_batch_size: int | None = None, valid_batch_size: int | None = None,
-                 image_normalization: Any = None, held_out_rows: Any = None,
-                 **kwargs: Any) -> None:
+    def __init__(self, *args: Any, plan: FitPlan | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.held_out_rows = held_out_rows
-        self.image_normalization = image_normalization
-        self.micro_batch_size = micro_batch_size
-        self.valid_batch_size = valid_batch_size
-        self.selector = selector
-        self.augmentation = augmentation
-        self.seed = seed
-        self.precision = precision
-        self.num_workers = num_workers
+        self.plan = plan
         self.grad_scaler_ = None
         self.fit_ = None
 
@@ -213,23 +184,42 @@ class SelectorNet(NeuralNet):
         """The optimizer over the learnable parameters in the groups of
         ``optimizer__param_groups`` (:func:`param_groups`); then the default text
         encoders get sparse gradients where its settings take them
-        (:func:`~._optim.use_sparse_gradients`)."""
+        (:func:`~._optim.use_sparse_gradients`); the processes that train prepare the
+        module and the optimizer (:meth:`~._replicas.Replicas.prepare`).
+
+        skorch's own cannot serve: its ``get_params_for_optimizer`` silently drops a
+        group whose pattern matches nothing, and matches names of the fitted
+        ``module_`` only."""
         kwargs = self.get_params_for("optimizer")
         groups = param_groups(list(self.get_all_learnable_params()),
                               kwargs.pop("param_groups", []))
         kwargs.setdefault("lr", self.lr)
-        self.optimizer_ = self.optimizer(groups, **kwargs)
-        use_sparse_gradients(self.module_, self.optimizer_)
+        optimizer = self.optimizer(groups, **kwargs)
+        use_sparse_gradients(self.module_, optimizer)
+        self.module_, self.optimizer_ = self.plan.replicas.prepare(self.module_, optimizer)
+        self.criterion_ = self.criterion_.to(self.compute_device)
         return self
+
+    def release_replicas(self) -> None:
+        """After training (also a failed one): the module and the optimizer as a plain
+        net holds them (:meth:`~._replicas.Replicas.release`)."""
+        self.module_, self.optimizer_ = self.plan.replicas.release(self.module_,
+                                                                  self.optimizer_)
+
+    @property
+    def selector(self) -> Any:
+        """The fit's selector (the plan's: a configured clone of the estimator's), whose
+        recorded state (``seen_``, ``losses_``, ...) a user may read."""
+        return self.plan.selector
 
     @property
     def compute_device(self) -> torch.device:
         """Where the module computes (the accelerator's device in distributed training)."""
-        return torch.device(self.device)
+        return self.plan.replicas.device(self.device)
 
     def inference_module(self) -> torch.nn.Module:
         """The network as trained (an accelerator's wrapper taken off)."""
-        return self.module_
+        return self.plan.replicas.unwrap(self.module_)
 
     def loss_module(self) -> Any:
         """The loss module (:class:`~._modules.ContrastiveCriterion`), its wrapper off."""
@@ -263,7 +253,7 @@ class SelectorNet(NeuralNet):
         receives."""
         views = [v for v in getattr(data, "views", ()) if v is not None]
         prepare = functools.partial(to_device, device=self.compute_device,
-                                    normalization=self.image_normalization)
+                                    normalization=self.plan.image_normalization)
         for module in self.module_.modules():
             if callable(getattr(module, "fit_prior", None)) and views:
                 module.fit_prior(views, prepare=prepare)
@@ -271,7 +261,7 @@ class SelectorNet(NeuralNet):
     def start_fit(self, data: Any) -> None:
         """The state of a fit that begins on ``data`` (:class:`FitStreams`)."""
         self.fit_ = FitState(data)
-        if self.micro_batch_size is not None and batch_norms(self.module_):
+        if self.plan.micro_batch_size is not None and batch_norms(self.module_):
             warnings.warn(
                 "the module has batch-normalisation layers: with micro_batch_size each "
                 "micro-batch is normalised with its own statistics, so the update differs "
@@ -280,7 +270,7 @@ class SelectorNet(NeuralNet):
                 "normalisation for the exact full-batch update", UserWarning, stacklevel=2)
         device = self.compute_device.type
         scaler = self.grad_scaler_
-        if self.precision != "float16":
+        if self.plan.precision != "float16":
             self.grad_scaler_ = None
         elif scaler is None or scaler.get_scale() is None or \
                 getattr(scaler, "device", device) != device:
@@ -288,24 +278,18 @@ class SelectorNet(NeuralNet):
 
     # -- batches ----------------------------------------------------------------------
 
-    def get_iterator(self, dataset: Any, training: bool = False) -> Any:
-        """The training batches, from the fit's :class:`SelectorSampler` (the same one
-        every epoch: each pass over it is the selector's next epoch); held-out data in
-        fixed batches (:meth:`held_out_batches`)."""
-        if not training:  # the held-out data, or skorch's forward/predict
-            return self.held_out_batches(dataset)
-        sampler = self.sampler_
-        if sampler.n_samples != len(dataset):
-            raise ValueError(f"this net selects batches of {sampler.n_samples} training "
-                             f"rows; got {len(dataset)} (fit the estimator instead)")
-        # Data held whole where the module computes, or in this process's memory for
-        # training on the CPU, is gathered batch by batch, without a DataLoader (whose
-        # per-batch machinery a small model's step notices); a Dataset's items are
-        # loaded by workers, and host data for a GPU is pinned by the loader.
-        if isinstance(dataset, TensorViews) and (dataset.resident_device is not None
-                                                 or not self._on_gpu()):
-            return dataset.batches(sampler)
-        return self._loader(dataset, sampler)
+    def get_params_for(self, prefix: str) -> dict:
+        """skorch's, and for its iterators (``iterator_train``: the batches the fit's
+        sampler selects; ``iterator_valid``: consecutive held-out batches; see
+        :mod:`._batches`) the fit's plan, the device the module computes on and, for
+        training, the sampler the loss module holds, read when skorch builds the
+        iterator (so they are never copies)."""
+        params = super().get_params_for(prefix)
+        if prefix in ("iterator_train", "iterator_valid"):
+            params.update(plan=self.plan, device=self.compute_device)
+        if prefix == "iterator_train":
+            params["sampler"] = self.sampler_
+        return params
 
     @property
     def sampler_(self) -> SelectorSampler:
@@ -313,47 +297,6 @@ class SelectorNet(NeuralNet):
         which the loss module holds (:class:`~._progress.SelectionProgress`), so that its
         state travels with it."""
         return self.loss_module().progress.sampler
-
-    def _on_gpu(self) -> bool:
-        return self.compute_device.type == "cuda"
-
-    def _loader(self, data: ViewData, batch_sampler: Any) -> DataLoader:
-        # Workers load a Dataset's items; array rows are one index away, in this process.
-        # Its own generator: a DataLoader draws its workers' base seed from torch's
-        # global one otherwise, which would advance the caller's random stream.
-        workers = self.num_workers if isinstance(data, ItemViews) else 0
-        if isinstance(data, ItemViews):  # random items: of (seed, epoch, item) alone
-            data = data.seeded(self.seed)
-        generator = torch.Generator().manual_seed(self.seed + len(self.history or ()))
-        return DataLoader(data, batch_sampler=batch_sampler, collate_fn=_as_batch,
-                          num_workers=workers, pin_memory=self._on_gpu(),
-                          persistent_workers=workers > 0, generator=generator)
-
-    def held_out_batches(self, data: ViewData) -> Any:
-        """Consecutive batches of data that does not train, in its order, of the
-        training batch size (a last batch of one sample joins the one before): the
-        held-out loss's, the same every epoch (the estimators hand the held-out data in
-        a fixed random order, so a batch mixes classes however the data was sorted), and
-        the batches of skorch's ``forward``/``predict``, whose outputs follow the data."""
-        order = np.arange(len(data))
-        size = max(2, min(self.valid_batch_size or len(data), len(data)))
-        batches = [order[i:i + size] for i in range(0, len(data), size)]
-        if len(batches) > 1 and len(batches[-1]) == 1:
-            batches[-2:] = [np.concatenate(batches[-2:])]
-        return self._fixed_batches(data, batches)
-
-    def inference_batches(self, data: ViewData, indices: np.ndarray | None = None) -> Any:
-        """Consecutive batches of ``data`` (or of its rows ``indices``), in order; never the
-        whole set on the GPU at once."""
-        indices = np.arange(len(data)) if indices is None else indices
-        return self._fixed_batches(data, [indices[s:s + INFERENCE_BATCH]
-                                          for s in range(0, len(indices), INFERENCE_BATCH)])
-
-    def _fixed_batches(self, data: ViewData, batches: list[np.ndarray]) -> Any:
-        device = data.resident_device
-        if device is not None:
-            return [data.gather(torch.as_tensor(b, device=device)) for b in batches]
-        return self._loader(data, [b.tolist() for b in batches])
 
     def prepare_selection(self) -> float:
         """Before an epoch: the sampler's adaptive selector gets the loss as it is now
@@ -365,7 +308,7 @@ class SelectorNet(NeuralNet):
         start = time.perf_counter()
         sampler = self.sampler_
         assert sampler is not None  # made by get_iterator
-        if self.selector.needs_embeddings:
+        if self.plan.selector.needs_embeddings:
             sampler.loss = self.loss_module().live_loss()
             due = sampler.due()
             if len(due):
@@ -385,6 +328,10 @@ class SelectorNet(NeuralNet):
         records them (a scheduler stepping per batch on ``train_loss`` reads it there).
         If the epoch is interrupted, the values of the steps already applied are still
         recorded. A non-finite loss stops training (:meth:`check_finite`).
+
+        skorch's own cannot serve: it reads every batch's loss from the device as the
+        step ends (``loss.item()``), which stalls a GPU's queue once per step, and it
+        records neither the loss's terms nor the selection.
         """
         if iterator is None:
             return
@@ -497,45 +444,45 @@ class SelectorNet(NeuralNet):
     # -- the step -----------------------------------------------------------------------
 
     def train_step(self, batch: Any, **fit_params: Any) -> dict:
-        """Zero the gradients, take the loss and its gradients once (without skorch's
-        closure, which only optimizers that evaluate the loss several times need), tell
-        the callbacks that watch gradients (if any: building their parameter generator
-        costs every step otherwise), step the optimizer (through the gradient scaler in
-        float16). ``LBFGS``, which evaluates a closure, gets skorch's own step."""
-        optimizer, scaler = self.optimizer_, self.grad_scaler_
-        if scaler is None and isinstance(getattr(optimizer, "optimizer", optimizer),
-                                         torch.optim.LBFGS):
-            return super().train_step(batch, **fit_params)
-        optimizer.zero_grad(set_to_none=True)
-        step = self.train_step_single(batch, **fit_params)
-        if scaler is not None:
+        """skorch's step (zero the gradients, the loss and its gradients through the
+        optimizer's closure, ``on_grad_computed``, the optimizer's step), under the
+        processes' step context (an accelerator's gradient accumulation). In float16 the
+        gradient scaler steps the optimizer, and torch's ``GradScaler.step`` takes no
+        closure: there the same step is taken without one."""
+        with self.plan.replicas.step(self.module_):
+            scaler = self.grad_scaler_
+            if scaler is None:
+                return super().train_step(batch, **fit_params)
+            optimizer = self.optimizer_
+            optimizer.zero_grad(set_to_none=True)
+            step = self.train_step_single(batch, **fit_params)
             scaler.unscale_(optimizer)  # callbacks (e.g. gradient clipping) see true grads
-        if self._listening("on_grad_computed"):
             self.notify("on_grad_computed", named_parameters=TeeGenerator(
                 self.get_all_learnable_params()), batch=batch, training=True)
-        if scaler is None:
-            optimizer.step()
-        else:
             scaler.step(optimizer)
             scaler.update()
-        return step
+            return step
 
     def train_step_single(self, batch: Any, **fit_params: Any) -> dict:
         """One training batch: to the device, augmented (twice: two views), curated, the
         loss (of the whole batch, in micro-batches with gradient caching) and its
         backward pass. Returns ``loss``, ``y_pred`` and the loss's ``terms`` (with a
         curating selector also the rows ``kept`` and ``selection_rows``, those embedded
-        to choose them)."""
+        to choose them).
+
+        skorch's own cannot serve: it passes the batch's views to the module as they come
+        and gives the loss neither the rows' dataset indices (the memory, the
+        false-negative guard) nor the two augmented views."""
         self.set_mode(True)
         (Xi, yi), index = batch, batch.index
-        Xi = to_device(Xi, self.compute_device, self.image_normalization)
-        if self.augmentation is not None:
+        Xi = to_device(Xi, self.compute_device, self.plan.image_normalization)
+        if self.plan.augmentation is not None:
             Xi = (self.augment(Xi), self.augment(Xi))
         kept = embedded = None
-        if self.selector.curates:
+        if self.plan.selector.curates:
             Xi, yi, index, embedded = self.curate(Xi, yi, index)
             kept = index
-        micro = self.micro_batch_size
+        micro = self.plan.micro_batch_size
         if micro is not None and batch_length(Xi) > micro:
             terms, y_pred = self.cached_step(Xi, yi, index, micro, **fit_params)
         else:
@@ -552,13 +499,16 @@ class SelectorNet(NeuralNet):
     def validation_step(self, batch: Any, **fit_params: Any) -> dict:
         """The loss of a held-out batch without gradients (and without the memory); its
         rows' ``index`` reaches the loss's false-negative guard, which reads the
-        held-out rows' content and groups."""
+        held-out rows' content and groups.
+
+        skorch's own cannot serve: it hands the loss no index, so the guard could not
+        apply to ``valid_loss``."""
         self.set_mode(False)
         (Xi, yi), index = batch, batch.index
-        Xi = to_device(Xi, self.compute_device, self.image_normalization)
+        Xi = to_device(Xi, self.compute_device, self.plan.image_normalization)
         with torch.no_grad():
-            if self.augmentation is not None:
-                Xi = (self.augmentation(Xi), self.augmentation(Xi))
+            if self.plan.augmentation is not None:
+                Xi = (self.plan.augmentation(Xi), self.plan.augmentation(Xi))
             with self.autocast():
                 y_pred = self.forward_batch(Xi, **fit_params)
             terms = self.loss_terms(y_pred, yi, index=index, training=False)
@@ -568,22 +518,32 @@ class SelectorNet(NeuralNet):
         """skorch's inference step (``forward``, ``predict``, a scoring callback's
         predictions), on the batch's views prepared as a training step prepares them
         (the device, pixels to [0, 1], ``image_normalization``)."""
-        views = to_device(batch.views, self.compute_device, self.image_normalization)
+        views = to_device(batch.views, self.compute_device, self.plan.image_normalization)
         return super().evaluation_step(Batch(views, batch.labels, batch.index), training)
 
     def get_loss(self, y_pred: torch.Tensor, y_true: Any, X: Any = None,
                  training: bool = False) -> torch.Tensor:
         """The criterion's loss of a batch (without the memory: the step, which knows the
-        batch's dataset indices, calls :meth:`loss_terms`)."""
+        batch's dataset indices, calls :meth:`loss_terms`).
+
+        skorch's own cannot serve: it converts ``y_true`` with ``to_tensor``, which
+        refuses the ``None`` of unlabelled pairs."""
         return self.loss_terms(y_pred, y_true, training=training).loss
 
     def loss_terms(self, y_pred: torch.Tensor, y_true: Any, index: torch.Tensor | None = None,
                    training: bool = False) -> LossTerms:
         """The :class:`~skcontrast.losses.LossTerms` of a batch of embeddings, in float32;
         a training batch with its dataset ``index`` also goes through the memory
-        (:mod:`skcontrast.memory`), if any."""
+        (:mod:`skcontrast.memory`), if any. A training batch's embeddings and labels are
+        those of every process, gathered (``index`` already describes the gathered
+        batch, see :class:`~._data.Batch`); held-out batches are computed whole by every
+        process."""
         if y_true is not None:
             y_true = y_true.to(y_pred.device, non_blocking=True)
+        if training:  # the whole global batch, of every process
+            replicas = self.plan.replicas
+            y_pred = replicas.gather(y_pred.float())
+            y_true = None if y_true is None else replicas.gather(y_true)
         return self.criterion_(y_pred.float(), y_true, index=index,
                                remember=training and index is not None, training=training)
 
@@ -627,14 +587,14 @@ class SelectorNet(NeuralNet):
         sampler = self.sampler_
         if sampler is None:
             return
-        if self.selector.curates:
+        if self.plan.selector.curates:
             if sampler.caches_rows:
-                sampler.update(index, self.gathered(embeddings.detach()))
+                sampler.update(index, self.plan.replicas.gather(embeddings.detach()))
             return
-        if sampler.pass_every == 1 or not self.selector.needs_embeddings:
+        if sampler.pass_every == 1 or not self.plan.selector.needs_embeddings:
             return
-        embeddings = self.gathered(embeddings.detach())
-        if self.structure != "pairs" or self.augmentation is not None:
+        embeddings = self.plan.replicas.gather(embeddings.detach())
+        if self.structure != "pairs" or self.plan.augmentation is not None:
             embeddings = embeddings[:, 0] if embeddings.ndim == 3 else embeddings
         elif embeddings.ndim == 3:
             embeddings = embeddings[:, :2]  # not the hard negatives
@@ -642,7 +602,7 @@ class SelectorNet(NeuralNet):
 
     def augment(self, x: torch.Tensor) -> torch.Tensor:
         """One random view of a batch; the first of a fit is checked to keep its shape."""
-        out = self.augmentation(x)
+        out = self.plan.augmentation(x)
         fit = self.fit_
         if fit is not None and not fit.checked_augmentation:
             fit.checked_augmentation = True
@@ -699,36 +659,25 @@ class SelectorNet(NeuralNet):
             set_rng_states(state, device)
             with self.training_autocast():
                 out = self.forward_batch(part, **fit_params)
-            self.backward_embeddings(out.float(), grad, last=i == len(parts) - 1)
+            self.plan.replicas.backward_embeddings(out.float(), grad, i == len(parts) - 1,
+                                                   self.module_)
         set_rng_states(after, device)
         return terms, embeddings.detach()
 
     def autocast(self) -> Any:
         """The mixed-precision context of a forward pass (``precision``)."""
-        dtype = PRECISIONS[self.precision]
+        dtype = PRECISIONS[self.plan.precision]
         if dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.compute_device.type, dtype=dtype)
 
     def training_autocast(self) -> Any:
         """The mixed-precision context of the training forward pass."""
-        return self.autocast()
+        return self.plan.replicas.autocast(self.autocast())
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backpropagate a training step's loss (through the float16 grad scaler)."""
-        if self.grad_scaler_ is not None:
-            self.grad_scaler_.scale(loss).backward()
-        else:
-            loss.backward()
-
-    def backward_embeddings(self, embeddings: torch.Tensor, grad: torch.Tensor,
-                            last: bool) -> None:
-        """Backpropagate a micro-batch's embeddings with their cached gradient."""
-        embeddings.backward(grad)
-
-    def gathered(self, rows: torch.Tensor) -> torch.Tensor:
-        """Rows of every process, in process order (one process: ``rows``)."""
-        return rows
+        self.plan.replicas.backward(loss, self.grad_scaler_, self.criterion_)
 
     # -- curation -------------------------------------------------------------------------
 
@@ -745,17 +694,17 @@ class SelectorNet(NeuralNet):
         process embeds a slice of them and the slices are gathered, so every process
         chooses from the same embeddings and keeps the same rows.
         """
-        selector, sampler = self.selector, self.sampler_
+        selector, sampler = self.plan.selector, self.sampler_
         assert sampler is not None  # made by get_iterator
         stale = sampler.stale_rows(index)
         embedded = len(stale)
-        fresh = self.embed_for_selection(self.selection_forward, take_rows(Xi, stale))
+        fresh = self.plan.replicas.embed_shared(self.selection_forward, take_rows(Xi, stale))
         embeddings = sampler.complete(index, stale, fresh)
         reference = None
         if selector.scores_with_model:
             stale = sampler.stale_rows(index, "reference")
             embedded += len(stale)
-            fresh = self.embed_for_selection(
+            fresh = self.plan.replicas.embed_shared(
                 lambda views: selector.embed_reference(views, self.compute_device),
                 take_rows(Xi, stale))
             reference = sampler.complete(index, stale, fresh, "reference")
@@ -763,7 +712,7 @@ class SelectorNet(NeuralNet):
         positions = selector.curate(CurationBatch(
             embeddings, index, labels, None, self.loss_module().live_loss(), reference,
             sampler))
-        own = self.own_positions(positions)
+        own = self.plan.replicas.own_positions(positions, sampler, self.compute_device)
         rows = own.to(index.device)
         return take_rows(Xi, own), None if yi is None else yi[rows.to(yi.device)], \
             index[positions.to(index.device)], embedded
@@ -780,14 +729,6 @@ class SelectorNet(NeuralNet):
         finally:
             module.train(was_training)
 
-    def embed_for_selection(self, embed: Any, part: Any) -> torch.Tensor | None:
-        """``embed(part)``, or ``None`` for no rows (one process: the whole part)."""
-        return embed(part) if batch_length(part) else None
-
-    def own_positions(self, positions: torch.Tensor) -> torch.Tensor:
-        """The kept positions this process trains on (one process: all)."""
-        return positions
-
     # -- embedding passes ---------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -795,13 +736,13 @@ class SelectorNet(NeuralNet):
         """The same random views of the held-out data every epoch, leaving the training
         stream of random numbers where it was."""
         device = self.compute_device
-        generator = getattr(self.augmentation, "generator", None)
+        generator = getattr(self.plan.augmentation, "generator", None)
         saved = None if generator is None else generator.get_state()
         with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda"
                                    else []):
-            seed_torch(self.seed + 3)
+            seed_torch(self.plan.seed + 3)
             if generator is not None:
-                generator.manual_seed(self.seed + 3)
+                generator.manual_seed(self.plan.seed + 3)
             try:
                 yield
             finally:
@@ -823,8 +764,8 @@ class SelectorNet(NeuralNet):
         module.eval()
         out = []
         try:
-            for batch in self.inference_batches(data, indices):
-                xb = to_device(batch.views, self.compute_device, self.image_normalization)
+            for batch in inference_batches(data, self.plan, self.compute_device, indices):
+                xb = to_device(batch.views, self.compute_device, self.plan.image_normalization)
                 if augment is not None:
                     xb = augment(xb)
                 with self.autocast():
@@ -845,17 +786,23 @@ class SelectorNet(NeuralNet):
         """
         assert self.fit_ is not None  # only while a fit runs
         data = self.fit_.data
+        replicas = self.plan.replicas
+        rows = np.arange(len(data)) if indices is None else np.asarray(indices)
+        own = replicas.share(rows)  # each process embeds its shard; they are gathered
         if self.structure != "pairs":
-            out = self.embed(data.select(0), view=0, indices=indices).numpy()
+            out = self.embed(data.select(0), view=0, indices=own)
         else:
-            out = self.embed(data, indices=indices).numpy()
+            out = self.embed(data, indices=own)
             out = out[:, :2] if out.ndim == 3 else out  # not the hard negatives
+        if len(own) != len(rows):
+            out = replicas.gather(out.to(self.compute_device)).cpu()
+        out = out.numpy()
         if not np.isfinite(out).all():
             bad = int((~np.isfinite(out)).reshape(len(out), -1).any(1).sum())
             raise TrainingDivergedError(
                 f"training diverged: at the start of epoch {len(self.history)} the "
                 f"network embeds {bad} training sample(s) as NaN or inf, so "
-                f"{type(self.selector).__name__} has nothing to select on. Lower the "
+                f"{type(self.plan.selector).__name__} has nothing to select on. Lower the "
                 f"learning rate (lr={self.lr}) or raise the temperature "
                 f"(temperature={self.plain_temperature()})")
         return out
@@ -866,10 +813,6 @@ class SelectorNet(NeuralNet):
         state = super().__getstate__()
         state["fit_"] = None  # rebuilt by every fit
         state["train_split"] = None  # the held-out data stays out of the pickle
+        state["device"] = str(self.compute_device)  # where the weights are
         return state
 
-
-def _as_batch(batch: Any) -> Any:
-    """The ``DataLoader``'s collate function: the dataset's ``__getitems__`` made the
-    batch already."""
-    return batch

@@ -436,7 +436,7 @@ class ParameterChecks(BaseEstimator):
         accelerator = self.accelerator
         if accelerator is None:
             return
-        from ._distributed import PRECISION_OF_ACCELERATE
+        from ._replicas import PRECISION_OF_ACCELERATE
 
         mixed = str(getattr(accelerator, "mixed_precision", "no"))
         implied = PRECISION_OF_ACCELERATE.get(mixed, mixed)

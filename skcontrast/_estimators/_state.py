@@ -29,8 +29,10 @@ from ..exceptions import TrainingDivergedError
 from ._modules import ContrastiveCriterion
 
 #: The parts of a training state, as :func:`training_state` names them.
+#: (The seed and the held-out rows are the fit's plan, :class:`~._plan.FitPlan`, which a
+#: warm start and :func:`skcontrast.load` build from the state; nothing restores them.)
 PARTS = ("module", "criterion", "optimizer", "history", "selector", "selection",
-         "held_out_rows", "grad_scaler")
+         "grad_scaler")
 
 
 def training_state(net: Any) -> dict:
@@ -47,12 +49,12 @@ def training_state(net: Any) -> dict:
             "optimizer": copy.deepcopy(optimizer.state_dict()),
             "optimizer_class": type(optimizer),
             "history": net.history.to_list(),
-            "selector_epoch": net.selector.current_epoch,
-            "selector_state": net.selector.state_dict(),
+            "selector_epoch": net.plan.selector.current_epoch,
+            "selector_state": net.plan.selector.state_dict(),
             "selection": progress.selection(),
-            "held_out_rows": None if net.held_out_rows is None
-            else np.asarray(net.held_out_rows).tolist(),
-            "seed": net.seed,
+            "held_out_rows": None if net.plan.held_out_rows is None
+            else np.asarray(net.plan.held_out_rows).tolist(),
+            "seed": net.plan.seed,
             "grad_scaler": None if scaler is None else scaler.state_dict()}
 
 
@@ -91,15 +93,12 @@ def restore(net: Any, state: dict, *, restart: tuple[str, ...] = (),
     if "history" in parts:
         net.history = History(copy.deepcopy(state["history"]))
     if "selector" in parts:
-        net.selector.set_epoch(state["selector_epoch"])
-        net.selector.load_state_dict(state.get("selector_state", {}))
+        net.plan.selector.set_epoch(state["selector_epoch"])
+        net.plan.selector.load_state_dict(state.get("selector_state", {}))
     if "selection" in parts:  # of the same rows by now (dropped above otherwise)
         net.loss_module().progress.take(state.get("selection"), same_rows=rows is True)
-    if "held_out_rows" in parts:
-        held = state.get("held_out_rows")
-        net.held_out_rows = None if held is None else np.asarray(held, dtype=np.int64)
     scaler = state.get("grad_scaler")
-    if "grad_scaler" in parts and scaler and net.precision == "float16":
+    if "grad_scaler" in parts and scaler and net.plan.precision == "float16":
         net.grad_scaler_ = torch.amp.GradScaler(net.compute_device.type)
         net.grad_scaler_.load_state_dict(scaler)
 

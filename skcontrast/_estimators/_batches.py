@@ -1,0 +1,97 @@
+"""The iterators of a fit, which skorch's own ``get_iterator`` builds: the net's
+``iterator_train`` is :func:`selected_batches` and its ``iterator_valid`` (held-out
+batches, and those of skorch's ``forward`` and ``predict``) is
+:func:`consecutive_batches`; skorch hands each its ``iterator_*__`` parameters (the
+fit's plan, the device the module computes on and, for training, the sampler the loss
+module holds: :meth:`~._net.SelectorNet.get_params_for` adds them) and ``batch_size``.
+The net's embedding passes take their batches from :func:`fixed_batches` too."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from ._data import ItemViews, TensorViews, ViewData
+
+#: rows per batch of an embedding pass (never the whole set on a GPU at once)
+INFERENCE_BATCH = 1024
+
+
+def loader(data: ViewData, batch_sampler: Any, plan: Any, device: torch.device,
+           epoch: int) -> DataLoader:
+    """A ``DataLoader`` of ``batch_sampler``'s batches of ``data``.
+
+    Workers load a Dataset's items, each drawn from a stream of ``(seed, epoch, item)``
+    alone (:meth:`~._data.ItemViews.seeded`), so a worker's order never matters; array
+    rows are one index away, in this process. The loader has its own generator: a
+    ``DataLoader`` draws its workers' base seed from torch's global one otherwise,
+    which would advance the caller's random stream."""
+    workers = plan.num_workers if isinstance(data, ItemViews) else 0
+    if isinstance(data, ItemViews):
+        data = data.seeded(plan.seed)
+    generator = torch.Generator().manual_seed(plan.seed + epoch)
+    return DataLoader(data, batch_sampler=batch_sampler, collate_fn=_as_batch,
+                      num_workers=workers, pin_memory=device.type == "cuda",
+                      persistent_workers=workers > 0, generator=generator)
+
+
+def selected_batches(dataset: ViewData, batch_size: int, *, plan: Any, device: torch.device,
+                     sampler: Any) -> Any:
+    """The training batches (skorch's ``iterator_train``): those of the fit's
+    :class:`~skcontrast.selectors.SelectorSampler` (the same one every epoch: each pass
+    over it is the selector's next epoch), whose selector sets the batch size.
+
+    Data held whole where the module computes, or in this process's memory for training
+    on the CPU, is gathered batch by batch, without a DataLoader (whose per-batch
+    machinery a small model's step notices); a Dataset's items are loaded by workers,
+    and host data for a GPU is pinned by the loader."""
+    if sampler.n_samples != len(dataset):
+        raise ValueError(f"this net selects batches of {sampler.n_samples} training "
+                         f"rows; got {len(dataset)} (fit the estimator instead)")
+    if isinstance(dataset, TensorViews) and (dataset.resident_device is not None
+                                             or device.type != "cuda"):
+        return dataset.batches(sampler)
+    return loader(dataset, sampler, plan, device, sampler.selector.current_epoch)
+
+
+def consecutive_batches(dataset: ViewData, batch_size: int, *, plan: Any,
+                        device: torch.device) -> Any:
+    """Batches of data that does not train (skorch's ``iterator_valid``), in its order,
+    of ``batch_size`` (the training batch size; ``-1``, as skorch reads it: the whole
+    set), a last batch of one sample joined to the one before: the held-out loss's,
+    the same every epoch (the estimators hand the held-out data in a fixed random order,
+    so a batch mixes classes however the data was sorted), and those of skorch's
+    ``forward``/``predict``, whose outputs follow the data."""
+    n = len(dataset)
+    size = max(2, min(batch_size if batch_size > 0 else n, n))
+    batches = [np.arange(i, min(i + size, n)) for i in range(0, n, size)]
+    if len(batches) > 1 and len(batches[-1]) == 1:
+        batches[-2:] = [np.concatenate(batches[-2:])]
+    return fixed_batches(dataset, batches, plan, device)
+
+
+def fixed_batches(data: ViewData, batches: list[np.ndarray], plan: Any,
+                  device: torch.device) -> Any:
+    """The given ``batches`` of rows of ``data``: gathered where the data lives on the
+    module's device, else through a loader."""
+    resident = data.resident_device
+    if resident is not None:
+        return [data.gather(torch.as_tensor(b, device=resident)) for b in batches]
+    return loader(data, [b.tolist() for b in batches], plan, device, 0)
+
+
+def inference_batches(data: ViewData, plan: Any, device: torch.device,
+                      indices: np.ndarray | None = None) -> Any:
+    """Consecutive batches of ``data`` (or of its rows ``indices``), in order."""
+    indices = np.arange(len(data)) if indices is None else indices
+    return fixed_batches(data, [indices[s:s + INFERENCE_BATCH]
+                                for s in range(0, len(indices), INFERENCE_BATCH)], plan, device)
+
+
+def _as_batch(batch: Any) -> Any:
+    """The ``DataLoader``'s collate function: the dataset's ``__getitems__`` made the
+    batch already."""
+    return batch
