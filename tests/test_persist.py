@@ -29,7 +29,7 @@ from torch import nn
 
 import skcontrast
 from skcontrast import ContrastiveEmbedder, SupConEmbedder, WarmupCosine
-from skcontrast._estimators._persist import _encode, allowed_objects
+from skcontrast._estimators._encoding import allowed_objects, encode_value
 from skcontrast.datasets import (
     GaussianNoise,
     digit_cnn,
@@ -493,7 +493,7 @@ def test_a_declared_memory_the_file_does_not_hold_is_refused_before_anything_is_
     X, _ = pairs
     ContrastiveEmbedder(**SMALL, loss="dcl", batch_size=8).fit(X).save(tmp_path / "m")
     config = json.loads((tmp_path / "m" / "config.json").read_text())
-    config["params"]["memory"] = _encode(memory)
+    config["params"]["memory"] = encode_value(memory)
     config["fitted"]["n_samples"] = 2**33
     (tmp_path / "m" / "config.json").write_text(json.dumps(config))
 
@@ -1128,7 +1128,7 @@ def test_every_object_a_fit_uses_is_saved_or_refuses_training_until_passed_back(
     form is the original's), or ``load`` refuses naming the keyword to pass it by, or
     the loaded model transforms and refuses to train until it is passed back; never
     ``None`` or a default in its place."""
-    from skcontrast._estimators._persist import Unsaved, encode_params
+    from skcontrast._estimators._encoding import Unsaved, encode_params
 
     if kind == "CommunityBatchSelector":
         pytest.importorskip("igraph")

@@ -31,6 +31,7 @@ from .._validation import (
 from ..exceptions import TrainingInterrupted
 from ._build import NetBuilder
 from ._data import InputSpec, ViewData, with_labels
+from ._encoding import Unsaved, encode_params, path_of
 from ._forms import read_input
 from ._monitor import (
     ValidScore,
@@ -43,14 +44,11 @@ from ._monitor import (
 from ._net import SelectorNet
 from ._params import resolve_device
 from ._persist import (
-    Unsaved,
     choose_params,
     decode_attributes,
     encode_attributes,
-    encode_params,
     entry_errors,
     files_training_state,
-    path_of,
     read_model,
     read_spec,
     training_state_files,

@@ -23,10 +23,10 @@ from ..losses import Loss
 from ..selectors import BatchSelector, FitSettings, SelectorSampler, ShuffledBatchSelector
 from ._batches import consecutive_batches, selected_batches
 from ._data import InputSpec, TensorViews, ViewData
+from ._encoding import check_saved
 from ._modules import ContrastiveCriterion, EncoderFactory, embedding_width
 from ._net import SelectorNet
 from ._params import ParameterChecks, describe_object, resolve_device
-from ._persist import check_saved
 from ._plan import FitPlan
 from ._replicas import AcceleratedReplicas, Replicas
 from ._schedule import ScheduleCallback

@@ -166,7 +166,7 @@ class SelectorNet(NeuralNet):
     grad_scaler_: Any
     fit_: FitState | None
 
-    def __init__(self, *args: Any, plan: FitPlan | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, plan: FitPlan, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.plan = plan
         self.grad_scaler_ = None
@@ -796,16 +796,16 @@ class SelectorNet(NeuralNet):
             out = out[:, :2] if out.ndim == 3 else out  # not the hard negatives
         if len(own) != len(rows):
             out = replicas.gather(out.to(self.compute_device)).cpu()
-        out = out.numpy()
-        if not np.isfinite(out).all():
-            bad = int((~np.isfinite(out)).reshape(len(out), -1).any(1).sum())
+        embeddings = out.numpy()
+        if not np.isfinite(embeddings).all():
+            bad = int((~np.isfinite(embeddings)).reshape(len(embeddings), -1).any(1).sum())
             raise TrainingDivergedError(
                 f"training diverged: at the start of epoch {len(self.history)} the "
                 f"network embeds {bad} training sample(s) as NaN or inf, so "
                 f"{type(self.plan.selector).__name__} has nothing to select on. Lower the "
                 f"learning rate (lr={self.lr}) or raise the temperature "
                 f"(temperature={self.plain_temperature()})")
-        return out
+        return embeddings
 
     # -- state that travels: warm starts, saved models and pickles ----------------------
 

@@ -28,10 +28,10 @@ from ..losses import LOSSES, Loss, make_loss
 from ..memory import BaseMemory
 from ..selectors import BatchSelector
 from ._data import InputSpec
+from ._encoding import check_saved
 from ._modules import ENCODER_OPTIONS, input_kind
 from ._monitor import check_validation_fraction
 from ._optim import LazyAdam
-from ._persist import check_saved
 from ._schedule import WarmupCosine
 
 #: What the estimators' parameters hold, for the type checker (their ``__init__``
@@ -392,7 +392,7 @@ class ParameterChecks(BaseEstimator):
 
     def _check_params(self) -> None:
         """Parameters a loaded model could not get back from its file
-        (:class:`~._persist.Unsaved`), the declared constraints
+        (:class:`~._encoding.Unsaved`), the declared constraints
         (:attr:`_parameter_constraints`), then the rules between parameters."""
         for value in self.get_params(deep=False).values():
             check_saved(value)
