@@ -1,30 +1,29 @@
 """The skorch net the estimators build inside ``fit``: the one owner of training.
 
 skorch drives the loop (``fit_loop``: epochs, callbacks, history); the net extends it
-through skorch's public hooks only, and a reader finds all of training here, top to
-bottom:
+through skorch's public hooks only. Training reads, top to bottom:
 
-- **building**: ``initialize_optimizer`` (parameter groups, and sparse gradients for
-  the default text encoders where the optimizer's settings take them) and
-  ``get_default_callbacks`` (skorch's, with :class:`FitStreams`, which gives each epoch
-  its random streams, and a :class:`PrintLog` without colour codes off a terminal);
+- **building** (here): ``initialize_optimizer`` (parameter groups, and sparse gradients
+  for the default text encoders where the optimizer's settings take them) and
+  ``get_default_callbacks`` (skorch's, with :mod:`._callbacks`' ``FitStreams``, which
+  gives each epoch its random streams, and a ``PrintLog`` without colour codes off a
+  terminal);
 - **batches**: skorch's ``get_iterator`` builds the net's ``iterator_train``, which
   iterates the fit's public :class:`~skcontrast.selectors.SelectorSampler`, and its
-  ``iterator_valid`` (:mod:`._batches`); ``get_params_for`` hands them the plan, the
-  device and the sampler. The sampler owns everything about batches (the selector, its
-  checks, slicing for several processes); before each epoch the net gives it the
-  embeddings its adaptive selector needs (:meth:`prepare_selection`);
-- **the epoch**: ``run_single_epoch`` reads the batch values from the device once per
-  epoch (skorch's loop reads each batch, which stalls a GPU's queue) and stops a
-  diverging fit;
-- **the step**: ``train_step`` (skorch's, or the float16 scaler's), ``train_step_single``
-  (device, augmentation, curation, gradient caching, the loss, backward) and
-  ``validation_step``; each returns the batch's loss terms in its result (``'terms'``)
-  and ``get_loss`` is the criterion's loss;
+  ``iterator_valid`` (:mod:`._batches`); ``get_params_for`` (here) hands them the plan,
+  the device and the sampler. The sampler owns everything about batches (the selector,
+  its checks, slicing for several processes);
+- **the epoch** (:mod:`._epoch`): ``run_single_epoch`` first has the embedding passes
+  (:mod:`._passes`) give the sampler what its adaptive selector needs, reads the batch
+  values from the device once per epoch (skorch's loop reads each batch, which stalls
+  a GPU's queue) and stops a diverging fit;
+- **the step** (here): ``train_step`` (skorch's, or the float16 scaler's),
+  ``train_step_single`` (device, augmentation, curation, gradient caching, the loss,
+  backward) and ``validation_step``; each returns the batch's loss terms in its result
+  (``'terms'``) and ``get_loss`` is the criterion's loss;
 - ``__getstate__``: what a pickle keeps.
 
-Its other methods are its own: the embedding passes (:meth:`embed`) and the parts of a
-step. What the fit worked out once is its plan (:class:`~._plan.FitPlan`), which the net
+What the fit worked out once is its plan (:class:`~._plan.FitPlan`), which the net
 reads; where several processes train, the plan's :mod:`._replicas` answer what differs
 (the gathered rows, the backward pass, the wrapped module). What a later fit continues
 from is :mod:`._state`.
@@ -33,122 +32,33 @@ from is :mod:`._state`.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import functools
-import re
-import sys
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-import skorch.callbacks
 import torch
 from skorch import NeuralNet
 from skorch.utils import TeeGenerator
 
-from .._batch import take_rows
 from .._validation import describe
-from ..exceptions import TrainingDivergedError
 from ..losses import LossTerms
-from ..selectors import CurationBatch, SelectorSampler
-from ._batches import inference_batches
-from ._data import Batch, ViewData, batch_length, to_device
-from ._optim import use_sparse_gradients
+from ..selectors import SelectorSampler
+from ._callbacks import FitState, FitStreams, PrintLog
+from ._data import Batch, batch_length, to_device
+from ._epoch import EpochLoop
+from ._optim import param_groups, use_sparse_gradients
+from ._passes import SelectionPasses
 from ._plan import FitPlan
 from ._step import (
     PRECISIONS,
     batch_norms,
     rng_states,
-    seed_torch,
     set_rng_states,
     split_rows,
-    stream_seed,
 )
 
 
-def _aliases(name: str) -> list[str]:
-    """A parameter's name in the fitted ``module_`` (``encoders.0.layer1.weight``) and
-    as ``freeze`` names it, within the user's module (``layer1.weight``)."""
-    parts = name.split(".")
-    if len(parts) > 2 and parts[0] in ("encoders", "heads") and parts[1].isdigit():
-        return [name, ".".join(parts[2:])]
-    return [name]
-
-
-def param_groups(named: list[tuple[str, torch.nn.Parameter]], patterns: list) -> list[dict]:
-    """skorch's ``optimizer__param_groups`` rule, with two changes: a pattern may name
-    parameters as ``freeze`` names parts of the module (without the ``encoders.<i>.``
-    prefix of the fitted ``module_``), and a pattern that matches no parameter is an
-    error, not silently ignored."""
-    params = list(named)
-    groups = []
-    for pattern, group in patterns:
-        matches = [i for i, (name, _) in enumerate(params)
-                   if any(fnmatch.fnmatch(alias, pattern) for alias in _aliases(name))]
-        if not matches:
-            names = sorted({a for name, _ in params for a in _aliases(name)[-1:]})
-            raise ValueError(
-                f"optimizer__param_groups: the pattern {pattern!r} matches no parameter "
-                f"that is still unassigned; parameters are named as in the module (e.g. "
-                f"{names[:6]}) or as in the fitted net_.module_ ('encoders.0.<name>', "
-                "'heads.0.<name>')")
-        groups.append({"params": [params.pop(i)[1] for i in reversed(matches)], **group})
-    if params:
-        groups.append({"params": [p for _, p in params]})
-    return groups
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-class PrintLog(skorch.callbacks.PrintLog):
-    """skorch's epoch table, with its colour codes only when output goes to a terminal
-    (a log file or a notebook cell would show them as ``[35m`` garbage)."""
-
-    def format_row(self, row: Any, key: str, color: str) -> Any:
-        text = super().format_row(row, key, color)
-        if isinstance(text, str) and not sys.stdout.isatty():
-            return _ANSI.sub("", text)
-        return text
-
-
-class FitStreams(skorch.callbacks.Callback):
-    """What a fit sets up once and each epoch: the per-fit state of the net when
-    training begins (the float16 scaler, the batch-norm warning of gradient caching),
-    and each epoch's random numbers (dropout, augmentations, the selection pass) drawn
-    from streams seeded by ``(seed, epoch)``: torch's generators and the
-    augmentation's own. So an epoch is the same whether the fit runs on or stops and
-    continues (a warm start, a saved and loaded model, a pickle): 2 + 2 epochs are 4,
-    on any device."""
-
-    def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
-        net.start_fit(X)
-
-    def on_epoch_begin(self, net: Any, **kwargs: Any) -> None:
-        epoch = len(net.history) - 1  # skorch has opened this epoch's row
-        seed_torch(stream_seed(net.plan.seed, 5, epoch))
-        if net.plan.augmentation is not None:
-            net.plan.augmentation.seed(net.compute_device, stream_seed(net.plan.seed, 2, epoch))
-        memory = net.memory_state
-        if memory is not None:  # e.g. SogCLR's schedule of gamma counts epochs
-            memory.set_epoch(epoch)
-
-    def on_train_end(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
-        net.fit_ = None
-
-
-class FitState:
-    """What one fit of the net holds while it runs (dropped when it ends)."""
-
-    def __init__(self, data: Any) -> None:
-        self.data = data  # the training rows, which the selection pass embeds
-        self.checked_augmentation = False  # whether its first output was checked
-        self.modes: Any = None  # the modules' train/eval modes the last walk left
-        self.listeners: dict[str, list] = {}  # the callbacks that act on a hook
-
-
-class SelectorNet(NeuralNet):
+class SelectorNet(EpochLoop, SelectionPasses, NeuralNet):
     """skorch ``NeuralNet`` whose training batches come from a batch selector.
 
     Parameters (beyond ``NeuralNet``'s)
@@ -298,149 +208,6 @@ class SelectorNet(NeuralNet):
         state travels with it."""
         return self.loss_module().progress.sampler
 
-    def prepare_selection(self) -> float:
-        """Before an epoch: the sampler's adaptive selector gets the loss as it is now
-        (its learned temperature, weights, options) and the network's embeddings of
-        the training rows its selection needs anew (:meth:`SelectorSampler.due`: all
-        of them when a pass is due by ``selection_pass``). Returns the seconds spent."""
-        import time
-
-        start = time.perf_counter()
-        sampler = self.sampler_
-        assert sampler is not None  # made by get_iterator
-        if self.plan.selector.needs_embeddings:
-            sampler.loss = self.loss_module().live_loss()
-            due = sampler.due()
-            if len(due):
-                sampler.update(due, self.selection_embeddings(due), pushed=False)
-        return time.perf_counter() - start
-
-    # -- the epoch ----------------------------------------------------------------------
-
-    def run_single_epoch(self, iterator: Any, training: bool, prefix: str, step_fn: Any,
-                         **fit_params: Any) -> None:
-        """skorch's epoch loop, reading the batch values from the device once per epoch.
-
-        A training epoch first prepares the selection (:meth:`prepare_selection`) and
-        records how long choosing its batches took (``select_time``) and how many it has
-        (``n_batches``). With ``verbose``, or a callback acting on ``on_batch_end``, the
-        values are recorded per batch, before the callbacks see the batch end, as skorch
-        records them (a scheduler stepping per batch on ``train_loss`` reads it there).
-        If the epoch is interrupted, the values of the steps already applied are still
-        recorded. A non-finite loss stops training (:meth:`check_finite`).
-
-        skorch's own cannot serve: it reads every batch's loss from the device as the
-        step ends (``loss.item()``), which stalls a GPU's queue once per step, and it
-        records neither the loss's terms nor the selection.
-        """
-        if iterator is None:
-            return
-        if not training:
-            with self.fixed_randomness():
-                self._run_epoch(iterator, training, prefix, step_fn, **fit_params)
-            return
-        select_time = self.prepare_selection()
-        self._run_epoch(iterator, training, prefix, step_fn, **fit_params)
-        assert self.sampler_ is not None  # made by get_iterator
-        self.history.record("select_time", select_time + self.sampler_.select_time)
-        self.history.record("n_batches", self.history[-1, "train_batch_count"])
-
-    def _run_epoch(self, iterator: Any, training: bool, prefix: str, step_fn: Any,
-                   **fit_params: Any) -> None:
-        first = len(self.history[-1]["batches"])
-        pending: list[torch.Tensor] = []
-        sizes: list[int] = []
-        kept: list[tuple[int, torch.Tensor]] = []  # rows a curating selector kept
-        begin, end = (self._listening(hook) for hook in ("on_batch_begin", "on_batch_end"))
-        # a callback that acts after each batch reads its values from the history (a
-        # scheduler stepping on train_loss, a logger), as skorch records them: then they
-        # are read from the device per batch, else once after the epoch
-        per_batch = bool(self.verbose) or end
-        try:
-            for batch in iterator:
-                if begin:
-                    self.notify("on_batch_begin", batch=batch, training=training)
-                else:  # the net's own hook alone (it opens the batch's history row)
-                    self.on_batch_begin(self, batch=batch, training=training)
-                step = step_fn(batch, **fit_params)
-                terms = step["terms"]
-                values = (step["loss"].detach(), terms.positive.detach(),
-                          terms.entropy.detach())
-                if "kept" in step:  # rows embedded to choose, and the rows that trained
-                    kept.append((step["selection_rows"], step["kept"]))
-                sizes.append(len(step["kept"]) if "kept" in step
-                             else batch_length(batch.views))
-                if per_batch:
-                    self._record_batch(torch.stack(values).tolist(), sizes[-1], prefix,
-                                       first + len(sizes) - 1)
-                    self.check_finite(prefix, first + len(sizes) - 1)
-                else:
-                    pending.extend(values)  # read from the device once, after the epoch
-                if end:
-                    self.notify("on_batch_end", batch=batch, training=training, **step)
-        finally:
-            if pending:
-                rows = torch.stack(pending).view(-1, 3).tolist()
-                records = self.history[-1]["batches"]  # skorch's lookup, once per epoch
-                for i, row in enumerate(rows):
-                    self._record_batch(row, sizes[i], prefix, first + i, records)
-            if kept:
-                self._record_curation(kept, first)
-        self.history.record(prefix + "_batch_count", len(sizes))
-        self.check_finite(prefix, first, first + len(sizes))
-
-    def _listening(self, hook: str) -> bool:
-        """Whether a callback acts on a per-step ``hook`` (skorch's base methods do
-        nothing, and calling every callback's each step costs a small model's step;
-        the net's own ``on_batch_end`` and ``on_grad_computed`` do nothing either)."""
-        fit = self.fit_
-        if fit is None:
-            return True
-        if hook not in fit.listeners:
-            base = getattr(skorch.callbacks.Callback, hook, None)
-            fit.listeners[hook] = [cb for _, cb in self.callbacks_
-                                   if getattr(type(cb), hook, None) is not base
-                                   or hook in vars(cb)]
-        return bool(fit.listeners[hook])
-
-    def _record_curation(self, kept: list[tuple[int, torch.Tensor]], first: int) -> None:
-        """Per step of a curating selector: the training rows kept (``'kept'``) and the
-        rows embedded to choose them (``'selection_rows'``: with a fresh selection pass,
-        the super-batch, once by the learner and once more by a reference model; with a
-        cached one, the rows never met before), read from the device once."""
-        records = self.history[-1]["batches"]
-        rows = torch.cat([k for _, k in kept]).tolist()
-        start = 0
-        for i, (embedded, k) in enumerate(kept):
-            row = records[first + i]
-            row["kept"] = rows[start:start + len(k)]
-            row["selection_rows"] = embedded
-            start += len(k)
-        self.history.record("selection_rows", sum(embedded for embedded, _ in kept))
-
-    def _record_batch(self, values: list[float], size: int, prefix: str, position: int,
-                      records: list | None = None) -> None:
-        row = (self.history[-1]["batches"] if records is None else records)[position]
-        row[prefix + "_loss"], row[prefix + "_positive"], row[prefix + "_entropy"] = values
-        row[prefix + "_batch_size"] = size
-
-    def check_finite(self, prefix: str, start: int, stop: int | None = None) -> None:
-        """Stop training at the first recorded batch loss that is not finite (a held-out
-        loss too: the network embeds held-out data as NaN)."""
-        batches = self.history[-1]["batches"]
-        stop = start + 1 if stop is None else stop
-        for position in range(start, stop):
-            value = batches[position].get(prefix + "_loss")
-            if value is not None and not np.isfinite(value):
-                raise TrainingDivergedError(
-                    f"training diverged: the {'held-out ' * (prefix != 'train')}loss was "
-                    f"{value} at epoch {len(self.history)}, "
-                    f"batch {position + 1} of this epoch, so the weights are no longer "
-                    f"finite. Lower the learning rate (lr={self.lr}), raise the "
-                    f"temperature (temperature={self.plain_temperature()}), keep "
-                    "the embeddings normalised (loss__normalize=True), or check that "
-                    "the module does not output NaN or inf")
-
     # -- the step -----------------------------------------------------------------------
 
     def train_step(self, batch: Any, **fit_params: Any) -> dict:
@@ -577,29 +344,6 @@ class SelectorNet(NeuralNet):
             fit.modes = (training, tops, [(m, m.training) for top in tops
                                           for m in top.modules()])
 
-    def remember_embeddings(self, embeddings: torch.Tensor, index: torch.Tensor) -> None:
-        """Push a training batch's embeddings (detached, on the device) to the sampler,
-        by dataset index: a curating selector's kept rows, for the next steps that meet
-        them (:attr:`~skcontrast.selectors.SelectorSampler.caches_rows`), as the step
-        computed them; else, for the selections between passes (``selection_pass``
-        other than ``'fresh'``), in the form a pass gives: both views of pairs, the
-        first view (or crop) of single views."""
-        sampler = self.sampler_
-        if sampler is None:
-            return
-        if self.plan.selector.curates:
-            if sampler.caches_rows:
-                sampler.update(index, self.plan.replicas.gather(embeddings.detach()))
-            return
-        if sampler.pass_every == 1 or not self.plan.selector.needs_embeddings:
-            return
-        embeddings = self.plan.replicas.gather(embeddings.detach())
-        if self.structure != "pairs" or self.plan.augmentation is not None:
-            embeddings = embeddings[:, 0] if embeddings.ndim == 3 else embeddings
-        elif embeddings.ndim == 3:
-            embeddings = embeddings[:, :2]  # not the hard negatives
-        sampler.update(index, embeddings)
-
     def augment(self, x: torch.Tensor) -> torch.Tensor:
         """One random view of a batch; the first of a fit is checked to keep its shape."""
         out = self.plan.augmentation(x)
@@ -678,134 +422,6 @@ class SelectorNet(NeuralNet):
     def backward(self, loss: torch.Tensor) -> None:
         """Backpropagate a training step's loss (through the float16 grad scaler)."""
         self.plan.replicas.backward(loss, self.grad_scaler_, self.criterion_)
-
-    # -- curation -------------------------------------------------------------------------
-
-    def curate(self, Xi: Any, yi: Any, index: torch.Tensor
-               ) -> tuple[Any, Any, torch.Tensor, int]:
-        """The rows of a super-batch a curating selector keeps (``selector.curate``),
-        judged by the learner's embeddings of it, computed without gradient in inference
-        mode, and a reference model's: the rows this process trains on, the dataset
-        indices of all kept rows, and how many rows were embedded to choose them.
-
-        The embeddings are the sampler's tables: only the rows it names are embedded
-        (:meth:`~skcontrast.selectors.SelectorSampler.stale_rows`: all with a fresh
-        selection pass), the others read from them; in data-parallel training each
-        process embeds a slice of them and the slices are gathered, so every process
-        chooses from the same embeddings and keeps the same rows.
-        """
-        selector, sampler = self.plan.selector, self.sampler_
-        assert sampler is not None  # made by get_iterator
-        stale = sampler.stale_rows(index)
-        embedded = len(stale)
-        fresh = self.plan.replicas.embed_shared(self.selection_forward, take_rows(Xi, stale))
-        embeddings = sampler.complete(index, stale, fresh)
-        reference = None
-        if selector.scores_with_model:
-            stale = sampler.stale_rows(index, "reference")
-            embedded += len(stale)
-            fresh = self.plan.replicas.embed_shared(
-                lambda views: selector.embed_reference(views, self.compute_device),
-                take_rows(Xi, stale))
-            reference = sampler.complete(index, stale, fresh, "reference")
-        labels = None if yi is None else yi.to(embeddings.device, non_blocking=True)
-        positions = selector.curate(CurationBatch(
-            embeddings, index, labels, None, self.loss_module().live_loss(), reference,
-            sampler))
-        own = self.plan.replicas.own_positions(positions, sampler, self.compute_device)
-        rows = own.to(index.device)
-        return take_rows(Xi, own), None if yi is None else yi[rows.to(yi.device)], \
-            index[positions.to(index.device)], embedded
-
-    def selection_forward(self, Xi: Any) -> torch.Tensor:
-        """The learner's embeddings of a batch for a selection: no gradient, inference
-        mode (dropout off, batch-norm statistics untouched)."""
-        module = self.module_
-        was_training = module.training
-        module.eval()
-        try:
-            with torch.no_grad(), self.autocast():
-                return self.forward_batch(Xi).float()
-        finally:
-            module.train(was_training)
-
-    # -- embedding passes ---------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def fixed_randomness(self) -> Iterator[None]:
-        """The same random views of the held-out data every epoch, leaving the training
-        stream of random numbers where it was."""
-        device = self.compute_device
-        generator = getattr(self.plan.augmentation, "generator", None)
-        saved = None if generator is None else generator.get_state()
-        with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda"
-                                   else []):
-            seed_torch(self.plan.seed + 3)
-            if generator is not None:
-                generator.manual_seed(self.plan.seed + 3)
-            try:
-                yield
-            finally:
-                if generator is not None:
-                    generator.set_state(saved)
-
-    @torch.no_grad()
-    def embed(self, data: ViewData, view: int | None = None, augment: Any = None,
-              indices: np.ndarray | None = None, head: bool = True) -> torch.Tensor:
-        """Embeddings of ``data`` in inference mode, batch by batch, on the net's device.
-
-        ``view=None`` runs the module's own ``forward`` (both views of pairs); an int
-        embeds single-view data with that view's encoder, through its projection head or
-        (``head=False``) not. ``augment`` is applied to each batch on the device first;
-        ``indices`` restricts the pass to those rows. Returns float32 on the CPU.
-        """
-        module: Any = self.inference_module()
-        was_training = module.training
-        module.eval()
-        out = []
-        try:
-            for batch in inference_batches(data, self.plan, self.compute_device, indices):
-                xb = to_device(batch.views, self.compute_device, self.plan.image_normalization)
-                if augment is not None:
-                    xb = augment(xb)
-                with self.autocast():
-                    z = module(xb) if view is None else module.encode(xb, view, head=head)
-                out.append(z.float())
-        finally:
-            module.train(was_training)
-        if not out:
-            return torch.empty(0)
-        return torch.cat(out).cpu()
-
-    def selection_embeddings(self, indices: np.ndarray | None = None) -> np.ndarray:
-        """What adaptive selectors look at: current embeddings of the training set (or of
-        its rows ``indices``), refused when training has diverged.
-
-        Paired data gives ``(n, 2, k)``; single views (augmented, or SupCon's) ``(n, k)``,
-        from the first view of SupCon's two-crop items.
-        """
-        assert self.fit_ is not None  # only while a fit runs
-        data = self.fit_.data
-        replicas = self.plan.replicas
-        rows = np.arange(len(data)) if indices is None else np.asarray(indices)
-        own = replicas.share(rows)  # each process embeds its shard; they are gathered
-        if self.structure != "pairs":
-            out = self.embed(data.select(0), view=0, indices=own)
-        else:
-            out = self.embed(data, indices=own)
-            out = out[:, :2] if out.ndim == 3 else out  # not the hard negatives
-        if len(own) != len(rows):
-            out = replicas.gather(out.to(self.compute_device)).cpu()
-        embeddings = out.numpy()
-        if not np.isfinite(embeddings).all():
-            bad = int((~np.isfinite(embeddings)).reshape(len(embeddings), -1).any(1).sum())
-            raise TrainingDivergedError(
-                f"training diverged: at the start of epoch {len(self.history)} the "
-                f"network embeds {bad} training sample(s) as NaN or inf, so "
-                f"{type(self.plan.selector).__name__} has nothing to select on. Lower the "
-                f"learning rate (lr={self.lr}) or raise the temperature "
-                f"(temperature={self.plain_temperature()})")
-        return embeddings
 
     # -- state that travels: warm starts, saved models and pickles ----------------------
 

@@ -6,10 +6,13 @@ step writes the whole table's gradient and Adam updates all of its moments: most
 step's time. With sparse gradients (``nn.EmbeddingBag(sparse=True)``), :class:`LazyAdam`
 updates the touched rows' moments and weights only, as ``torch.optim.SparseAdam`` does,
 and every dense parameter (the layers after the bag) exactly as ``torch.optim.Adam``.
+
+Also the optimizer's parameter groups as a fit builds them (:func:`param_groups`).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import sys
 from collections.abc import Callable, Iterable
@@ -19,7 +22,8 @@ import torch
 from torch import nn
 from torch.optim.adam import adam
 
-__all__ = ["SPARSE_OPTIMIZERS", "LazyAdam", "sparse_refusal", "use_sparse_gradients"]
+__all__ = ["SPARSE_OPTIMIZERS", "LazyAdam", "param_groups", "sparse_refusal",
+           "use_sparse_gradients"]
 
 
 class LazyAdam(torch.optim.Adam):
@@ -229,3 +233,37 @@ def use_sparse_gradients(module: nn.Module, optimizer: Any) -> None:
                 "does not update sparse gradients: use optimizer='adam' (skcontrast.LazyAdam, "
                 "without amsgrad) or 'sgd' without momentum and weight decay, or build the "
                 "embedding with sparse=False")
+
+
+def _aliases(name: str) -> list[str]:
+    """A parameter's name in the fitted ``module_`` (``encoders.0.layer1.weight``) and
+    as ``freeze`` names it, within the user's module (``layer1.weight``)."""
+    parts = name.split(".")
+    if len(parts) > 2 and parts[0] in ("encoders", "heads") and parts[1].isdigit():
+        return [name, ".".join(parts[2:])]
+    return [name]
+
+
+
+def param_groups(named: list[tuple[str, torch.nn.Parameter]], patterns: list) -> list[dict]:
+    """skorch's ``optimizer__param_groups`` rule, with two changes: a pattern may name
+    parameters as ``freeze`` names parts of the module (without the ``encoders.<i>.``
+    prefix of the fitted ``module_``), and a pattern that matches no parameter is an
+    error, not silently ignored."""
+    params = list(named)
+    groups = []
+    for pattern, group in patterns:
+        matches = [i for i, (name, _) in enumerate(params)
+                   if any(fnmatch.fnmatch(alias, pattern) for alias in _aliases(name))]
+        if not matches:
+            names = sorted({a for name, _ in params for a in _aliases(name)[-1:]})
+            raise ValueError(
+                f"optimizer__param_groups: the pattern {pattern!r} matches no parameter "
+                f"that is still unassigned; parameters are named as in the module (e.g. "
+                f"{names[:6]}) or as in the fitted net_.module_ ('encoders.0.<name>', "
+                "'heads.0.<name>')")
+        groups.append({"params": [params.pop(i)[1] for i in reversed(matches)], **group})
+    if params:
+        groups.append({"params": [p for _, p in params]})
+    return groups
+
