@@ -36,12 +36,12 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editor
         SupConEmbedder,
         WarmupCosine,
     )
-    from ._estimators._base import load
+    from ._estimators._saving import load
 
 _LAZY = {"AcceleratorCheckpoint": "._estimators", "ContrastiveEmbedder": "._estimators",
          "LazyAdam": "._estimators", "SupConEmbedder": "._estimators",
          "WarmupCosine": "._estimators",
-         "load": "._estimators._base"}
+         "load": "._estimators._saving"}
 
 #: The public subpackages and modules, imported on first use like the names above.
 _SUBMODULES = ("datasets", "exceptions", "geometry", "losses", "memory", "metrics",

@@ -209,7 +209,7 @@ def spectral(gpu: bool) -> list[Row]:
 def training(gpu: bool) -> list[Row]:
     """Time per epoch on the device, mixed precision, a memory, and a CPU reload."""
     from ._estimators import ContrastiveEmbedder
-    from ._estimators._base import load
+    from ._estimators._saving import load
     from .datasets import load_digit_views
     from .memory import SogCLRMemory
 
