@@ -15,14 +15,12 @@ from ._persist import (
     decode_attributes,
     encode_attributes,
     entry_errors,
-    files_training_state,
     read_model,
     read_spec,
-    training_state_files,
     write_model,
     write_spec,
 )
-from ._state import restore, training_state
+from ._state import files_training_state, restore, training_state, training_state_files
 
 #: The fitted attributes ``save`` keeps besides the net's state.
 SAVED_ATTRIBUTES = ("n_features_in_", "feature_names_in_", "view_split_", "classes_",

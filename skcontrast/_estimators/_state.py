@@ -26,6 +26,7 @@ from skorch.history import History
 
 from .._validation import first_non_finite
 from ..exceptions import TrainingDivergedError
+from ._encoding import GROUP_DATA, expect_type, natural, path_of, plain_json
 from ._modules import ContrastiveCriterion
 
 #: The parts of a training state, as :func:`training_state` names them.
@@ -209,3 +210,160 @@ def _diverged(net: Any, what: str, interrupted: str | None) -> None:
     if interrupted is not None:  # the interrupt goes on, without the NaN model
         raise TrainingInterrupted(f"{interrupted}; and {message}")
     raise TrainingDivergedError(f"training diverged in its last steps: {message}")
+
+
+# -- the training state as files: safetensors tensors and JSON -------------------------
+
+
+def training_state_files(state: dict) -> tuple[dict, dict]:
+    """A net's training state (``SelectorNet.training_state``) as safetensors tensors and
+    the JSON part of the configuration's ``fitted`` (a value JSON cannot hold is an
+    error naming it)."""
+    tensors, extra = {}, {}
+    for part in ("module", "criterion"):
+        for key, value in state[part].items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"{part}.{key}"] = value.detach().cpu().contiguous()
+            else:
+                extra[f"{part}.{key}"] = plain_json(value, f"the {part} state {key!r}")
+    optimizer = state["optimizer"]
+    for index, values in optimizer["state"].items():
+        for key, value in values.items():
+            tensors[f"optimizer.{index}.{key}"] = _optimizer_tensor(
+                value, f"the {state['optimizer_class'].__name__} state {key!r}")
+    groups = [{k: v for k, v in g.items() if k not in GROUP_DATA} | {"size": len(g["params"])}
+              for g in optimizer["param_groups"]]
+    selection = {"selector": state["selector_state"], "net": state.get("selection")}
+    selection = plain_json(_tensors_out(selection, "selection", tensors),
+                            "the selector's state")
+    fitted = {"seed": state["seed"], "selector_epoch": state["selector_epoch"],
+              "selector_state": selection["selector"], "selection": selection["net"],
+              "held_out_rows": state["held_out_rows"],
+              "optimizer": {"class": path_of(state["optimizer_class"]),
+                            "param_groups": plain_json(groups, "the optimizer's settings")},
+              "history": plain_json(state["history"], "the training history"),
+              "grad_scaler": plain_json(state.get("grad_scaler"), "the float16 scaler"),
+              "extra_state": extra}
+    return tensors, fitted
+
+
+
+def _optimizer_tensor(value: Any, where: str) -> torch.Tensor:
+    """An entry of an optimizer's per-parameter state as the tensor the file stores: a
+    dense tensor, or a number (``SparseAdam``'s step count, read back as a tensor)."""
+    if isinstance(value, torch.Tensor) and value.layout == torch.strided:
+        return value.detach().cpu().contiguous()
+    if isinstance(value, bool | int | float):
+        return torch.as_tensor(value)
+    kind = f"a {value.layout} tensor" if isinstance(value, torch.Tensor) else \
+        type(value).__name__
+    raise ValueError(f"cannot save {where}: it holds {kind}, which a saved file does not "
+                     "hold (dense tensors and numbers only); pickle the estimator instead "
+                     "(trusted sources only)")
+
+
+
+#: How a tensor inside a selector's or the selection's state is named in the JSON: the
+#: key of its entry in the safetensors file.
+TENSOR_ENTRY = "__tensor__"
+
+
+
+def _tensors_out(value: Any, key: str, tensors: dict) -> Any:
+    """``value`` with each tensor moved into ``tensors`` (under a key made from its
+    place) and replaced by ``{TENSOR_ENTRY: key}``: state that JSON alone cannot hold
+    (a selector's embeddings of the training rows)."""
+    if isinstance(value, torch.Tensor) and value.numel() != 1:
+        tensors[key] = value.detach().cpu().contiguous()
+        return {TENSOR_ENTRY: key}
+    if isinstance(value, dict):
+        return {k: _tensors_out(v, f"{key}.{k}", tensors) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_tensors_out(v, f"{key}.{i}", tensors) for i, v in enumerate(value)]
+    return value
+
+
+
+def _tensors_in(value: Any, tensors: dict) -> Any:
+    """The inverse of :func:`_tensors_out`: a named tensor the file lacks is an error."""
+    if isinstance(value, dict):
+        if set(value) == {TENSOR_ENTRY}:
+            key = value[TENSOR_ENTRY]
+            if not isinstance(key, str) or key not in tensors:
+                raise ValueError(f"malformed saved configuration: the state names tensor "
+                                 f"{key!r}, which the weights file does not hold")
+            return tensors[key]
+        return {k: _tensors_in(v, tensors) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_tensors_in(v, tensors) for v in value]
+    return value
+
+
+
+def files_training_state(tensors: dict, fitted: dict) -> dict:
+    """The inverse of :func:`training_state_files`; the optimizer's class is its saved
+    name (a net takes the optimizer state only into an optimizer of that class)."""
+    saved = expect_type(fitted.get("optimizer"), dict, "optimizer")
+    return {"module": _prefixed(tensors, fitted, "module."),
+            "criterion": _prefixed(tensors, fitted, "criterion."),
+            "optimizer": _optimizer_state(tensors, saved),
+            "optimizer_class": expect_type(saved.get("class"), str, "the optimizer's class"),
+            "history": expect_type(fitted.get("history"), list, "history"),
+            "selector_epoch": natural(fitted.get("selector_epoch"), "selector_epoch"),
+            "selector_state": _tensors_in(expect_type(fitted.get("selector_state"), dict,
+                                                  "selector_state"), tensors),
+            "selection": _tensors_in(fitted.get("selection"), tensors),
+            "held_out_rows": _rows(fitted.get("held_out_rows")),
+            "seed": natural(fitted.get("seed"), "seed"),
+            "grad_scaler": _scaler(fitted.get("grad_scaler"))}
+
+
+def _scaler(value: Any) -> dict | None:
+    """A float16 scaler's saved state: its numbers by name (or none)."""
+    if value is None:
+        return None
+    numbers = expect_type(value, dict, "grad_scaler")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool)
+               for v in numbers.values()):
+        raise ValueError("malformed saved configuration: grad_scaler must hold numbers")
+    return numbers
+
+
+
+def _prefixed(tensors: dict, fitted: dict, prefix: str) -> dict:
+    part = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+    extra = expect_type(fitted.get("extra_state", {}), dict, "extra_state")
+    part.update({k[len(prefix):]: v for k, v in extra.items() if k.startswith(prefix)})
+    return part
+
+
+
+def _rows(value: Any) -> np.ndarray | None:
+    if value is None:
+        return None
+    rows = expect_type(value, list, "held_out_rows")
+    if not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in rows):
+        raise ValueError("malformed saved configuration: held_out_rows must be row indices")
+    return np.asarray(rows, dtype=np.int64)
+
+
+
+def _optimizer_state(tensors: dict, saved: dict) -> dict:
+    """The saved optimizer state in ``torch.optim`` form."""
+    groups, start = [], 0
+    for group in expect_type(saved.get("param_groups"), list, "param_groups"):
+        group = dict(expect_type(group, dict, "a param group"))
+        size = natural(group.pop("size", None), "a param group's size")
+        if start + size > len(tensors):  # each parameter the optimizer trains is stored
+            raise ValueError(f"malformed saved configuration: the optimizer's param groups "
+                             f"declare {start + size} or more parameters, but the saved "
+                             f"model holds {len(tensors)} tensors; nothing was built")
+        groups.append({**group, "params": list(range(start, start + size))})
+        start += size
+    state: dict[int, dict] = {}
+    for key, value in tensors.items():
+        if key.startswith("optimizer."):
+            _, index, name = key.split(".", 2)
+            state.setdefault(int(index), {})[name] = value
+    return {"state": state, "param_groups": groups}
+
