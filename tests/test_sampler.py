@@ -162,9 +162,9 @@ def test_update_refuses_indices_outside_the_table_for_tensors_too():
 def test_an_index_outside_the_table_on_a_device_is_refused_when_the_table_is_read(monkeypatch):
     """On a GPU the check stays on the device (no wait at every step): the table is
     refused where the sampler reads it back, at the next selection at the latest."""
-    from skcontrast.selectors import _sampler
+    from skcontrast.selectors import _tables
 
-    monkeypatch.setattr(_sampler, "_reads_at_once", lambda device: False)
+    monkeypatch.setattr(_tables, "_reads_at_once", lambda device: False)
     sampler = SelectorSampler(OSGDSelector(4, k=2, q=1, random_state=0), 8)
     sampler.update(torch.arange(8), torch.zeros(8, 3))
     assert sampler.embeddings.shape == (8, 3)
