@@ -34,7 +34,7 @@ from skcontrast.selectors import (
     TemperedSelector,
     jest_select,
 )
-from skcontrast.selectors._curation import leave_one_out, row_losses, subset_losses
+from skcontrast.selectors._curators import leave_one_out, row_losses, subset_losses
 from skcontrast.selectors._jest import chunk_sizes
 
 

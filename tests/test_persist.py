@@ -444,6 +444,21 @@ def test_a_file_naming_a_loss_by_its_module_in_0_2_loads(pairs, tmp_path, loss, 
     np.testing.assert_array_equal(loaded.transform(X), est.transform(X))
 
 
+def test_a_file_naming_a_curating_selector_by_its_former_module_loads(pairs, tmp_path):
+    from skcontrast.selectors import JESTSelector
+
+    X, _ = pairs
+    est = ContrastiveEmbedder(**SMALL, selector=JESTSelector(8, 0.5, score="hard")).fit(X)
+    est.save(tmp_path / "m")
+    config = tmp_path / "m" / "config.json"
+    now = "skcontrast.selectors._curators.JESTSelector"
+    assert now in config.read_text()
+    config.write_text(config.read_text().replace(now, "skcontrast.selectors._curation."
+                                                      "JESTSelector"))
+    loaded = skcontrast.load(tmp_path / "m")
+    assert loaded.get_params()["selector"].get_params() == est.selector.get_params()
+
+
 class _ReadsValues(nn.Module):
     """An encoder that reads a tensor's value while it is built: it cannot be built on
     torch's meta device, so its shapes are compared when it is built for real."""

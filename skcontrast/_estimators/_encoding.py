@@ -43,7 +43,6 @@ class Unsaved:
         return f"<not saved: {self.was}>"
 
 
-
 def check_saved(value: Any) -> Any:
     """``value``, unless it is an :class:`Unsaved` placeholder, which is refused (with
     what to pass back)."""
@@ -52,16 +51,13 @@ def check_saved(value: Any) -> Any:
     return value
 
 
-
 #: Keys of an optimizer's param group that are data, not settings.
 GROUP_DATA = ("params",)
-
 
 
 def path_of(obj: Any) -> str:
     """``module.qualname`` of a class or function: how the file names it."""
     return f"{obj.__module__}.{obj.__qualname__}"
-
 
 
 #: The modules that held the losses in skcontrast 0.2.0, whose saved files name them by
@@ -75,7 +71,9 @@ LOSS_MODULES_0_2 = {
     "_hard": ("hard_negative_nce", "debiased_nce"),
     "_supervised": ("supcon", "contrastive_margin"),
 }
-
+#: Selectors a saved file names by the module that held them when it was written (the
+#: curating selectors were in ``_curation``, now ``_curators``): such a file still loads.
+SELECTOR_MODULES_BEFORE = {"_curation": ("JESTSelector", "RhoLossSelector")}
 
 
 def recipes() -> tuple[type, ...]:
@@ -84,7 +82,6 @@ def recipes() -> tuple[type, ...]:
     from ..datasets import DigitAugmentation
 
     return (DigitAugmentation,)
-
 
 
 @functools.cache
@@ -126,8 +123,9 @@ def allowed_objects() -> dict[str, Any]:
     paths = {path_of(obj): obj for obj in chosen}
     paths.update({f"skcontrast.losses.{module}.{name}": getattr(losses, name)
                   for module, names in LOSS_MODULES_0_2.items() for name in names})
+    paths.update({f"skcontrast.selectors.{module}.{name}": getattr(selectors, name)
+                  for module, names in SELECTOR_MODULES_BEFORE.items() for name in names})
     return paths
-
 
 
 def _allowed(path: Any, entry: str) -> Any:
@@ -139,7 +137,6 @@ def _allowed(path: Any, entry: str) -> Any:
     return allowed_objects()[path]
 
 
-
 #: Modules of skcontrast's own made again from their constructor's arguments, each
 #: stored as the attribute of its name (the image augmentation).
 def _init_objects() -> tuple[type, ...]:
@@ -148,12 +145,10 @@ def _init_objects() -> tuple[type, ...]:
     return (images.ImageAugmentation,)
 
 
-
 def _init_arguments(value: Any) -> dict:
     """The constructor's arguments of an :func:`_init_objects` object, as it holds them."""
     return {name: getattr(value, name)
             for name in inspect.signature(type(value)).parameters}
-
 
 
 #: Objects of skcontrast's own whose fields are plain data (augmentations).
@@ -164,10 +159,8 @@ def field_objects() -> tuple[type, ...]:
             datasets.Compose)
 
 
-
 class Unstorable(Exception):
     """A value the file cannot hold; ``args[0]`` says what it is."""
-
 
 
 def encode_value(value: Any) -> Any:
@@ -216,13 +209,11 @@ def encode_value(value: Any) -> Any:
                      f"{_named(value if named else type(value))}")
 
 
-
 def _named(obj: Any) -> str:
     try:
         return path_of(obj)
     except AttributeError:
         return type(obj).__name__
-
 
 
 def _encode_array(value: np.ndarray) -> dict:
@@ -243,7 +234,6 @@ def _encode_array(value: np.ndarray) -> dict:
     raise Unstorable(f"an array of {value.dtype}")
 
 
-
 def encode_params(estimator: Any) -> tuple[dict, dict]:
     """The estimator's parameters as JSON, and ``{name: what it was}`` for those the file
     can only name (to be passed to :func:`load` by keyword)."""
@@ -257,7 +247,6 @@ def encode_params(estimator: Any) -> tuple[dict, dict]:
             params[name] = {"supplied": name, "was": exc.args[0]}
             named[name] = exc.args[0]
     return params, named
-
 
 
 def plain_json(value: Any, where: str) -> Any:
@@ -275,7 +264,6 @@ def plain_json(value: Any, where: str) -> Any:
     raise ValueError(f"cannot save {where}: it holds {_named(type(value))}, which a saved "
                      "file (JSON) cannot hold. Remove the callback that records it, or "
                      "pickle the estimator instead (trusted sources only)")
-
 
 
 def decode_value(value: Any, entry: str) -> Any:
@@ -337,13 +325,11 @@ def decode_value(value: Any, entry: str) -> Any:
                      f"{value!r:.80}")
 
 
-
 def _factories() -> tuple[Callable, ...]:
     """What load may call without arguments: the recipes (and 0.2.0's name of one)."""
     from .. import datasets
 
     return (datasets.digit_augmentation, *recipes())
-
 
 
 def _decode_kwargs(value: Any, entry: str) -> dict:
@@ -352,7 +338,6 @@ def _decode_kwargs(value: Any, entry: str) -> dict:
                                                 for k in decoded):
         raise ValueError(f"the saved arguments of {entry} are not keyword arguments")
     return decoded
-
 
 
 def _decode_array(value: dict, entry: str) -> np.ndarray:
@@ -379,7 +364,6 @@ def _decode_array(value: dict, entry: str) -> np.ndarray:
     return out if shape is None else out.reshape([expect_type(s, int, entry) for s in shape])
 
 
-
 def natural(value: Any, entry: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"malformed saved configuration: {entry} must be a non-negative "
@@ -387,12 +371,10 @@ def natural(value: Any, entry: str) -> int:
     return value
 
 
-
 def expect_type(value: Any, kind: Any, entry: str) -> Any:
     if (isinstance(value, bool) and kind is int) or not isinstance(value, kind):
         raise ValueError(f"malformed saved configuration: {entry} holds {value!r:.60}")
     return value
-
 
 
 def read_view(spec: Any, entry: str) -> Any:
@@ -412,7 +394,6 @@ def read_view(spec: Any, entry: str) -> Any:
         vocabulary = natural(vocabulary, f"{entry} vocabulary")
     return View(name, tuple(shape), expect_type(spec.get("integer"), bool, entry), parts,
                 vocabulary, expect_type(spec.get("image", False), bool, f"{entry} image"))
-
 
 
 def write_view(view: Any) -> dict:

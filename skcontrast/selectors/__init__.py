@@ -45,7 +45,8 @@ from ._basic import (
 )
 from ._binding import BindingSelector, Corollary21, batch_interaction_graph, check_corollary_2_1
 from ._community import CommunityBatchSelector
-from ._curation import CuratingSelector, CurationBatch, JESTSelector, RhoLossSelector
+from ._curation import CuratingSelector, CurationBatch
+from ._curators import JESTSelector, RhoLossSelector
 from ._jest import jest_select
 from ._sampler import SampledBatch, SelectorSampler
 from ._spectral import SpectralBatchSelector, spectral_batches
