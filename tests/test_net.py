@@ -4,7 +4,6 @@ its public hooks, the fit iterating the public sampler, the step returning its t
 import numpy as np
 import pytest
 import torch
-from skorch import NeuralNet
 from torch.utils.data import DataLoader
 
 from skcontrast import ContrastiveEmbedder
@@ -16,33 +15,6 @@ from skcontrast.selectors import SampledBatch, SelectorSampler
 
 SMALL = {"n_components": 4, "hidden_layer_sizes": (8,), "max_epochs": 1, "random_state": 0,
          "batch_size": 16}
-
-
-def overridden(cls):
-    """The methods of skorch's ``NeuralNet`` (and its bases) that ``cls`` overrides."""
-    own = {name for base in cls.__mro__[:cls.__mro__.index(NeuralNet)] for name in vars(base)
-           if callable(vars(base)[name]) or isinstance(vars(base)[name], property)}
-    skorch = {name for base in NeuralNet.__mro__[:-1] for name in vars(base)}
-    return sorted(own & skorch)
-
-
-def replaced(cls):
-    """The overrides of skorch's methods in ``cls`` that do not call skorch's own."""
-    import inspect
-
-    return [name for name in overridden(cls)
-            if "super()" not in inspect.getsource(getattr(cls, name))]
-
-
-def test_the_net_extends_skorch_and_replaces_few_of_its_methods_none_private():
-    """It overrode 19 (the epoch loop, partial_fit, notify, two private ones); now at
-    most five overrides replace skorch's method instead of extending it (``super()``),
-    each saying why skorch's own cannot serve, and none is private."""
-    names = overridden(SelectorNet)
-    assert len(replaced(SelectorNet)) <= 5, replaced(SelectorNet)
-    assert not [n for n in names if n.startswith("_") and not n.endswith("__")], names
-    for name in replaced(SelectorNet):
-        assert "skorch" in (getattr(SelectorNet, name).__doc__ or ""), name
 
 
 def test_data_parallel_training_is_an_object_of_the_plan_not_a_subclass_of_the_net():

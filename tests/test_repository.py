@@ -585,3 +585,42 @@ def test_the_package_loads_what_is_used_and_a_fit_on_arrays_no_text_module():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_no_module_of_the_package_is_over_500_lines():
+    """A module of 900 lines did several jobs (the net, saving, the estimators' base);
+    each file now shows one part of the design."""
+    long = {str(path.relative_to(ROOT)): n for path in (ROOT / "skcontrast").rglob("*.py")
+            if (n := len(path.read_text().splitlines())) > 500}
+    assert long == {}
+
+
+def overridden(cls):
+    """The methods of skorch's ``NeuralNet`` (and its bases) that ``cls`` overrides."""
+    from skorch import NeuralNet
+
+    own = {name for base in cls.__mro__[:cls.__mro__.index(NeuralNet)] for name in vars(base)
+           if callable(vars(base)[name]) or isinstance(vars(base)[name], property)}
+    skorch = {name for base in NeuralNet.__mro__[:-1] for name in vars(base)}
+    return sorted(own & skorch)
+
+
+def replaced(cls):
+    """The overrides of skorch's methods in ``cls`` that do not call skorch's own."""
+    import inspect
+
+    return [name for name in overridden(cls)
+            if "super()" not in inspect.getsource(getattr(cls, name))]
+
+
+def test_the_net_extends_skorch_and_replaces_few_of_its_methods_none_private():
+    """It overrode 19 (the epoch loop, partial_fit, notify, two private ones); now at
+    most five overrides replace skorch's method instead of extending it (``super()``),
+    each saying why skorch's own cannot serve, and none is private."""
+    from skcontrast._estimators._net import SelectorNet
+
+    names = overridden(SelectorNet)
+    assert len(replaced(SelectorNet)) <= 5, replaced(SelectorNet)
+    assert not [n for n in names if n.startswith("_") and not n.endswith("__")], names
+    for name in replaced(SelectorNet):
+        assert "skorch" in (getattr(SelectorNet, name).__doc__ or ""), name
