@@ -91,24 +91,27 @@ class SelectorNet(EpochLoop, SelectionPasses, NeuralNet):
             for name, callback in super().get_default_callbacks()]
 
     def initialize_optimizer(self, triggered_directly: Any = None) -> SelectorNet:
-        """The optimizer over the learnable parameters in the groups of
-        ``optimizer__param_groups`` (:func:`param_groups`); then the default text
-        encoders get sparse gradients where its settings take them
-        (:func:`~._optim.use_sparse_gradients`); the processes that train prepare the
-        module and the optimizer (:meth:`~._replicas.Replicas.prepare`).
-
-        skorch's own cannot serve: its ``get_params_for_optimizer`` silently drops a
-        group whose pattern matches nothing, and matches names of the fitted
-        ``module_`` only."""
-        kwargs = self.get_params_for("optimizer")
-        groups = param_groups(list(self.get_all_learnable_params()),
-                              kwargs.pop("param_groups", []))
-        kwargs.setdefault("lr", self.lr)
-        optimizer = self.optimizer(groups, **kwargs)
-        use_sparse_gradients(self.module_, optimizer)
-        self.module_, self.optimizer_ = self.plan.replicas.prepare(self.module_, optimizer)
+        """skorch's optimizer (its groups from :meth:`get_params_for_optimizer`); then the
+        default text encoders get sparse gradients where its settings take them
+        (:func:`~._optim.use_sparse_gradients`) and the processes that train prepare the
+        module and the optimizer (:meth:`~._replicas.Replicas.prepare`)."""
+        super().initialize_optimizer(triggered_directly)
+        use_sparse_gradients(self.module_, self.optimizer_)
+        self.module_, self.optimizer_ = self.plan.replicas.prepare(self.module_,
+                                                                   self.optimizer_)
         self.criterion_ = self.criterion_.to(self.compute_device)
         return self
+
+    def get_params_for_optimizer(self, prefix: str, named_parameters: Any) -> tuple:
+        """skorch's settings of the optimizer, its parameters grouped by
+        ``optimizer__param_groups`` as :func:`~._optim.param_groups` reads them: a pattern
+        may also name parameters within the user's module (without the fitted
+        ``module_``'s ``encoders.<i>.`` prefix), and one that matches nothing is an error
+        (skorch drops its group silently)."""
+        named = list(named_parameters)
+        _, kwargs = super().get_params_for_optimizer(prefix, named)
+        patterns = self.get_params_for(prefix).get("param_groups", [])
+        return (param_groups(named, patterns),), kwargs
 
     def release_replicas(self) -> None:
         """After training (also a failed one): the module and the optimizer as a plain
