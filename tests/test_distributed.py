@@ -98,6 +98,50 @@ def test_a_resumed_checkpoint_continues_the_same_training(two_process_results):
         assert_same_memory(got["memory"], expected["memory"])
 
 
+def assert_one_training_state(folder, net):
+    """The checkpoint is the training state a warm start, a saved model and a pickle
+    carry, in the saved model's format (safetensors and JSON, nothing pickled): every
+    part reads back equal, and the float16 scaler (which a CPU cannot train) goes
+    through the files as well."""
+    from skcontrast._estimators._distributed import read_state
+    from skcontrast._estimators._state import (
+        PARTS,
+        files_training_state,
+        training_state,
+        training_state_files,
+    )
+
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "skcontrast_state.json", "skcontrast_state.safetensors"]
+    saved, live = read_state(folder), training_state(net)
+
+    def same(a, b, where):
+        if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=where)
+        elif isinstance(a, dict):
+            assert set(a) == set(b), where
+            for key in a:
+                same(a[key], b[key], f"{where}.{key}")
+        elif isinstance(a, list | tuple):
+            assert len(a) == len(b), where
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                same(x, y, f"{where}[{i}]")
+        else:
+            assert a == b or (a != a and b != b), (where, a, b)
+
+    for part in ("module", "criterion", "history", "selector_epoch", "selector_state",
+                 "selection", "grad_scaler"):
+        same(saved[part], live[part], part)
+    assert saved["optimizer_class"].endswith(live["optimizer_class"].__name__)
+    same(saved["optimizer"]["state"], {int(k): v for k, v in
+                                       live["optimizer"]["state"].items()}, "optimizer")
+    assert {p.split("_")[0] for p in PARTS} <= {k.split("_")[0] for k in saved}
+    scaler = torch.amp.GradScaler("cpu", init_scale=512.0).state_dict()
+    tensors, fitted = training_state_files({**live, "grad_scaler": scaler})
+    assert files_training_state(tensors, json.loads(json.dumps(fitted)))["grad_scaler"] \
+        == scaler
+
+
 @needs_accelerate
 def test_one_process_with_an_accelerator_and_its_errors(tmp_path):
     from accelerate import Accelerator
@@ -112,6 +156,7 @@ def test_one_process_with_an_accelerator_and_its_errors(tmp_path):
     plain = ContrastiveEmbedder(**params).fit(X)
     np.testing.assert_allclose(est.transform(X), plain.transform(X), atol=1e-6)
     assert (tmp_path / "state" / "skcontrast_state.json").exists()
+    assert_one_training_state(tmp_path / "state", est.net_)
     restored = pickle.loads(pickle.dumps(est))  # the accelerator is not pickled
     assert restored.accelerator is None
     np.testing.assert_array_equal(restored.transform(X), est.transform(X))
@@ -155,7 +200,6 @@ def test_a_resumed_checkpoint_keeps_the_cached_selection_embeddings(tmp_path, ki
 def test_a_resumed_checkpoint_refuses_another_data_sets_memory(tmp_path):
     from accelerate import Accelerator
 
-    from skcontrast.losses import DCL
     from skcontrast.memory import SogCLRMemory
 
     X, _ = make_paired_gaussians(96, 4, random_state=0)
@@ -334,58 +378,3 @@ def test_the_state_file_replaces_a_symlink_instead_of_following_it(tmp_path):
     assert target.read_text() == "precious"
     assert not link.is_symlink() and link.read_text() == "{}"
 
-
-@needs_accelerate
-def test_the_accelerator_checkpoint_keeps_every_part_of_the_one_training_state(tmp_path):
-    """The checkpoint is the training state a warm start, a saved model and a pickle
-    carry, in the saved model's format (safetensors and JSON, nothing pickled): every
-    part reads back equal, the cached selection and the float16 scaler included."""
-    from accelerate import Accelerator
-
-    from skcontrast.losses import DCL
-    from skcontrast.memory import SogCLRMemory
-    from skcontrast._estimators._distributed import read_state
-    from skcontrast._estimators._state import (
-        PARTS,
-        files_training_state,
-        training_state,
-        training_state_files,
-    )
-    from skcontrast.selectors import OSGDSelector
-
-    X, _ = make_paired_gaussians(64, 4, random_state=0)
-    est = ContrastiveEmbedder(
-        n_components=3, hidden_layer_sizes=(8,), max_epochs=2, random_state=0,
-        loss=DCL(learn_temperature=True), memory=SogCLRMemory(0.9),
-        selection_pass="cached", selector=OSGDSelector(16, k=2, q=2),
-        accelerator=Accelerator(cpu=True),
-        callbacks=[AcceleratorCheckpoint(tmp_path)]).fit(X)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "skcontrast_state.json", "skcontrast_state.safetensors"]
-    saved, live = read_state(tmp_path), training_state(est.net_)
-
-    def same(a, b, where):
-        if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=where)
-        elif isinstance(a, dict):
-            assert set(a) == set(b), where
-            for key in a:
-                same(a[key], b[key], f"{where}.{key}")
-        elif isinstance(a, list | tuple):
-            assert len(a) == len(b), where
-            for i, (x, y) in enumerate(zip(a, b, strict=True)):
-                same(x, y, f"{where}[{i}]")
-        else:
-            assert a == b or (a != a and b != b), (where, a, b)
-
-    for part in ("module", "criterion", "history", "selector_epoch", "selector_state",
-                 "selection", "grad_scaler"):
-        same(saved[part], live[part], part)
-    assert saved["optimizer_class"].endswith(live["optimizer_class"].__name__)
-    same(saved["optimizer"]["state"], {int(k): v for k, v in
-                                       live["optimizer"]["state"].items()}, "optimizer")
-    assert {p.split("_")[0] for p in PARTS} <= {k.split("_")[0] for k in saved}
-    scaler = torch.amp.GradScaler("cpu", init_scale=512.0).state_dict()  # float16's
-    tensors, fitted = training_state_files({**live, "grad_scaler": scaler})
-    assert files_training_state(tensors, json.loads(json.dumps(fitted)))["grad_scaler"] \
-        == scaler

@@ -54,7 +54,7 @@ class FitStreams(skorch.callbacks.Callback):
             memory.set_epoch(epoch)
 
     def on_train_end(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
-        net.fit_ = None
+        net.end_fit()
 
 
 

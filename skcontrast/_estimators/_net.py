@@ -189,6 +189,10 @@ class SelectorNet(EpochLoop, SelectionPasses, NeuralNet):
                 getattr(scaler, "device", device) != device:
             self.grad_scaler_ = torch.amp.GradScaler(device)
 
+    def end_fit(self) -> None:
+        """Drop what the fit held while it ran (its training rows among them)."""
+        self.fit_ = None
+
     # -- batches ----------------------------------------------------------------------
 
     def get_params_for(self, prefix: str) -> dict:
