@@ -32,7 +32,7 @@ from ..exceptions import TrainingInterrupted
 from ._build import NetBuilder
 from ._data import InputSpec, ViewData, with_labels
 from ._forms import read_input
-from ._guard_rows import guard_rows
+from ._guard_rows import GuardRows, guard_rows
 from ._monitor import (
     ValidScore,
     check_monitors,
@@ -268,11 +268,11 @@ class BaseEmbedder(SavedModel, NetBuilder, ClassNamePrefixFeaturesOutMixin,
         with global_rng_turn(), torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
             extra = self._monitoring(spec, valid, held_out, scoring)
-            net = self._make_net(factory, loss, labels, device, seed, len(data),
-                                 spec.items_paired, valid, extra, kept=kept, n_rows=n_rows,
-                                 held_out_rows=None if held_out is None else held_out.rows,
-                                 row_info=(*row_info, *held_out_info),
-                                 augmentation=self._augmentation_for(spec), rows=rows_digest)
+            plan = self.plan(spec, len(data), seed, kept=kept, n_rows=n_rows,
+                             held_out_rows=None if held_out is None else held_out.rows)
+            net = self._make_net(plan, factory, loss, len(data), device, labels=labels,
+                                 valid=valid, extra=extra,
+                                 guard=GuardRows(*row_info, *held_out_info), rows=rows_digest)
             net.initialize()
             if old is not None:
                 before = old.loss_module().loss

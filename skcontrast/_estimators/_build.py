@@ -18,12 +18,12 @@ from sklearn.base import clone
 from skorch.callbacks import PassthroughScoring, ProgressBar
 from skorch.helper import predefined_split
 
-from .._batch import world_size
 from ..losses import Loss
 from ..selectors import BatchSelector, FitSettings, SelectorSampler, ShuffledBatchSelector
 from ._batches import consecutive_batches, selected_batches
 from ._data import InputSpec, TensorViews, ViewData
 from ._encoding import check_saved
+from ._guard_rows import NO_GUARD_ROWS, GuardRows
 from ._modules import ContrastiveCriterion, EncoderFactory, embedding_width
 from ._net import SelectorNet
 from ._params import ParameterChecks, describe_object, resolve_device
@@ -90,21 +90,16 @@ class NetBuilder(ParameterChecks):
                               self._nested("module__"),
                               self.projection_head, self.freeze)
 
-    def build_net(self, spec: InputSpec, n_samples: int, shared: bool,
-                  device: str = "cpu", seed: int | None = None,
-                  held_out_rows: np.ndarray | None = None) -> SelectorNet:
-        """An initialised, untrained net for input ``spec`` (what :func:`skcontrast.load`
-        fills with saved weights, planned with the saved ``seed`` and ``held_out_rows``)."""
-        self._check_params()
-        seed = self._seed() if seed is None else seed
-        net = self._make_net(self._factory(spec, shared), self._loss(), None,
-                             resolve_device(device), seed, n_samples, spec.items_paired,
-                             trains=False, augmentation=self._augmentation_for(spec),
-                             held_out_rows=held_out_rows)
+    def build_net(self, plan: FitPlan, spec: InputSpec, n_samples: int, shared: bool,
+                  device: str = "cpu") -> SelectorNet:
+        """An initialised, untrained net of ``plan`` for input ``spec`` (what
+        :func:`skcontrast.load` fills with saved weights)."""
+        net = self._make_net(plan, self._factory(spec, shared), self._loss(), n_samples,
+                             resolve_device(device), trains=False)
         return net.initialize()
 
-    def check_saved_shapes(self, spec: InputSpec, n_samples: int, shared: bool,
-                           state: dict) -> None:
+    def check_saved_shapes(self, plan: FitPlan, spec: InputSpec, n_samples: int,
+                           shared: bool, state: dict) -> None:
         """Compare the sizes a saved model's parameters declare with its stored tensors
         before anything is built: the memory's sample count with the one the file says
         it remembers, and every tensor's shape with the one the parameters give it,
@@ -116,9 +111,8 @@ class NetBuilder(ParameterChecks):
         compared when it is built for real, after the loss module has passed."""
 
         def criterion() -> torch.nn.Module:
-            return ContrastiveCriterion(self._loss(), structure=self._structure(
-                spec.items_paired, self._augmentation_for(spec) is not None),
-                memory=self.memory, n_samples=n_samples)
+            return ContrastiveCriterion(self._loss(), structure=plan.structure,
+                                        memory=self.memory, n_samples=n_samples)
 
         learned = tuple(ContrastiveCriterion.PARAMETERS.values())  # a net's own start
         for part, make, required, optional in (
@@ -163,58 +157,64 @@ class NetBuilder(ParameterChecks):
                              f"{target}; use data_on_device='auto' or False")
         return data.to(target)
 
-    def _make_net(self, factory: EncoderFactory, loss: Loss, labels: Any, device: str,
-                  seed: int,
-                  n: int, items_paired: bool, valid: ViewData | None = None,
-                  extra: list | None = None, kept: np.ndarray | None = None,
-                  n_rows: int | None = None, held_out_rows: np.ndarray | None = None,
-                  trains: bool = True, row_info: tuple = (None, None, None, None),
-                  augmentation: Any = None, rows: str | None = None) -> SelectorNet:
-        selector = self._fitting_selector(seed, n, kept, n_rows)
+    def plan(self, spec: InputSpec, n: int, seed: int, *, kept: np.ndarray | None = None,
+             n_rows: int | None = None, held_out_rows: np.ndarray | None = None
+             ) -> FitPlan:
+        """What a fit on ``n`` training rows of input ``spec`` works out once, and what
+        :func:`skcontrast.load` works out once for a saved model (:class:`~._plan.FitPlan`):
+        the selector as the fit uses it (its seed from ``seed``, the rows ``kept`` of
+        ``n_rows``), the batch structure, the augmentation, the precision, workers,
+        micro-batches, the held-out rows and the processes that train. The net, the loss
+        module and the sampler read it; nothing derives it again."""
+        augmentation = self._augmentation_for(spec)
+        accelerator = self.accelerator
+        return FitPlan(
+            self._fitting_selector(seed, n, kept, n_rows),
+            self._structure(spec.items_paired, augmentation is not None), seed,
+            augmentation=None if augmentation is None else Augmentation(augmentation),
+            precision=self.precision if accelerator is None else "float32",
+            num_workers=int(self.num_workers), micro_batch_size=self.micro_batch_size,
+            image_normalization=self.image_normalization, held_out_rows=held_out_rows,
+            replicas=Replicas() if accelerator is None else AcceleratedReplicas(accelerator))
+
+    def _make_net(self, plan: FitPlan, factory: EncoderFactory, loss: Loss, n: int,
+                  device: str, *, labels: Any = None, valid: ViewData | None = None,
+                  extra: list | None = None, trains: bool = True,
+                  guard: GuardRows = NO_GUARD_ROWS, rows: str | None = None) -> SelectorNet:
+        selector = plan.selector
         # the fit's sampler over its n training rows, sliced over the processes without
         # padding (the step gathers rows of any count); the loss module holds it, so its
         # state (a checkpoint's too) carries where the selection stands
-        world, rank = world_size() if self.accelerator is not None else (1, 0)
+        world, rank = plan.replicas.world()
         sampler = SelectorSampler(selector, n, labels=labels,
                                   selection_pass=self.selection_pass,
                                   num_replicas=world, rank=rank, even=False)
         batch = selector.nominal_batch_size(n)
-        if self.micro_batch_size is not None and batch is not None and \
-                self.micro_batch_size > batch:
-            raise ValueError(f"micro_batch_size={self.micro_batch_size} is larger than the "
+        if plan.micro_batch_size is not None and batch is not None and \
+                plan.micro_batch_size > batch:
+            raise ValueError(f"micro_batch_size={plan.micro_batch_size} is larger than the "
                              f"batch size {batch}: gradient caching embeds a batch in smaller "
                              "micro-batches; use micro_batch_size <= batch_size (or None)")
         if self.memory is not None and trains:  # (a loaded net trains in a later fit)
             largest = selector.largest_batch_size(n, labels)
-            if largest is not None:
-                # pairs and two crops add two embeddings per item
-                paired = not self._labelled or items_paired or augmentation is not None
-                self.memory.check_batch_rows(largest * (2 if paired else 1))
+            if largest is not None:  # pairs and two crops add two embeddings per item
+                self.memory.check_batch_rows(largest * (1 if plan.structure == "single"
+                                                        else 2))
         callbacks = self._callbacks(selector, n, labels, extra, trains)
         optimizer_params = {f"optimizer__{k}": v for k, v in
                             {**(self.optimizer_params or {}), **self._nested("optimizer__")
                              }.items()}
-        structure = self._structure(items_paired, augmentation is not None)
         criterion = {f"criterion__{k}": v for k, v in {
-            "loss": loss, "structure": structure,
-            "memory": self.memory, "n_samples": n, "row_keys": row_info[0],
-            "row_groups": row_info[1], "held_out_keys": row_info[2],
-            "held_out_groups": row_info[3], "sampler": sampler, "rows": rows}.items()}
+            "loss": loss, "structure": plan.structure, "memory": self.memory,
+            "n_samples": n, "row_keys": guard.keys, "row_groups": guard.groups,
+            "held_out_keys": guard.held_out_keys, "held_out_groups": guard.held_out_groups,
+            "sampler": sampler, "rows": rows}.items()}
         placement: dict[str, Any] = {"device": device}
-        replicas = Replicas()
         if self.accelerator is not None:
-            replicas = AcceleratedReplicas(self.accelerator)
             # the accelerator's print shows the table on process 0 only, and only verbose
             sink = self.accelerator.print if self.verbose else print
             placement = {"callbacks__print_log__sink": sink,
                          "device": str(self.accelerator.device)}
-        plan = FitPlan(
-            selector, structure, seed,
-            augmentation=None if augmentation is None else Augmentation(augmentation),
-            precision=self.precision if self.accelerator is None else "float32",
-            num_workers=int(self.num_workers), micro_batch_size=self.micro_batch_size,
-            image_normalization=self.image_normalization,
-            held_out_rows=held_out_rows, replicas=replicas)
         return SelectorNet(
             module=factory, criterion=ContrastiveCriterion, optimizer=self._optimizer(),
             lr=self.lr, max_epochs=self.max_epochs,

@@ -4,7 +4,7 @@ the training rows and the held-out rows alike."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -13,6 +13,20 @@ from .._validation import (
     describe,
 )
 from ._data import InputSpec, ViewData
+
+
+class GuardRows(NamedTuple):
+    """What the guard reads of a fit's rows (:func:`guard_rows`): content ids and groups
+    of the training rows and of the held-out rows (``None`` where it reads none)."""
+
+    keys: torch.Tensor | None = None
+    groups: torch.Tensor | None = None
+    held_out_keys: torch.Tensor | None = None
+    held_out_groups: torch.Tensor | None = None
+
+
+#: a fit whose loss has no guard (and a loaded net, whose next fit reads the rows again)
+NO_GUARD_ROWS = GuardRows()
 
 
 def guard_rows(loss: Any, data: ViewData, spec: InputSpec, groups: Any, check: bool = True

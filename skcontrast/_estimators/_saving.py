@@ -144,9 +144,11 @@ class SavedModel:
         unsaved = {name: value for name, value in estimator.get_params(deep=False).items()
                    if isinstance(value, Unsaved)}
         estimator.set_params(device=device, **dict.fromkeys(unsaved))
-        estimator.check_saved_shapes(spec, n_samples, shared, state)
-        net = estimator.build_net(spec, n_samples, shared, device, seed=state["seed"],
-                                  held_out_rows=state["held_out_rows"])
+        estimator._check_params()
+        plan = estimator.plan(spec, n_samples, state["seed"],
+                              held_out_rows=state["held_out_rows"])
+        estimator.check_saved_shapes(plan, spec, n_samples, shared, state)
+        net = estimator.build_net(plan, spec, n_samples, shared, device)
         estimator.set_params(**unsaved)
         restore(net, state)
         estimator.net_ = net
