@@ -107,13 +107,12 @@ def assert_one_training_state(folder, net):
     from skcontrast._estimators._state import (
         PARTS,
         files_training_state,
-        training_state,
         training_state_files,
     )
 
     assert sorted(p.name for p in folder.iterdir()) == [
         "skcontrast_state.json", "skcontrast_state.safetensors"]
-    saved, live = read_state(folder), training_state(net)
+    saved, live = read_state(folder), net.training_state()
 
     def same(a, b, where):
         if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):

@@ -2,7 +2,6 @@
 warnings."""
 
 import pytest
-
 from _helpers import code_blocks, docs_build_available
 
 pytestmark = pytest.mark.slow  # the user guide's code, run in a subprocess

@@ -1,7 +1,6 @@
 """Every script in ``examples/`` runs in its quick mode and writes what it promises."""
 
 import pytest
-
 from _helpers import EXAMPLES
 
 pytestmark = pytest.mark.slow  # the examples run in a subprocess

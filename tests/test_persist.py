@@ -381,18 +381,18 @@ def test_a_cached_selection_pass_continues_exactly(pairs, tmp_path, name, resume
 
 
 def test_a_warm_start_on_other_rows_does_not_reuse_their_cached_embeddings(pairs):
-    from skcontrast._estimators._state import restore, training_state, without_row_caches
+    from skcontrast._estimators._state import without_row_caches
 
     X, _ = pairs
     other = X[::-1].copy()  # the same size, other rows in each position
     selector = _cached_selectors(X)["jest hard"]
     kw = {**SMALL, "selector": selector, "selection_pass": "cached"}
     half = ContrastiveEmbedder(**kw).fit(X)
-    state = training_state(half.net_)
+    state = half.net_.training_state()
     assert "cache" not in state["selector_state"]  # JEST's table is the sampler's
     assert state["selection"]["known"].all()
     stripped = ContrastiveEmbedder(**kw).fit(X)
-    restore(stripped.net_, without_row_caches(state))
+    stripped.net_.restore(without_row_caches(state))
     assert not stripped.net_.selector.state_dict().get("cache")
     half.set_params(warm_start=True).fit(other)
     stripped.set_params(warm_start=True).fit(other)

@@ -44,7 +44,7 @@ from ._monitor import (
 from ._net import SelectorNet
 from ._params import resolve_device
 from ._saving import SavedModel
-from ._state import check_trained, restore, training_state
+from ._state import check_trained
 
 
 @dataclass
@@ -278,7 +278,7 @@ class BaseEmbedder(SavedModel, NetBuilder, ClassNamePrefixFeaturesOutMixin,
                 before = old.loss_module().loss
                 restart = tuple(name for name in loss.learnable
                                 if getattr(before, name, None) != getattr(loss, name, None))
-                restore(net, training_state(old), restart=restart, rows=rows_digest)
+                net.restore(old.training_state(), restart=restart, rows=rows_digest)
             else:
                 net.fit_priors(data)
             interrupted = self._train(net, data)

@@ -12,7 +12,7 @@ from skorch.callbacks import Callback
 from .._validation import check_int
 from ._modules import ContrastiveCriterion
 from ._persist import write_replacing
-from ._state import files_training_state, restore, training_state, training_state_files
+from ._state import files_training_state, training_state_files
 
 META = "skcontrast_state.json"
 TENSORS = "skcontrast_state.safetensors"
@@ -84,7 +84,7 @@ class AcceleratorCheckpoint(Callback):
                              f"{have}, but this fit has {want}; a memory remembers samples by "
                              "their index, so resume on the same training set and memory, "
                              "or start afresh without resume=True")
-        restore(net, state, rows=getattr(X, "fingerprint", lambda: None)())
+        net.restore(state, rows=getattr(X, "fingerprint", lambda: None)())
 
     def on_epoch_end(self, net: Any, **kwargs: Any) -> None:
         from safetensors.torch import save as to_bytes
@@ -95,7 +95,7 @@ class AcceleratorCheckpoint(Callback):
         folder = Path(self.dirname)
         if accelerator.is_main_process:
             folder.mkdir(parents=True, exist_ok=True)
-            tensors, fitted = training_state_files(training_state(net))
+            tensors, fitted = training_state_files(net.training_state())
             write_replacing(folder / TENSORS, to_bytes(tensors))
             write_replacing(folder / META, json.dumps(fitted).encode())
         accelerator.wait_for_everyone()

@@ -49,6 +49,7 @@ from ._epoch import EpochLoop
 from ._optim import param_groups, use_sparse_gradients
 from ._passes import SelectionPasses
 from ._plan import FitPlan
+from ._state import ContinuedTraining
 from ._step import (
     PRECISIONS,
     batch_norms,
@@ -58,7 +59,7 @@ from ._step import (
 )
 
 
-class SelectorNet(EpochLoop, SelectionPasses, NeuralNet):
+class SelectorNet(EpochLoop, SelectionPasses, ContinuedTraining, NeuralNet):
     """skorch ``NeuralNet`` whose training batches come from a batch selector.
 
     Parameters (beyond ``NeuralNet``'s)

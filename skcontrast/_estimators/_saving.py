@@ -20,7 +20,7 @@ from ._persist import (
     write_model,
     write_spec,
 )
-from ._state import files_training_state, restore, training_state, training_state_files
+from ._state import files_training_state, training_state_files
 
 #: The fitted attributes ``save`` keeps besides the net's state.
 SAVED_ATTRIBUTES = ("n_features_in_", "feature_names_in_", "view_split_", "classes_",
@@ -65,7 +65,7 @@ class SavedModel:
         """
         check_is_fitted(self, "net_")
         params, named = encode_params(self)
-        tensors, fitted = training_state_files(training_state(self.net_))
+        tensors, fitted = training_state_files(self.net_.training_state())
         fitted.update(input_spec=write_spec(self.input_spec_), n_samples=self.n_samples_,
                       shared=self.net_.module.shared,
                       attributes=encode_attributes(self, SAVED_ATTRIBUTES))
@@ -150,7 +150,7 @@ class SavedModel:
         estimator.check_saved_shapes(plan, spec, n_samples, shared, state)
         net = estimator.build_net(plan, spec, n_samples, shared, device)
         estimator.set_params(**unsaved)
-        restore(net, state)
+        net.restore(state)
         estimator.net_ = net
         estimator.input_spec_ = spec
         estimator.history_ = net.history

@@ -1,15 +1,16 @@
 """Training state: what a later fit continues from, written and restored in one place.
 
-:func:`training_state` is everything a net's training carries from one fit to the next
+:meth:`ContinuedTraining.training_state` (a part of the net) is everything a net's
+training carries from one fit to the next
 (weights, the loss module's state with a learned temperature and a memory, the
 optimizer's moments, the history, the selector's epoch and state, the sampler's tables
 of the training rows' embeddings that a cached selection pass keeps, the seed, the
 held-out rows, the float16 scaler);
-:func:`restore` puts it back into a fresh net of the same structure. A warm start, a
-saved and loaded model (:mod:`._persist`), a pickle and
-:class:`~._distributed.AcceleratorCheckpoint` (whose accelerator restores the weights
-and the optimizer itself) all go through :func:`restore`, so one process and many
-continue alike: 2 + 2 epochs are 4.
+its :meth:`~ContinuedTraining.restore` puts it back into a fresh net of the same
+structure; :func:`training_state_files` and :func:`files_training_state` are its one
+format on disk (safetensors and JSON). A warm start, a saved and loaded model
+(:mod:`._saving`), a pickle and :class:`~._distributed.AcceleratorCheckpoint` all go
+through them, so one process and many continue alike: 2 + 2 epochs are 4.
 
 :func:`check_trained` refuses a net whose training diverged, at every exit of a fit.
 """
@@ -18,7 +19,8 @@ from __future__ import annotations
 
 import copy
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -29,79 +31,95 @@ from ..exceptions import TrainingDivergedError
 from ._encoding import GROUP_DATA, expect_type, natural, path_of, plain_json
 from ._modules import ContrastiveCriterion
 
-#: The parts of a training state, as :func:`training_state` names them.
+#: The parts of a training state, as :meth:`ContinuedTraining.training_state` names them.
 #: (The seed and the held-out rows are the fit's plan, :class:`~._plan.FitPlan`, which a
 #: warm start and :func:`skcontrast.load` build from the state; nothing restores them.)
 PARTS = ("module", "criterion", "optimizer", "history", "selector", "selection",
          "grad_scaler")
 
 
-def training_state(net: Any) -> dict:
-    """Everything a later fit continues from (a copy of the optimizer's state; the
-    tensors of the module and the loss module as their ``state_dict`` holds them)."""
-    optimizer = getattr(net.optimizer_, "optimizer", net.optimizer_)  # accelerate wraps it
-    scaler = getattr(net, "grad_scaler_", None)
-    progress = net.loss_module().progress
-    # the loss module's state without the selection's progress, which is its own parts
-    criterion = {k: v for k, v in net.loss_module().state_dict().items()
-                 if k != ContrastiveCriterion.PROGRESS}
-    return {"module": net.inference_module().state_dict(),
-            "criterion": criterion,
-            "optimizer": copy.deepcopy(optimizer.state_dict()),
-            "optimizer_class": type(optimizer),
-            "history": net.history.to_list(),
-            "selector_epoch": net.plan.selector.current_epoch,
-            "selector_state": net.plan.selector.state_dict(),
-            "selection": progress.selection(),
-            "held_out_rows": None if net.plan.held_out_rows is None
-            else np.asarray(net.plan.held_out_rows).tolist(),
-            "seed": net.plan.seed,
-            "grad_scaler": None if scaler is None else scaler.state_dict()}
+class ContinuedTraining:
+    """What a net carries from one fit to the next, and takes back (a part of
+    :class:`~._net.SelectorNet`: a warm start, a saved and loaded model, a pickle and
+    :class:`~._distributed.AcceleratorCheckpoint` all go through it)."""
+
+    # what it reads of the net
+    plan: Any
+    history: Any
+    optimizer_: Any
+    grad_scaler_: Any
+    loss_module: Callable[[], Any]
+    inference_module: Callable[[], torch.nn.Module]
+    if TYPE_CHECKING:  # the net's property
+        @property
+        def compute_device(self) -> torch.device: ...
+
+    def training_state(self) -> dict:
+        """Everything a later fit continues from (a copy of the optimizer's state; the
+        tensors of the module and the loss module as their ``state_dict`` holds them)."""
+        optimizer = getattr(self.optimizer_, "optimizer", self.optimizer_)  # accelerate wraps it
+        scaler = getattr(self, "grad_scaler_", None)
+        progress = self.loss_module().progress
+        # the loss module's state without the selection's progress, which is its own parts
+        criterion = {k: v for k, v in self.loss_module().state_dict().items()
+                     if k != ContrastiveCriterion.PROGRESS}
+        return {"module": self.inference_module().state_dict(),
+                "criterion": criterion,
+                "optimizer": copy.deepcopy(optimizer.state_dict()),
+                "optimizer_class": type(optimizer),
+                "history": self.history.to_list(),
+                "selector_epoch": self.plan.selector.current_epoch,
+                "selector_state": self.plan.selector.state_dict(),
+                "selection": progress.selection(),
+                "held_out_rows": None if self.plan.held_out_rows is None
+                else np.asarray(self.plan.held_out_rows).tolist(),
+                "seed": self.plan.seed,
+                "grad_scaler": None if scaler is None else scaler.state_dict()}
 
 
-def restore(net: Any, state: dict, *, restart: tuple[str, ...] = (),
-            rows: str | bool | None = True, parts: tuple[str, ...] = PARTS) -> None:
-    """Continue ``net`` (initialised, of the structure the state was taken from) from
-    :func:`training_state`'s ``state``, or its ``parts``.
+    def restore(self, state: dict, *, restart: tuple[str, ...] = (),
+                rows: str | bool | None = True, parts: tuple[str, ...] = PARTS) -> None:
+        """Continue this net (initialised, of the structure the state was taken from) from
+        :meth:`training_state`'s ``state``, or its ``parts``.
 
-    The optimizer's state is taken when the optimizer is of the same class and holds
-    the same parameter groups; its settings (learning rate, ...) stay this net's own.
-    A learned loss parameter (temperature, SigLIP's bias) is taken when this net learns
-    it too and it is not in ``restart`` (the parameters whose starting value the loss
-    changed); otherwise it is this net's start. The embeddings of the training rows
-    that ``selection_pass='cached'`` keeps (the sampler's tables, under
-    ``'selection'``) are taken when ``rows``, the digest of the rows this net trains on
-    (:meth:`~._data.ViewData.fingerprint`), is the one they were computed on (``True``:
-    as they are, for a loaded model); a fit on other rows starts without them.
-    """
-    if rows is not True and (rows is None or
-                             (state.get("selection") or {}).get("rows") != rows):
-        state = without_row_caches(state)
-    if "module" in parts:
-        _load_state(net.inference_module(), state["module"], "the network")
-    if "criterion" in parts:
-        criterion = dict(state["criterion"])
-        learned = tuple(ContrastiveCriterion.PARAMETERS.values())
-        for name, key in ContrastiveCriterion.PARAMETERS.items():
-            value = criterion.pop(key, None)
-            if value is not None and name not in restart and \
-                    hasattr(net.loss_module(), key):
-                criterion[key] = value
-        _load_state(net.loss_module(), criterion, "the loss module",
-                    optional=(*learned, ContrastiveCriterion.PROGRESS))
-    if "optimizer" in parts:
-        _load_optimizer(net, state.get("optimizer"), state.get("optimizer_class"))
-    if "history" in parts:
-        net.history = History(copy.deepcopy(state["history"]))
-    if "selector" in parts:
-        net.plan.selector.set_epoch(state["selector_epoch"])
-        net.plan.selector.load_state_dict(state.get("selector_state", {}))
-    if "selection" in parts:  # of the same rows by now (dropped above otherwise)
-        net.loss_module().progress.take(state.get("selection"), same_rows=rows is True)
-    scaler = state.get("grad_scaler")
-    if "grad_scaler" in parts and scaler and net.plan.precision == "float16":
-        net.grad_scaler_ = torch.amp.GradScaler(net.compute_device.type)
-        net.grad_scaler_.load_state_dict(scaler)
+        The optimizer's state is taken when the optimizer is of the same class and holds
+        the same parameter groups; its settings (learning rate, ...) stay this net's own.
+        A learned loss parameter (temperature, SigLIP's bias) is taken when this net learns
+        it too and it is not in ``restart`` (the parameters whose starting value the loss
+        changed); otherwise it is this net's start. The embeddings of the training rows
+        that ``selection_pass='cached'`` keeps (the sampler's tables, under
+        ``'selection'``) are taken when ``rows``, the digest of the rows this net trains on
+        (:meth:`~._data.ViewData.fingerprint`), is the one they were computed on (``True``:
+        as they are, for a loaded model); a fit on other rows starts without them.
+        """
+        if rows is not True and (rows is None or
+                                 (state.get("selection") or {}).get("rows") != rows):
+            state = without_row_caches(state)
+        if "module" in parts:
+            _load_state(self.inference_module(), state["module"], "the network")
+        if "criterion" in parts:
+            criterion = dict(state["criterion"])
+            learned = tuple(ContrastiveCriterion.PARAMETERS.values())
+            for name, key in ContrastiveCriterion.PARAMETERS.items():
+                value = criterion.pop(key, None)
+                if value is not None and name not in restart and \
+                        hasattr(self.loss_module(), key):
+                    criterion[key] = value
+            _load_state(self.loss_module(), criterion, "the loss module",
+                        optional=(*learned, ContrastiveCriterion.PROGRESS))
+        if "optimizer" in parts:
+            _load_optimizer(self, state.get("optimizer"), state.get("optimizer_class"))
+        if "history" in parts:
+            self.history = History(copy.deepcopy(state["history"]))
+        if "selector" in parts:
+            self.plan.selector.set_epoch(state["selector_epoch"])
+            self.plan.selector.load_state_dict(state.get("selector_state", {}))
+        if "selection" in parts:  # of the same rows by now (dropped above otherwise)
+            self.loss_module().progress.take(state.get("selection"), same_rows=rows is True)
+        scaler = state.get("grad_scaler")
+        if "grad_scaler" in parts and scaler and self.plan.precision == "float16":
+            self.grad_scaler_ = torch.amp.GradScaler(self.compute_device.type)
+            self.grad_scaler_.load_state_dict(scaler)
 
 
 def without_row_caches(state: dict) -> dict:
