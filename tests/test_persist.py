@@ -515,7 +515,7 @@ def test_a_declared_memory_the_file_does_not_hold_is_refused_before_anything_is_
     def build_net(*args, **kwargs):
         raise AssertionError("load built the net")
 
-    monkeypatch.setattr(ContrastiveEmbedder, "build_net", build_net)
+    monkeypatch.setattr(ContrastiveEmbedder, "_build_net", build_net)
     with pytest.raises(ValueError, match=r"the saved parameters build 'criterion\.memory_state"
                                          r"\.\w+'.*, which the saved model does not hold"):
         skcontrast.load(tmp_path / "m")

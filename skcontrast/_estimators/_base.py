@@ -268,7 +268,7 @@ class BaseEmbedder(SavedModel, NetBuilder, ClassNamePrefixFeaturesOutMixin,
         with global_rng_turn(), torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
             extra = self._monitoring(spec, valid, held_out, scoring)
-            plan = self.plan(spec, len(data), seed, kept=kept, n_rows=n_rows,
+            plan = self._plan_fit(spec, len(data), seed, kept=kept, n_rows=n_rows,
                              held_out_rows=None if held_out is None else held_out.rows)
             net = self._make_net(plan, factory, loss, len(data), device, labels=labels,
                                  valid=valid, extra=extra,

@@ -1,10 +1,11 @@
 """Building the skorch net of a fit (or of a loaded model) from the estimator's parameters.
 
-:class:`NetBuilder` turns the checked parameters into a :class:`~._net.SelectorNet`:
-the encoders' factory, the loss module around the estimator's loss object and memory,
-the fit's clone of the selector, the callbacks; :meth:`NetBuilder.build_net` is what
-both ``fit`` and :func:`skcontrast.load` use. A warm start builds a net the same way
-and refuses parameters that would change the fitted network's structure.
+:class:`NetBuilder` works out the fit's plan once (:meth:`NetBuilder._plan_fit`, which
+``fit`` and :func:`skcontrast.load` both use) and turns it and the checked parameters into
+a :class:`~._net.SelectorNet`: the encoders' factory, the loss module around the
+estimator's loss object and memory, the sampler of the fit's clone of the selector, the
+callbacks. A warm start builds a net the same way and refuses parameters that would
+change the fitted network's structure.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class NetBuilder(ParameterChecks):
                               self._nested("module__"),
                               self.projection_head, self.freeze)
 
-    def build_net(self, plan: FitPlan, spec: InputSpec, n_samples: int, shared: bool,
+    def _build_net(self, plan: FitPlan, spec: InputSpec, n_samples: int, shared: bool,
                   device: str = "cpu") -> SelectorNet:
         """An initialised, untrained net of ``plan`` for input ``spec`` (what
         :func:`skcontrast.load` fills with saved weights)."""
@@ -98,7 +99,7 @@ class NetBuilder(ParameterChecks):
                              resolve_device(device), trains=False)
         return net.initialize()
 
-    def check_saved_shapes(self, plan: FitPlan, spec: InputSpec, n_samples: int,
+    def _check_saved_shapes(self, plan: FitPlan, spec: InputSpec, n_samples: int,
                            shared: bool, state: dict) -> None:
         """Compare the sizes a saved model's parameters declare with its stored tensors
         before anything is built: the memory's sample count with the one the file says
@@ -157,9 +158,9 @@ class NetBuilder(ParameterChecks):
                              f"{target}; use data_on_device='auto' or False")
         return data.to(target)
 
-    def plan(self, spec: InputSpec, n: int, seed: int, *, kept: np.ndarray | None = None,
-             n_rows: int | None = None, held_out_rows: np.ndarray | None = None
-             ) -> FitPlan:
+    def _plan_fit(self, spec: InputSpec, n: int, seed: int, *,
+                  kept: np.ndarray | None = None, n_rows: int | None = None,
+                  held_out_rows: np.ndarray | None = None) -> FitPlan:
         """What a fit on ``n`` training rows of input ``spec`` works out once, and what
         :func:`skcontrast.load` works out once for a saved model (:class:`~._plan.FitPlan`):
         the selector as the fit uses it (its seed from ``seed``, the rows ``kept`` of

@@ -23,7 +23,7 @@ class AcceleratorCheckpoint(Callback):
     from it.
 
     The state is the one every other way of continuing a fit carries (a warm start, a
-    saved model, a pickle; :func:`~._state.training_state`): the weights, the loss
+    saved model, a pickle): the weights, the loss
     module's state (a learned temperature, a memory, :mod:`skcontrast.memory`), the
     optimizer's moments, the history, the selector's epoch and state (so that a resumed
     fit draws the very batches the interrupted one would have drawn next), the

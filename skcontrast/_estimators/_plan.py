@@ -1,6 +1,6 @@
 """The plan of a fit: what the estimator's parameters and the data decide, worked out
 once per fit (and once per :func:`skcontrast.load`) by
-:meth:`~._build.NetBuilder.plan`, and read, never derived again, by the net
+:meth:`~._build.NetBuilder._plan_fit`, and read, never derived again, by the net
 (:class:`~._net.SelectorNet`), its epochs' streams and the state a later fit continues
 from."""
 

@@ -145,10 +145,10 @@ class SavedModel:
                    if isinstance(value, Unsaved)}
         estimator.set_params(device=device, **dict.fromkeys(unsaved))
         estimator._check_params()
-        plan = estimator.plan(spec, n_samples, state["seed"],
+        plan = estimator._plan_fit(spec, n_samples, state["seed"],
                               held_out_rows=state["held_out_rows"])
-        estimator.check_saved_shapes(plan, spec, n_samples, shared, state)
-        net = estimator.build_net(plan, spec, n_samples, shared, device)
+        estimator._check_saved_shapes(plan, spec, n_samples, shared, state)
+        net = estimator._build_net(plan, spec, n_samples, shared, device)
         estimator.set_params(**unsaved)
         net.restore(state)
         estimator.net_ = net
