@@ -1,6 +1,8 @@
 """The net that owns training (skcontrast/_estimators/_net.py): skorch extended through
 its public hooks, the fit iterating the public sampler, the step returning its terms."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -315,3 +317,44 @@ def test_every_callback_skorch_exports_acts_as_on_a_neural_net(name, tmp_path, c
         pytest.importorskip(_OPTIONAL[name], reason=f"{name} needs {_OPTIONAL[name]}")
     X, _ = make_paired_gaussians(64, 4, random_state=0)
     _check_callback(name, X, tmp_path, capsys)
+
+
+
+@pytest.mark.slow
+def test_an_epochs_memory_does_not_grow_with_its_steps():
+    """The batch values are read from the device once per epoch. The epoch kept each
+    step's own scalars, allocated among the step's large temporaries, which then could
+    not be given back: anonymous memory grew by about 1.5 MB a step (+448 MiB over the
+    245 steps of 250,000 pairs at B=1024, +2.1 GiB over 977 steps); now each step's
+    values are a tensor of their own, made after the step."""
+    import threading
+    import time
+
+    def anonymous():
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) * 1024 for line in status
+                        if line.startswith("RssAnon:"))
+
+    if not Path("/proc/self/status").exists():
+        pytest.skip("needs Linux's /proc to read the process's anonymous memory")
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(250_000, 32)).astype(np.float32)
+    X = np.stack([z, z + np.float32(0.1) * rng.normal(size=z.shape).astype(np.float32)], 1)
+    est = ContrastiveEmbedder(max_epochs=1, batch_size=1024, hidden_layer_sizes=(64,),
+                              n_components=16, random_state=0)
+    peak, done = [0], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            peak[0] = max(peak[0], anonymous())
+            time.sleep(0.005)
+
+    before = anonymous()
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        est.fit(X)
+    finally:
+        done.set()
+        watcher.join()
+    assert peak[0] - before < 250 * 2**20, (peak[0] - before) / 2**20
