@@ -445,10 +445,9 @@ def embed_net(net: SelectorNet, data: ViewData, view: int | None = 0, augment: A
               head: bool = True) -> np.ndarray:
     """Embeddings of ``data`` by a trained net: by the projection head, unit norm when
     the loss normalises, or the backbone's features as they are."""
-    out = net.embed(data, view=view, augment=augment, head=head)
-    if head and getattr(net.criterion_.loss, "normalize", True):
-        out = torch.nn.functional.normalize(out, dim=-1)
-    return out.numpy().astype(np.float32, copy=False)
+    normalize = head and getattr(net.criterion_.loss, "normalize", True)
+    out = net.embed(data, view=view, augment=augment, head=head, normalize=normalize)
+    return out.numpy()
 
 
 def warn_single_member_classes(y_codes: np.ndarray, classes: np.ndarray, convention: str) -> None:

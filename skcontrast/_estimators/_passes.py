@@ -155,18 +155,23 @@ class SelectionPasses:
 
     @torch.no_grad()
     def embed(self, data: ViewData, view: int | None = None, augment: Any = None,
-              indices: np.ndarray | None = None, head: bool = True) -> torch.Tensor:
+              indices: np.ndarray | None = None, head: bool = True,
+              normalize: bool = False) -> torch.Tensor:
         """Embeddings of ``data`` in inference mode, batch by batch, on the net's device.
 
         ``view=None`` runs the module's own ``forward`` (both views of pairs); an int
         embeds single-view data with that view's encoder, through its projection head or
-        (``head=False``) not. ``augment`` is applied to each batch on the device first;
-        ``indices`` restricts the pass to those rows. Returns float32 on the CPU.
+        (``head=False``) not, each batch unit-normalised with ``normalize``. ``augment``
+        is applied to each batch on the device first; ``indices`` restricts the pass to
+        those rows. Returns float32 on the CPU, written batch by batch into one tensor
+        (the output and a batch: never a list of the batches and their concatenation).
         """
         module: Any = self.inference_module()
         was_training = module.training
         module.eval()
-        out = []
+        n = len(data) if indices is None else len(indices)
+        out: torch.Tensor | None = None
+        start = 0
         try:
             for batch in inference_batches(data, self.plan, self.compute_device, indices):
                 xb = to_device(batch.views, self.compute_device, self.plan.image_normalization)
@@ -174,12 +179,16 @@ class SelectionPasses:
                     xb = augment(xb)
                 with self.autocast():
                     z = module(xb) if view is None else module.encode(xb, view, head=head)
-                out.append(z.float())
+                z = z.float()
+                if normalize:
+                    z = torch.nn.functional.normalize(z, dim=-1)
+                if out is None:
+                    out = torch.empty((n, *z.shape[1:]), dtype=torch.float32)
+                out[start:start + len(z)] = z
+                start += len(z)
         finally:
             module.train(was_training)
-        if not out:
-            return torch.empty(0)
-        return torch.cat(out).cpu()
+        return torch.empty(0) if out is None else out
 
     def selection_embeddings(self, indices: np.ndarray | None = None) -> np.ndarray:
         """What adaptive selectors look at: current embeddings of the training set (or of
