@@ -66,7 +66,7 @@ class EpochLoop:
     def _run_epoch(self, iterator: Any, training: bool, prefix: str, step_fn: Any,
                    **fit_params: Any) -> None:
         first = len(self.history[-1]["batches"])
-        pending: list[torch.Tensor] = []
+        pending = StepValues(len(iterator) if hasattr(iterator, "__len__") else 64)
         sizes: list[int] = []
         kept: list[tuple[int, torch.Tensor]] = []  # rows a curating selector kept
         begin, end = (self._listening(hook) for hook in ("on_batch_begin", "on_batch_end"))
@@ -82,9 +82,6 @@ class EpochLoop:
                     self.on_batch_begin(self, batch=batch, training=training)
                 step = step_fn(batch, **fit_params)
                 terms = step["terms"]
-                # a tensor of its own, made after the step: the step's own scalars,
-                # allocated among its large temporaries and kept to the epoch's end,
-                # kept the allocator from giving those back (+2 GiB over 977 steps)
                 values = torch.stack((step["loss"].detach(), terms.positive.detach(),
                                       terms.entropy.detach()))
                 if "kept" in step:  # rows embedded to choose, and the rows that trained
@@ -96,12 +93,12 @@ class EpochLoop:
                                        first + len(sizes) - 1)
                     self.check_finite(prefix, first + len(sizes) - 1)
                 else:
-                    pending.append(values)  # read from the device once, after the epoch
+                    pending.add(values)  # read from the device once, after the epoch
                 if end:
                     self.notify("on_batch_end", batch=batch, training=training, **step)
         finally:
-            if pending:
-                rows = torch.stack(pending).tolist()
+            if pending.count:
+                rows = pending.read()
                 records = self.history[-1]["batches"]  # skorch's lookup, once per epoch
                 for i, row in enumerate(rows):
                     self._record_batch(row, sizes[i], prefix, first + i, records)
@@ -161,3 +158,34 @@ class EpochLoop:
                     f"temperature (temperature={self.plain_temperature()}), keep "
                     "the embeddings normalised (loss__normalize=True), or check that "
                     "the module does not output NaN or inf")
+
+
+class StepValues:
+    """The values of an epoch's steps (loss, positive, entropy), kept where they were
+    computed, in one buffer, and read once after the epoch (reading each step's would
+    wait for a GPU at every step). One buffer, not a tensor per step: the steps' own
+    scalars, allocated among each step's large temporaries and kept to the epoch's end,
+    kept the allocator from giving those back (+2.1 GiB over an epoch of 977 steps of
+    B=1024; +200 MiB over 3,907 steps as a list of small tensors)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self.buffer: torch.Tensor | None = None
+        self.count = 0
+
+    def add(self, values: torch.Tensor) -> None:
+        """Keep one step's values (copied into the buffer, which grows if the epoch has
+        more steps than its iterator said)."""
+        if self.buffer is None:
+            self.buffer = values.new_empty((self.capacity, len(values)))
+        elif self.count == len(self.buffer):
+            grown = self.buffer.new_empty((2 * len(self.buffer), self.buffer.shape[1]))
+            grown[:self.count] = self.buffer
+            self.buffer = grown
+        self.buffer[self.count] = values
+        self.count += 1
+
+    def read(self) -> list[list[float]]:
+        """Every step's values, read from the device once."""
+        assert self.buffer is not None
+        return self.buffer[:self.count].tolist()

@@ -1,0 +1,216 @@
+"""Data bigger than memory: fit and transform of a memory-mapped array (and of an Arrow
+dataset on disk), peak anonymous memory above the process before the call and time per
+epoch, side by side with a plain PyTorch loop over the same file.
+
+Run:  python benchmarks/bench_scale.py [--sizes 250000 1000000 4000000] [--arrow]
+                                       [--dir DIR] [--threads 2]
+
+Pairs of 32-d float32 features ``(n, 2, 32)`` (a noisy copy of a Gaussian vector) are
+written once, chunk by chunk, to ``DIR`` as ``.npy`` files (and, with ``--arrow``, as
+``datasets`` folders saved to disk), then read memory-mapped (``np.load(...,
+mmap_mode='r')``, ``datasets.Dataset.load_from_disk``). One epoch of
+``ContrastiveEmbedder(max_epochs=1, batch_size=1024)`` (shuffled batches) is measured
+against one epoch of the loop a user writes over the same file: a ``DataLoader`` of
+shuffled batch indices reading those rows, the estimator's own network (a copy), Adam
+and symmetric InfoNCE as ``F.cross_entropy`` on one logits matrix. Memory is the
+process's anonymous memory (``RssAnon``, sampled every 5 ms) above where it was before
+the call: the file's pages, which the kernel can drop, are not counted. The bar of the
+issue is 200 MB + a quarter of the data's size; ``transform``'s is its output + 200 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from _harness import _trim_heap, set_threads, table
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+
+from skcontrast import ContrastiveEmbedder
+
+WIDTH, BATCH, TEMPERATURE, CHUNK = 32, 1024, 0.1, 100_000
+
+
+def anonymous() -> int:
+    """The process's anonymous resident memory, in bytes."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status
+                    if line.startswith("RssAnon:"))
+
+
+def peak_anonymous(run) -> tuple[float, float, object]:
+    """MiB of anonymous memory above the start at its peak while ``run()`` runs, its
+    seconds, and what it returned."""
+    gc.collect()
+    _trim_heap()
+    peak, done = [0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], anonymous())
+            time.sleep(0.005)
+
+    before = anonymous()
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    start = time.perf_counter()
+    try:
+        result = run()
+    finally:
+        seconds = time.perf_counter() - start
+        done.set()
+        watcher.join()
+    return max(0, peak[0] - before) / 2**20, seconds, result
+
+
+def pairs_file(folder: Path, n: int) -> Path:
+    """``(n, 2, 32)`` float32 pairs in an ``.npy`` file, written chunk by chunk."""
+    path = folder / f"pairs_{n}.npy"
+    if not path.exists():
+        out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32,
+                                        shape=(n, 2, WIDTH))
+        rng = np.random.default_rng(0)
+        for start in range(0, n, CHUNK):
+            z = rng.normal(size=(min(CHUNK, n - start), WIDTH)).astype(np.float32)
+            out[start:start + len(z), 0] = z
+            out[start:start + len(z), 1] = z + np.float32(0.1) * rng.normal(
+                size=z.shape).astype(np.float32)
+        out.flush()
+        del out
+    return path
+
+
+def arrow_folder(folder: Path, n: int, pairs: np.ndarray) -> Path:
+    """The same pairs as a ``datasets.Dataset`` saved to disk (columns ``a`` and ``b``)."""
+    import datasets
+    import pyarrow as pa
+
+    path = folder / f"pairs_{n}_arrow"
+    if not path.exists():
+        def column(view: int, start: int) -> pa.Array:
+            values = np.ascontiguousarray(pairs[start:start + CHUNK, view]).reshape(-1)
+            return pa.FixedSizeListArray.from_arrays(pa.array(values), WIDTH)
+
+        tables = [pa.table({"a": column(0, s), "b": column(1, s)})
+                  for s in range(0, n, CHUNK)]
+        datasets.Dataset(pa.concat_tables(tables)).save_to_disk(str(path))
+    return path
+
+
+def plain_epoch(module: torch.nn.Module, read) -> None:
+    """One epoch of the loop a user writes: shuffled batch indices, the rows read from
+    the file by a DataLoader (``read[rows]``), symmetric InfoNCE as cross-entropy on one
+    logits matrix."""
+    optimizer = torch.optim.Adam(module.parameters(), lr=1e-3)
+    batches = BatchSampler(RandomSampler(range(read.n), generator=torch.Generator()
+                                         .manual_seed(0)), BATCH, drop_last=False)
+    for pairs in DataLoader(read, sampler=batches, batch_size=None):
+        z = module((pairs[:, 0], pairs[:, 1]))
+        u, v = F.normalize(z[:, 0], dim=-1), F.normalize(z[:, 1], dim=-1)
+        logits = u @ v.T / TEMPERATURE
+        labels = torch.arange(len(z))
+        loss = F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+class ReadArray:
+    """The rows of a batch, from a memory-mapped array (sorted: the file is read in
+    order)."""
+
+    def __init__(self, X: np.ndarray) -> None:
+        self.X, self.n = X, len(X)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, rows: list[int]) -> torch.Tensor:
+        return torch.from_numpy(self.X[np.sort(rows)])
+
+
+class ReadArrow:
+    """The rows of a batch, from an Arrow dataset on disk."""
+
+    def __init__(self, dataset) -> None:
+        self.data, self.n = dataset.with_format("numpy"), len(dataset)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, rows: list[int]) -> torch.Tensor:
+        batch = self.data[sorted(rows)]
+        return torch.from_numpy(np.stack([batch["a"], batch["b"]], 1))
+
+
+def rows_for(kind: str, n: int, data, read, data_mib: float) -> list[list[str]]:
+    estimator = ContrastiveEmbedder(max_epochs=1, batch_size=BATCH, random_state=0)
+    memory, _, est = peak_anonymous(lambda: estimator.fit(data))
+    epoch = float(est.history_[-1, "dur"])
+    module = copy.deepcopy(est.net_.module_)
+    plain_memory, plain_seconds, _ = peak_anonymous(lambda: plain_epoch(module, read))
+    bar = 200 + data_mib / 4
+    rows = [[kind, f"{n:,}", f"{data_mib:,.0f} MiB", "fit, 1 epoch", f"{memory:,.0f} MiB",
+             f"{bar:,.0f} MiB", f"{epoch:.1f} s", f"{epoch / plain_seconds:.2f}x"],
+            ["", "", "", "plain loop, 1 epoch", f"{plain_memory:,.0f} MiB", "",
+             f"{plain_seconds:.1f} s", "1.00x"]]
+    out_memory, seconds, out = peak_anonymous(lambda: est.transform(data))
+    output = out.nbytes / 2**20
+    rows.append(["", "", "", f"transform ({output:,.0f} MiB out)", f"{out_memory:,.0f} MiB",
+                 f"{output + 200:,.0f} MiB", f"{seconds:.1f} s", ""])
+    return rows
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+",
+                        default=[250_000, 1_000_000, 4_000_000])
+    parser.add_argument("--arrow", action="store_true", help="also Arrow datasets on disk")
+    parser.add_argument("--dir", default=None, help="where the files go (default: a "
+                        "temporary folder, removed after)")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    set_threads(args.threads)
+    holder = None if args.dir else tempfile.TemporaryDirectory()
+    folder = Path(args.dir or holder.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    try:
+        for n in args.sizes:
+            path = pairs_file(folder, n)
+            X = np.load(path, mmap_mode="r")
+            data_mib = X.nbytes / 2**20
+            rows += rows_for("memory-mapped .npy", n, X, ReadArray(X), data_mib)
+            if args.arrow:
+                import datasets
+
+                dataset = datasets.Dataset.load_from_disk(str(arrow_folder(folder, n, X)))
+                rows += rows_for("Arrow on disk", n, dataset, ReadArrow(dataset), data_mib)
+                del dataset
+            del X
+            if holder is not None:
+                os.remove(path)
+    finally:
+        if holder is not None:
+            holder.cleanup()
+    text = (f"One epoch of ContrastiveEmbedder(max_epochs=1, batch_size={BATCH}) on pairs "
+            f"of {WIDTH}-d float32, {args.threads} CPU threads; memory: anonymous memory "
+            "above the process before the call, at its peak; 'vs plain': the epoch's time "
+            "against the plain loop's over the same file.\n")
+    text += table(rows, ["data", "pairs", "size", "what", "peak memory", "bar", "time",
+                         "vs plain"])
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()
