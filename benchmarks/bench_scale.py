@@ -14,7 +14,8 @@ against one epoch of the loop a user writes over the same file: a ``DataLoader``
 shuffled batch indices reading those rows, the estimator's own network (a copy), Adam
 and symmetric InfoNCE as ``F.cross_entropy`` on one logits matrix. Memory is the
 process's anonymous memory (``RssAnon``, sampled every 5 ms) above where it was before
-the call: the file's pages, which the kernel can drop, are not counted. The bar of the
+the call, each form and size in a process of its own: the file's pages, which the
+kernel can drop, are not counted. The bar of the
 issue is 200 MB + a quarter of the data's size; ``transform``'s is its output + 200 MB.
 """
 
@@ -23,7 +24,9 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
-import os
+import json
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -170,6 +173,19 @@ def rows_for(kind: str, n: int, data, read, data_mib: float) -> list[list[str]]:
     return rows
 
 
+def one_case(folder: Path, kind: str, n: int) -> list[list[str]]:
+    """The rows of one form and size (run in a process of its own, so that no case
+    starts from memory an earlier one left to the allocator)."""
+    X = np.load(pairs_file(folder, n), mmap_mode="r")
+    data_mib = X.nbytes / 2**20
+    if kind == "array":
+        return rows_for("memory-mapped .npy", n, X, ReadArray(X), data_mib)
+    import datasets
+
+    dataset = datasets.Dataset.load_from_disk(str(arrow_folder(folder, n, X)))
+    return rows_for("Arrow on disk", n, dataset, ReadArrow(dataset), data_mib)
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+",
@@ -178,27 +194,25 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--dir", default=None, help="where the files go (default: a "
                         "temporary folder, removed after)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--case", nargs=2, help=argparse.SUPPRESS)  # kind, n: one process
     args = parser.parse_args(argv)
     set_threads(args.threads)
+    if args.case:
+        print(json.dumps(one_case(Path(args.dir), args.case[0], int(args.case[1]))))
+        return ""
     holder = None if args.dir else tempfile.TemporaryDirectory()
     folder = Path(args.dir or holder.name)
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
     try:
         for n in args.sizes:
-            path = pairs_file(folder, n)
-            X = np.load(path, mmap_mode="r")
-            data_mib = X.nbytes / 2**20
-            rows += rows_for("memory-mapped .npy", n, X, ReadArray(X), data_mib)
-            if args.arrow:
-                import datasets
-
-                dataset = datasets.Dataset.load_from_disk(str(arrow_folder(folder, n, X)))
-                rows += rows_for("Arrow on disk", n, dataset, ReadArrow(dataset), data_mib)
-                del dataset
-            del X
-            if holder is not None:
-                os.remove(path)
+            pairs_file(folder, n)
+            for kind in ("array", "arrow") if args.arrow else ("array",):
+                done = subprocess.run(
+                    [sys.executable, __file__, "--case", kind, str(n), "--dir", str(folder),
+                     "--threads", str(args.threads)], capture_output=True, text=True,
+                    check=True)
+                rows += json.loads(done.stdout.strip().splitlines()[-1])
     finally:
         if holder is not None:
             holder.cleanup()
