@@ -32,6 +32,7 @@ from ..exceptions import TrainingInterrupted
 from ._build import NetBuilder
 from ._data import InputSpec, ViewData, with_labels
 from ._forms import read_input
+from ._forms._form import stand_in
 from ._guard_rows import GuardRows, guard_rows
 from ._monitor import (
     ValidScore,
@@ -167,13 +168,7 @@ class BaseEmbedder(SavedModel, NetBuilder, ClassNamePrefixFeaturesOutMixin,
         if labelled and y_val is None:
             raise ValueError(f"{type(self).__name__} needs y_val with X_val: the held-out "
                              "loss is a label loss")
-        reader = copy.copy(self)
-        for name, value in features.items():
-            if value is None:
-                reader.__dict__.pop(name, None)
-            else:
-                setattr(reader, name, value)
-        valid_data = read_input(reader, X_val, spec)
+        valid_data = read_input(stand_in(self, features), X_val, spec)
         if len(valid_data) < 2:
             raise ValueError(f"X_val holds {len(valid_data)} sample(s); the held-out loss "
                              "contrasts at least 2")

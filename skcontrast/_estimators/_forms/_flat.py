@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator
 from sklearn.utils.validation import validate_data
 
 from ..._validation import check_int, describe, is_view_dict
@@ -17,7 +16,7 @@ from .._checks import check_length, check_values, from_numpy
 from .._data import InputSpec, TensorViews, View, ViewData
 from ._array import ARRAY, ArrayForm
 from ._dict import DICT
-from ._form import NO_FEATURES, InputForm, form_of, is_dataset
+from ._form import NO_FEATURES, InputForm, form_of, is_dataset, stand_in
 
 
 class FlatForm(ArrayForm):
@@ -30,7 +29,7 @@ class FlatForm(ArrayForm):
 
     def fit(self, estimator: Any, X: Any, *, single: bool, labelled: bool,
             view_split: Any) -> tuple[ViewData, InputSpec, dict]:
-        probe = _probe(estimator)  # what validate_data records, not the estimator
+        probe = stand_in(estimator)  # what validate_data records, not the estimator
         data, spec = _read_flat(probe, X, reset=True, single=single, view_split=view_split)
         return data, spec, {**NO_FEATURES, **{k: getattr(probe, k, None) for k in
                                               ("n_features_in_", "feature_names_in_")}}
@@ -112,14 +111,3 @@ def _flat_split(estimator: Any, width: int, view_split: Any) -> int:
                 UserWarning, stacklevel=4)
         return width // 2
     return check_int(view_split, "view_split", minimum=1, maximum=width - 1)
-
-
-def _probe(estimator: Any) -> Any:
-    """A stand-in that ``validate_data`` can record the input on: the estimator's class
-    name and tags, none of its state (the estimator itself is set after a fit succeeds).
-    It holds the tags, not the estimator: a class is a reference cycle, which would keep
-    a fitted model's tensors until Python's next full garbage collection."""
-    tags = estimator.__sklearn_tags__()
-    probe_class = type(type(estimator).__name__, (BaseEstimator,),
-                       {"__sklearn_tags__": lambda self: tags})
-    return probe_class()

@@ -43,6 +43,25 @@ class InputForm:
         return self
 
 
+def stand_in(estimator: Any, fitted: dict | None = None) -> Any:
+    """A stand-in of ``estimator`` for its readers: its class name, tags and
+    ``tokenizer``, and the attributes a fit records about its input (``fitted``: the
+    features and the tokenizer, ``None`` for none), none of its state. ``fit`` reads its
+    input on one (what ``validate_data`` records, the estimator itself set only once
+    the fit succeeds), and held-out data is read on one holding the training input's
+    record (the estimator is not fitted yet). It holds the tags, not the estimator: a
+    class is a reference cycle, which would keep a fitted model's tensors until
+    Python's next full garbage collection."""
+    from sklearn.base import BaseEstimator
+
+    tags = estimator.__sklearn_tags__()
+    known = {name: value for name, value in (fitted or {}).items() if value is not None}
+    kind = type(type(estimator).__name__, (BaseEstimator,), {
+        "__sklearn_tags__": lambda self: tags,
+        "tokenizer": getattr(estimator, "tokenizer", None), **known})
+    return kind()
+
+
 def is_dataset(X: Any) -> bool:
     """A torch ``Dataset`` or skorch's ``SliceDataset`` (what ``GridSearchCV`` can split)."""
     from skorch.helper import SliceDataset
