@@ -26,7 +26,19 @@ class Constraint:
             raise ValueError(f"{name} must be {self}; got {describe(value)}")
 
 
-class Interval(Constraint):
+class CheckFirst(Constraint):
+    """A constraint whose :meth:`check` says what it refuses; it accepts what that
+    check lets pass."""
+
+    def accepts(self, value: Any) -> bool:
+        try:
+            self.check(value, "value")
+        except ValueError:
+            return False
+        return True
+
+
+class Interval(CheckFirst):
     """An integer (``kind=int``) or real number (``kind=float``) between ``low`` and
     ``high`` (``None``: unbounded); a real interval may be open at either end."""
 
@@ -41,13 +53,6 @@ class Interval(Constraint):
             check_real(value, name, low=self.low, high=self.high,
                        low_open=self.closed in ("neither", "right"),
                        high_open=self.closed in ("neither", "left"))
-
-    def accepts(self, value: Any) -> bool:
-        try:
-            self.check(value, "value")
-        except ValueError:
-            return False
-        return True
 
     def __str__(self) -> str:
         kind = "an integer" if self.kind is int else "a real number"
@@ -92,7 +97,7 @@ class InstanceOf(Constraint):
         return self.what
 
 
-class Checked(Constraint):
+class Checked(CheckFirst):
     """A value that ``check(value, name)`` accepts (a rule a declaration cannot say,
     e.g. a tuple of positive widths); its own message is the refusal."""
 
@@ -101,13 +106,6 @@ class Checked(Constraint):
 
     def check(self, value: Any, name: str) -> None:
         self.check_value(value, name)
-
-    def accepts(self, value: Any) -> bool:
-        try:
-            self.check_value(value, "value")
-        except ValueError:
-            return False
-        return True
 
     def __str__(self) -> str:
         return self.what

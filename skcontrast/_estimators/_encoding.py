@@ -287,12 +287,7 @@ def decode_value(value: Any, entry: str) -> Any:
         cls = _allowed(value["estimator"], entry)
         if not (isinstance(cls, type) and issubclass(cls, BaseEstimator)):
             raise ValueError(f"{value['estimator']!r} ({entry}) is not an estimator class")
-        kwargs = _decode_kwargs(value.get("params"), entry)
-        try:
-            return cls(**kwargs)
-        except TypeError as exc:
-            raise ValueError(f"malformed saved configuration: {entry} gives "
-                             f"{value['estimator']} arguments it does not take ({exc})") from None
+        return _made(cls, value["estimator"], value.get("params"), entry)
     if "object" in value:
         cls = _allowed(value["object"], entry)
         if cls not in field_objects():
@@ -304,12 +299,7 @@ def decode_value(value: Any, entry: str) -> Any:
         cls = _allowed(value["init"], entry)
         if cls not in _init_objects():
             raise ValueError(f"{value['init']!r} ({entry}) is not made from its arguments")
-        kwargs = _decode_kwargs(value.get("params"), entry)
-        try:
-            return cls(**kwargs)
-        except TypeError as exc:
-            raise ValueError(f"malformed saved configuration: {entry} gives "
-                             f"{value['init']} arguments it does not take ({exc})") from None
+        return _made(cls, value["init"], value.get("params"), entry)
     if "call" in value:
         factory = _allowed(value["call"], entry)
         if factory not in _factories():
@@ -330,6 +320,17 @@ def _factories() -> tuple[Callable, ...]:
     from .. import datasets
 
     return (datasets.digit_augmentation, *recipes())
+
+
+def _made(cls: Any, path: str, params: Any, entry: str) -> Any:
+    """``cls`` called with its saved ``params``; arguments it does not take are a
+    malformed configuration, naming the entry."""
+    kwargs = _decode_kwargs(params, entry)
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"malformed saved configuration: {entry} gives {path} arguments "
+                         f"it does not take ({exc})") from None
 
 
 def _decode_kwargs(value: Any, entry: str) -> dict:
