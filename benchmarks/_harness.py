@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import importlib
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -159,3 +160,37 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(str(c).rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     return "\n".join(lines)
+
+
+def anonymous() -> int:
+    """The process's anonymous resident memory, in bytes (Linux's ``RssAnon``): a
+    memory-mapped file's pages, which the kernel can drop, are not in it."""
+    kb = _status_kb("RssAnon")
+    if kb is None:
+        raise OSError("the process's anonymous memory needs Linux's /proc/self/status")
+    return kb * 1024
+
+
+def peak_anonymous(run) -> tuple[float, float, object]:
+    """MiB of anonymous memory above the start at its peak while ``run()`` runs, its
+    seconds, and what it returned."""
+    gc.collect()
+    _trim_heap()
+    peak, done = [0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], anonymous())
+            time.sleep(0.005)
+
+    before = anonymous()
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    start = time.perf_counter()
+    try:
+        result = run()
+    finally:
+        seconds = time.perf_counter() - start
+        done.set()
+        watcher.join()
+    return max(0, peak[0] - before) / 2**20, seconds, result

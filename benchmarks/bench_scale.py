@@ -23,56 +23,21 @@ from __future__ import annotations
 
 import argparse
 import copy
-import gc
 import json
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from _harness import _trim_heap, set_threads, table
+from _harness import peak_anonymous, set_threads, table
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
 from skcontrast import ContrastiveEmbedder
 
 WIDTH, BATCH, TEMPERATURE, CHUNK = 32, 1024, 0.1, 100_000
-
-
-def anonymous() -> int:
-    """The process's anonymous resident memory, in bytes."""
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) * 1024 for line in status
-                    if line.startswith("RssAnon:"))
-
-
-def peak_anonymous(run) -> tuple[float, float, object]:
-    """MiB of anonymous memory above the start at its peak while ``run()`` runs, its
-    seconds, and what it returned."""
-    gc.collect()
-    _trim_heap()
-    peak, done = [0], threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], anonymous())
-            time.sleep(0.005)
-
-    before = anonymous()
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    start = time.perf_counter()
-    try:
-        result = run()
-    finally:
-        seconds = time.perf_counter() - start
-        done.set()
-        watcher.join()
-    return max(0, peak[0] - before) / 2**20, seconds, result
 
 
 def pairs_file(folder: Path, n: int) -> Path:

@@ -194,6 +194,25 @@ def peak_memory_growth(loss, b, chunk, **scalars):
     return tiled, dense
 
 
+def peak_anonymous_memory(run):
+    """The peak anonymous memory (bytes) of this process while ``run()`` runs, above
+    where it started, and what ``run`` returned: ``benchmarks/_harness.peak_anonymous``,
+    as ``bench_scale.py`` measures it (Linux's ``RssAnon``, sampled every 5 ms)."""
+    import importlib.util
+    from pathlib import Path
+
+    import pytest
+
+    if not Path("/proc/self/status").exists():
+        pytest.skip("needs Linux's /proc to read the process's anonymous memory")
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "_harness.py"
+    spec = importlib.util.spec_from_file_location("_bench_harness", path)
+    harness = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(harness)
+    mib, _, result = harness.peak_anonymous(run)
+    return mib * 2**20, result
+
+
 # --------------------------------------------------------------------------------------
 # sentence-transformers models built here (no download), for its tests and the
 # data-parallel trainer run of tests/scripts/distributed_fit.py

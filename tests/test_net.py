@@ -1,11 +1,10 @@
 """The net that owns training (skcontrast/_estimators/_net.py): skorch extended through
 its public hooks, the fit iterating the public sampler, the step returning its terms."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from _helpers import peak_anonymous_memory
 from torch.utils.data import DataLoader
 
 from skcontrast import ContrastiveEmbedder
@@ -318,38 +317,6 @@ def test_every_callback_skorch_exports_acts_as_on_a_neural_net(name, tmp_path, c
     X, _ = make_paired_gaussians(64, 4, random_state=0)
     _check_callback(name, X, tmp_path, capsys)
 
-
-
-def peak_anonymous_memory(run):
-    """The peak anonymous memory of this process while ``run()`` runs, above where it
-    started (Linux's /proc, sampled every 5 ms), and what ``run`` returned."""
-    import threading
-    import time
-
-    if not Path("/proc/self/status").exists():
-        pytest.skip("needs Linux's /proc to read the process's anonymous memory")
-
-    def anonymous():
-        with open("/proc/self/status") as status:
-            return next(int(line.split()[1]) * 1024 for line in status
-                        if line.startswith("RssAnon:"))
-
-    peak, done = [0], threading.Event()
-
-    def watch():
-        while not done.is_set():
-            peak[0] = max(peak[0], anonymous())
-            time.sleep(0.005)
-
-    before = anonymous()
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        result = run()
-    finally:
-        done.set()
-        watcher.join()
-    return peak[0] - before, result
 
 
 @pytest.mark.slow
