@@ -110,7 +110,7 @@ class EpochLoop:
     def _listening(self, hook: str) -> bool:
         """Whether a callback acts on a per-step ``hook`` (skorch's base methods do
         nothing, and calling every callback's each step costs a small model's step;
-        the net's own ``on_batch_end`` and ``on_grad_computed`` do nothing either)."""
+        the net's own ``on_batch_end`` does nothing either)."""
         fit = self.fit_
         if fit is None:
             return True
