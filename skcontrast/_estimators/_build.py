@@ -10,6 +10,7 @@ change the fitted network's structure.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any
 
@@ -184,12 +185,13 @@ class NetBuilder(ParameterChecks):
                   guard: GuardRows = NO_GUARD_ROWS, rows: str | None = None) -> SelectorNet:
         selector = plan.selector
         # the fit's sampler over its n training rows, sliced over the processes without
-        # padding (the step gathers rows of any count); the loss module holds it, so its
-        # state (a checkpoint's too) carries where the selection stands
+        # padding (the step gathers rows of any count); the loss module makes and holds
+        # it (with its loss, read live), so its state (a checkpoint's too) carries where
+        # the selection stands
         world, rank = plan.replicas.world()
-        sampler = SelectorSampler(selector, n, labels=labels,
-                                  selection_pass=self.selection_pass,
-                                  num_replicas=world, rank=rank, even=False)
+        sampler = functools.partial(SelectorSampler, selector, n, labels=labels,
+                                    selection_pass=self.selection_pass,
+                                    num_replicas=world, rank=rank, even=False)
         batch = selector.nominal_batch_size(n)
         if plan.micro_batch_size is not None and batch is not None and \
                 plan.micro_batch_size > batch:

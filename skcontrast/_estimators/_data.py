@@ -12,7 +12,7 @@ keeps per-sample state (:mod:`skcontrast.memory`), not through a side channel.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -64,6 +64,18 @@ def side_by_side(columns: list[Any]) -> Any:
 # --------------------------------------------------------------------------------------
 # Datasets
 # --------------------------------------------------------------------------------------
+
+class RowTargets(NamedTuple):
+    """A held-out batch's target as the net's ``get_loss`` reads it: the labels
+    (``None`` for unlabelled pairs) and the rows' dataset index, which the loss's
+    false-negative guard reads (skorch's ``validation_step`` hands ``get_loss`` the
+    batch's target alone); ``terms`` receives the loss's
+    :class:`~skcontrast.losses.LossTerms`, for the step's result."""
+
+    labels: torch.Tensor | None
+    index: torch.Tensor | None
+    terms: list
+
 
 class Batch(tuple):
     """One training or inference batch: skorch's ``(X, y)``, ``(views, labels)``, which

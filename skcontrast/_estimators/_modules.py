@@ -370,8 +370,10 @@ class ContrastiveCriterion(nn.Module):
     values as numbers): what adaptive selectors score with. With a ``memory``
     (:mod:`skcontrast.memory`), training batches (``remember=True``, with the dataset
     ``index`` of their items) go through its state, ``memory_state``, a submodule, so
-    that it is pickled and moved with the criterion. With the fit's ``sampler``, where
-    its batch selection stands is its state too (``progress``,
+    that it is pickled and moved with the criterion. ``sampler`` makes the fit's
+    :class:`~skcontrast.selectors.SelectorSampler` given its ``loss`` (here
+    :meth:`live_loss`, which the sampler calls each time it selects); where its batch
+    selection stands is then the criterion's state too (``progress``,
     :class:`SelectionProgress`): skorch's ``Checkpoint``, which saves the criterion's
     ``state_dict``, keeps it, and ``LoadInitState`` resumes from it.
     """
@@ -392,7 +394,9 @@ class ContrastiveCriterion(nn.Module):
                  held_out_groups: Any = None, sampler: Any = None,
                  rows: str | None = None) -> None:
         super().__init__()
-        self.progress = None if sampler is None else SelectionProgress(sampler, rows)
+        # the fit's sampler, made here to read the loss as it is when it selects
+        self.progress = None if sampler is None else \
+            SelectionProgress(sampler(loss=self.live_loss), rows)
         self.loss = loss
         self.structure = structure
         # per training row (and held-out row): content ids of its texts (anchor,

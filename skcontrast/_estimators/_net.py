@@ -19,8 +19,9 @@ through skorch's public hooks only. Training reads, top to bottom:
   a GPU's queue) and stops a diverging fit;
 - **the step** (here): ``train_step`` (skorch's, or the float16 scaler's),
   ``train_step_single`` (device, augmentation, curation, gradient caching, the loss,
-  backward) and ``validation_step``; each returns the batch's loss terms in its result
-  (``'terms'``) and ``get_loss`` is the criterion's loss;
+  backward) and ``validation_step`` (skorch's, on the prepared batch); each returns the
+  batch's loss terms in its result (``'terms'``) and ``get_loss`` is the criterion's
+  loss;
 - ``__getstate__``: what a pickle keeps.
 
 What the fit worked out once is its plan (:class:`~._plan.FitPlan`), which the net
@@ -44,7 +45,7 @@ from .._validation import describe
 from ..losses import LossTerms
 from ..selectors import SelectorSampler
 from ._callbacks import FitState, FitStreams, PrintLog
-from ._data import Batch, batch_length, to_device
+from ._data import Batch, RowTargets, batch_length, to_device
 from ._epoch import EpochLoop
 from ._optim import param_groups, use_sparse_gradients
 from ._passes import SelectionPasses
@@ -262,7 +263,7 @@ class SelectorNet(EpochLoop, SelectionPasses, ContinuedTraining, NeuralNet):
             terms, y_pred = self.cached_step(Xi, yi, index, micro, **fit_params)
         else:
             with self.training_autocast():
-                y_pred = self.forward_batch(Xi, **fit_params)
+                y_pred = self.infer(Xi, **fit_params)
             terms = self.loss_terms(y_pred, yi, index=index, training=True)
             self.backward(terms.loss)
         self.remember_embeddings(y_pred, index)
@@ -272,22 +273,23 @@ class SelectorNet(EpochLoop, SelectionPasses, ContinuedTraining, NeuralNet):
         return step
 
     def validation_step(self, batch: Any, **fit_params: Any) -> dict:
-        """The loss of a held-out batch without gradients (and without the memory); its
-        rows' ``index`` reaches the loss's false-negative guard, which reads the
-        held-out rows' content and groups.
-
-        skorch's own cannot serve: it hands the loss no index, so the guard could not
-        apply to ``valid_loss``."""
-        self.set_mode(False)
-        (Xi, yi), index = batch, batch.index
-        Xi = to_device(Xi, self.compute_device, self.plan.image_normalization)
-        with torch.no_grad():
-            if self.plan.augmentation is not None:
-                Xi = (self.plan.augmentation(Xi), self.plan.augmentation(Xi))
-            with self.autocast():
-                y_pred = self.forward_batch(Xi, **fit_params)
-            terms = self.loss_terms(y_pred, yi, index=index, training=False)
-        return {"loss": terms.loss, "y_pred": y_pred, "terms": terms}
+        """skorch's held-out step (eval mode, no gradients, :meth:`infer` and
+        :meth:`get_loss`), on the batch as a training step prepares it (the device,
+        pixels to [0, 1], ``image_normalization``, the augmentation's two views, the
+        precision's autocast), with its rows' dataset index in its target
+        (:class:`~._data.RowTargets`), so the loss's false-negative guard, which reads
+        the held-out rows' content and groups, applies to ``valid_loss``. The step also
+        gives the loss's ``terms``."""
+        Xi = to_device(batch.views, self.compute_device, self.plan.image_normalization)
+        augmentation = self.plan.augmentation
+        if augmentation is not None:
+            with torch.no_grad():
+                Xi = (augmentation(Xi), augmentation(Xi))
+        target = RowTargets(batch.labels, batch.index, [])
+        with self.autocast():
+            step = super().validation_step(Batch(Xi, target, batch.index), **fit_params)
+        (step["terms"],) = target.terms  # from get_loss
+        return step
 
     def evaluation_step(self, batch: Any, training: bool = False) -> Any:
         """skorch's inference step (``forward``, ``predict``, a scoring callback's
@@ -298,12 +300,18 @@ class SelectorNet(EpochLoop, SelectionPasses, ContinuedTraining, NeuralNet):
 
     def get_loss(self, y_pred: torch.Tensor, y_true: Any, X: Any = None,
                  training: bool = False) -> torch.Tensor:
-        """The criterion's loss of a batch (without the memory: the step, which knows the
-        batch's dataset indices, calls :meth:`loss_terms`).
+        """The criterion's loss of a batch (without the memory: the training step, which
+        knows the batch's dataset indices, calls :meth:`loss_terms`). ``y_true`` is the
+        labels (``None`` for unlabelled pairs), or a held-out step's
+        :class:`~._data.RowTargets`, whose rows' index reaches the false-negative guard
+        and which receives the loss's terms.
 
         skorch's own cannot serve: it converts ``y_true`` with ``to_tensor``, which
         refuses the ``None`` of unlabelled pairs."""
-        return self.loss_terms(y_pred, y_true, training=training).loss
+        rows = y_true if isinstance(y_true, RowTargets) else RowTargets(y_true, None, [])
+        terms = self.loss_terms(y_pred, rows.labels, index=rows.index, training=training)
+        rows.terms.append(terms)
+        return terms.loss
 
     def loss_terms(self, y_pred: torch.Tensor, y_true: Any, index: torch.Tensor | None = None,
                    training: bool = False) -> LossTerms:
@@ -322,16 +330,16 @@ class SelectorNet(EpochLoop, SelectionPasses, ContinuedTraining, NeuralNet):
         return self.criterion_(y_pred.float(), y_true, index=index,
                                remember=training and index is not None, training=training)
 
-    def forward_batch(self, x: Any, **fit_params: Any) -> torch.Tensor:
-        """The module's output for a batch :func:`~._data.to_device` has prepared (a
-        tensor or a tuple of them, straight to the module: skorch's ``infer`` would
-        convert it again, a cost per step that a small model notices); keyword views and
-        fit parameters take skorch's way."""
+    def infer(self, x: Any, **fit_params: Any) -> torch.Tensor:
+        """skorch's inference step of a batch; a tensor or a tuple of them that
+        :func:`~._data.to_device` has prepared goes straight to the module (skorch's
+        converts it again, and a tuple to a list: a cost per step that a small model
+        notices)."""
         tensors = isinstance(x, torch.Tensor) or (
             isinstance(x, tuple) and all(isinstance(t, torch.Tensor) for t in x))
         if tensors and not fit_params:
             return self.module_(x)
-        return self.infer(x, **fit_params)
+        return super().infer(x, **fit_params)
 
     def set_mode(self, training: bool) -> None:
         """Train or eval mode for the module and the loss module, walked only when
@@ -398,7 +406,7 @@ class SelectorNet(EpochLoop, SelectionPasses, ContinuedTraining, NeuralNet):
             for part in parts:
                 states.append(rng_states(device))
                 with self.training_autocast():
-                    outputs.append(self.forward_batch(part, **fit_params).float())
+                    outputs.append(self.infer(part, **fit_params).float())
         for layer, saved in zip(norms, statistics, strict=True):
             layer.load_state_dict(saved)  # the pass with gradients updates them, once
         after = rng_states(device)
@@ -410,7 +418,7 @@ class SelectorNet(EpochLoop, SelectionPasses, ContinuedTraining, NeuralNet):
         for i, (part, state, grad) in enumerate(zip(parts, states, cached, strict=True)):
             set_rng_states(state, device)
             with self.training_autocast():
-                out = self.forward_batch(part, **fit_params)
+                out = self.infer(part, **fit_params)
             self.plan.replicas.backward_embeddings(out.float(), grad, i == len(parts) - 1,
                                                    self.module_)
         set_rng_states(after, device)

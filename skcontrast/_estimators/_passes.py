@@ -33,7 +33,7 @@ class SelectionPasses:
     fit_: Any
     lr: Any
     autocast: Callable[[], Any]
-    forward_batch: Callable[..., torch.Tensor]
+    infer: Callable[..., torch.Tensor]
     inference_module: Callable[[], torch.nn.Module]
     loss_module: Callable[[], Any]
     plain_temperature: Callable[[], str]
@@ -46,15 +46,14 @@ class SelectionPasses:
         def sampler_(self) -> Any: ...
 
     def prepare_selection(self) -> float:
-        """Before an epoch: the sampler's adaptive selector gets the loss as it is now
-        (its learned temperature, weights, options) and the network's embeddings of
-        the training rows its selection needs anew (:meth:`SelectorSampler.due`: all
+        """Before an epoch: the sampler's adaptive selector gets the network's
+        embeddings of the training rows its selection needs anew (it reads the loss as
+        it is now, its learned temperature included, from the loss module) (:meth:`SelectorSampler.due`: all
         of them when a pass is due by ``selection_pass``). Returns the seconds spent."""
         start = time.perf_counter()
         sampler = self.sampler_
         assert sampler is not None  # made by get_iterator
         if self.plan.selector.needs_embeddings:
-            sampler.loss = self.loss_module().live_loss()
             due = sampler.due()
             if len(due):
                 sampler.update(due, self.selection_embeddings(due), pushed=False)
@@ -129,7 +128,7 @@ class SelectionPasses:
         module.eval()
         try:
             with torch.no_grad(), self.autocast():
-                return self.forward_batch(Xi).float()
+                return self.infer(Xi).float()
         finally:
             module.train(was_training)
 

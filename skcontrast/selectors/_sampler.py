@@ -13,6 +13,7 @@ from torch.utils.data import Sampler
 
 from .._batch import world_size
 from .._validation import as_numpy, check_int, describe
+from ..losses import Loss
 from ._base import BatchSelector, index_arrays
 from ._tables import EmbeddingTables, Table
 
@@ -122,9 +123,11 @@ class SelectorSampler(EmbeddingTables, Sampler[list[int]]):
         ``embed(indices) -> array``: the current embeddings of those samples.
     labels : array-like of shape (n_samples,), optional
         For selectors that use labels (``BindingSelector``, label losses).
-    loss : Loss or None, default=None
+    loss : Loss, callable or None, default=None
         What an adaptive selector whose own ``loss`` is ``None`` scores with: your
-        training loss object (:mod:`skcontrast.losses`), with its current temperature.
+        training loss object (:mod:`skcontrast.losses`), with its current temperature,
+        or a function of no arguments that returns it as it is when the sampler selects
+        (a loss whose temperature is learned changes between epochs).
     selection_pass : {'fresh', 'cached'} or int, default='fresh'
         When a pass over every sample is due (see above): before every epoch, once
         (then the samples no step pushed), or every ``k`` epochs.
@@ -325,10 +328,15 @@ class SelectorSampler(EmbeddingTables, Sampler[list[int]]):
             batches = self.selector.epoch_batches(placeholder, self.labels)
         else:
             X = self._current_embeddings()
-            batches = self.selector.epoch_batches(X, self.labels, loss=self.loss)
+            batches = self.selector.epoch_batches(X, self.labels, loss=self.current_loss())
         checked = self._checked(batches, epoch)
         self.select_time = time.perf_counter() - start
         return checked
+
+    def current_loss(self) -> Any:
+        """The ``loss`` as it is now (a function's answer, read each time)."""
+        loss = self.loss
+        return loss() if callable(loss) and not isinstance(loss, Loss) else loss
 
     def _checked(self, batches: Any, epoch: int) -> list[np.ndarray]:
         """``batches`` checked, without those of fewer than two samples (a warning says
