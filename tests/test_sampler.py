@@ -377,3 +377,26 @@ def test_refresh_every_is_a_deprecated_name_of_selection_pass(X):
                 ValueError, match=r"refresh_every must be None or an int >= 1 \(it is "
                                   r"deprecated: use selection_pass="):
             SelectorSampler(ShuffledBatchSelector(16), len(X), refresh_every=bad)
+
+
+def test_a_loss_given_as_a_function_is_read_each_time_the_sampler_selects():
+    """A sampler given ``loss`` as a function calls it at each selection (the loss as
+    it is then: a learned temperature changes between epochs), so nothing has to set
+    the sampler's loss from outside."""
+    X, _ = make_paired_gaussians(32, 4, random_state=0)
+    seen = []
+
+    class Recording(OSGDSelector):
+        def epoch_batches(self, X, y=None, *, loss=None, **kwargs):
+            seen.append(loss)
+            return super().epoch_batches(X, y, loss=loss, **kwargs)
+
+    temperatures = iter([0.5, 0.2])
+    sampler = SelectorSampler(Recording(8, k=3, q=2, random_state=0), 32,
+                              embed=lambda rows: X[rows, 0],
+                              loss=lambda: SymmetricInfoNCE(next(temperatures)))
+    for _ in range(2):
+        assert len(list(sampler)) > 0
+    assert [loss.temperature for loss in seen] == [0.5, 0.2]
+    fixed = SymmetricInfoNCE(0.3)
+    assert SelectorSampler(OSGDSelector(8), 32, loss=fixed).current_loss() is fixed
