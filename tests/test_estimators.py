@@ -743,6 +743,34 @@ def test_set_output_reaches_transform_pairs_and_transform_view(pairs_edges):
         assert list(frame.columns) == list(est.get_feature_names_out())
 
 
+def test_set_output_of_every_transform_method_survives_clone_and_follows_the_global(
+        pairs_edges):
+    """The container of the methods scikit-learn does not wrap was read from its private
+    ``_set_output``; now from ``set_output`` itself, so a clone keeps it, and without a
+    choice of the estimator's own, scikit-learn's global ``transform_output`` holds."""
+    import sklearn
+
+    pd = pytest.importorskip("pandas")
+    X, _ = pairs_edges
+    flat = X.reshape(len(X), -1)
+    X_frame = pd.DataFrame(flat, index=np.arange(len(X)) + 100,
+                           columns=[f"c{i}" for i in range(flat.shape[1])])
+    est = ContrastiveEmbedder(**SMALL_EDGES).set_output(transform="pandas")
+    twin = clone(est).fit(X_frame)
+    U, _ = twin.transform_pairs(X_frame)
+    assert isinstance(U, pd.DataFrame) and list(U.index) == list(X_frame.index)
+    assert isinstance(twin.transform_head(X_frame), pd.DataFrame)
+    assert not hasattr(clone(ContrastiveEmbedder()), "_output_container")
+    fitted = ContrastiveEmbedder(**SMALL_EDGES).fit(X)
+    assert isinstance(fitted.transform_head(X), np.ndarray)
+    with sklearn.config_context(transform_output="pandas"):
+        head = fitted.transform_head(X)
+        assert isinstance(head, pd.DataFrame)
+        assert list(head.columns) == list(fitted.get_feature_names_out())
+        assert isinstance(fitted.set_output(transform="default").transform_head(X),
+                          np.ndarray)
+
+
 def test_clone_and_pickle_image_models(digit_images):
     images, _, tokens = digit_images
     X = {"image": images.astype(np.float32), "text": tokens}

@@ -10,7 +10,6 @@ attributes) and inference.
 from __future__ import annotations
 
 import contextlib
-import copy
 import signal
 import threading
 import warnings
@@ -43,6 +42,7 @@ from ._monitor import (
     split_indices,
 )
 from ._net import SelectorNet
+from ._output import OutputContainers
 from ._params import resolve_device
 from ._saving import SavedModel
 from ._state import check_trained
@@ -132,7 +132,7 @@ def global_rng_turn() -> Iterator[None]:
         _TURNS.release()
 
 
-class BaseEmbedder(SavedModel, NetBuilder, ClassNamePrefixFeaturesOutMixin,
+class BaseEmbedder(SavedModel, NetBuilder, OutputContainers, ClassNamePrefixFeaturesOutMixin,
                    TransformerMixin, BaseEstimator):
     """Common machinery of :class:`ContrastiveEmbedder` and :class:`SupConEmbedder`."""
 
@@ -325,12 +325,19 @@ class BaseEmbedder(SavedModel, NetBuilder, ClassNamePrefixFeaturesOutMixin,
         ``scoring`` asks for it, then the user's callbacks, skorch's ``EpochScoring``
         and ``BatchScoring`` of a skcontrast scorer's name scoring the estimator with it
         (:func:`~._monitor.scoring_callbacks`)."""
-        view = copy.copy(self)
-        view._unfit()
-        view.input_spec_ = spec
         own = [] if scorer is None else \
-            [("valid_score", ValidScore(scorer, view, valid, held_out.y))]
-        return own + scoring_callbacks(self.callbacks, view)
+            [("valid_score", ValidScore(scorer, self, spec, valid, held_out.y))]
+        return own + scoring_callbacks(self.callbacks, self, spec)
+
+    @classmethod
+    def _at_epoch(cls, params: dict, net: SelectorNet, spec: InputSpec) -> Any:
+        """An estimator of ``params`` whose model is ``net`` as it is at this moment of
+        its fit, reading data of ``spec``: what a scoring callback scores an epoch with
+        (the fitting estimator itself gets its fitted attributes only once the fit
+        succeeds)."""
+        model = cls(**params)
+        model.net_, model.input_spec_ = net, spec
+        return model
 
     def _commit(self, net: SelectorNet, spec: InputSpec, **fitted: Any) -> None:
         """Set every fitted attribute at once, after a fit has fully succeeded.
@@ -387,24 +394,6 @@ class BaseEmbedder(SavedModel, NetBuilder, ClassNamePrefixFeaturesOutMixin,
         as the module outputs them (SimCLR's representation for downstream tasks)."""
         return self._transform(X, "backbone")
 
-
-    def _wrap_output(self, embedded: np.ndarray, X: Any, output: str | None = None) -> Any:
-        """``embedded`` in the container ``set_output`` chose for ``transform`` (columns
-        named by :meth:`get_feature_names_out` for ``transform``'s own output)."""
-        from sklearn.utils._set_output import ADAPTERS_MANAGER, _get_output_config
-
-        dense = _get_output_config("transform", self)["dense"]
-        if dense == "default":
-            return embedded
-        output = self.transform_from if output is None else output
-        names: Any
-        if output == self.transform_from:
-            names = self.get_feature_names_out
-        else:
-            prefix = type(self).__name__.lower()
-            names = np.asarray([f"{prefix}_{output}{i}" for i in range(embedded.shape[1])],
-                               dtype=object)
-        return ADAPTERS_MANAGER.adapters[dense].create_container(embedded, X, names)
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
         """Output feature names (``<classname>0``, ``<classname>1``, ...), after ``fit``."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import warnings
 from typing import Any
 
@@ -92,9 +91,12 @@ class EstimatorScore:
     data, so ``EpochScoring`` with a scorer's name agrees with it.
     """
 
-    def __init__(self, scorer: Any, estimator: Any) -> None:
+    def __init__(self, scorer: Any, estimator: Any, spec: Any) -> None:
         self.scorer = scorer
-        self.estimator = estimator  # unfitted, with the fit's input spec
+        # what makes the scored estimator: its class and parameters (shared, not
+        # copied), with the fit's input spec
+        self.kind, self.params = type(estimator), estimator.get_params(deep=False)
+        self.spec = spec
 
     @property
     def __name__(self) -> str:  # skorch names a callable scoring by it
@@ -103,8 +105,7 @@ class EstimatorScore:
     def __call__(self, net: Any, X: Any, y: Any = None) -> float:
         from ._data import TensorViews, ViewData
 
-        current = copy.copy(self.estimator)
-        current.net_ = net
+        current = self.kind._at_epoch(self.params, net, self.spec)
         if not isinstance(X, ViewData):  # a batch's views
             X = TensorViews(tuple(X) if isinstance(X, tuple | list) else (X,), y)
         labels = X.labels if y is None else y
@@ -113,7 +114,7 @@ class EstimatorScore:
         return float(self.scorer(current, X, labels))
 
 
-def scoring_callbacks(callbacks: Any, estimator: Any) -> list:
+def scoring_callbacks(callbacks: Any, estimator: Any, spec: Any) -> list:
     """The user's callbacks as the fit's net takes them: skorch's ``EpochScoring`` and
     ``BatchScoring`` whose ``scoring`` names a skcontrast scorer (``'recall@1'``,
     ``'map@r'``, ... of :func:`~skcontrast.metrics.get_scorer`) score the estimator with
@@ -138,7 +139,7 @@ def scoring_callbacks(callbacks: Any, estimator: Any) -> list:
                     f"skcontrast scorer by name or a callable scoring(net, X, y) ({exc})"
                 ) from None
             params = callback.get_params(deep=False)
-            params.update(scoring=EstimatorScore(scorer, estimator),
+            params.update(scoring=EstimatorScore(scorer, estimator, spec),
                           name=callback.name or callback.scoring)
             callback = type(callback)(**params)
         out.append(callback if name is None else (name, callback))
@@ -149,9 +150,9 @@ class ValidScore(Callback):
     """Records ``valid_score`` (and ``valid_score_best``) each epoch: ``scorer`` applied
     to the held-out data by the estimator as it is at that epoch."""
 
-    def __init__(self, scorer: Any, estimator: Any, X: Any, y: Any) -> None:
+    def __init__(self, scorer: Any, estimator: Any, spec: Any, X: Any, y: Any) -> None:
         self.scorer = scorer
-        self.estimator = estimator
+        self.score = EstimatorScore(scorer, estimator, spec)
         self.X = X
         self.y = y
 
@@ -160,7 +161,7 @@ class ValidScore(Callback):
         return self
 
     def on_epoch_end(self, net: Any, **kwargs: Any) -> None:
-        value = EstimatorScore(self.scorer, self.estimator)(net, self.X, self.y)
+        value = self.score(net, self.X, self.y)
         net.history.record("valid_score", value)
         is_best = value > self.best_
         if is_best:
@@ -168,7 +169,7 @@ class ValidScore(Callback):
         net.history.record("valid_score_best", bool(is_best))
 
     def __getstate__(self) -> dict:  # the held-out data stays out of the pickle
-        return {**self.__dict__, "X": None, "y": None, "estimator": None}
+        return {**self.__dict__, "X": None, "y": None, "score": None}
 
 
 def check_monitors(callbacks: Any, held_out: bool, scored: bool = False) -> None:

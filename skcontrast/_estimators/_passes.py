@@ -47,9 +47,10 @@ class SelectionPasses:
 
     def prepare_selection(self) -> float:
         """Before an epoch: the sampler's adaptive selector gets the network's
-        embeddings of the training rows its selection needs anew (it reads the loss as
-        it is now, its learned temperature included, from the loss module) (:meth:`SelectorSampler.due`: all
-        of them when a pass is due by ``selection_pass``). Returns the seconds spent."""
+        embeddings of the training rows its selection needs anew
+        (:meth:`SelectorSampler.due`: all of them when a pass is due by
+        ``selection_pass``); it reads the loss as it is now, its learned temperature
+        included, from the loss module. Returns the seconds spent."""
         start = time.perf_counter()
         sampler = self.sampler_
         assert sampler is not None  # made by get_iterator
