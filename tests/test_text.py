@@ -1064,3 +1064,17 @@ def test_every_text_entry_point_reads_a_table_as_the_estimators_do():
     expected = mine_hard_negatives([a for a, _ in PAIRS], [b for _, b in PAIRS],
                                    embedding=est, n_negatives=2)
     np.testing.assert_array_equal(mined.indices, expected.indices)
+
+
+def test_the_bag_takes_sparse_gradients_through_its_own_method_only_when_auto():
+    """The estimators set ``encoder.bag.sparse`` from outside; the encoder now decides,
+    and a ``sparse`` chosen at construction holds."""
+    from skcontrast.text import NgramBagEncoder
+
+    auto = NgramBagEncoder(64, 4)
+    assert auto.bag.sparse is False
+    assert auto.use_sparse_gradients(True) is auto and auto.bag.sparse is True
+    assert auto.use_sparse_gradients(False).bag.sparse is False
+    dense = NgramBagEncoder(64, 4, sparse=False).use_sparse_gradients(True)
+    assert dense.bag.sparse is False
+    assert NgramBagEncoder(64, 4, sparse=True).use_sparse_gradients(False).bag.sparse is True

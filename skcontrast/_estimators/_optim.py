@@ -223,8 +223,7 @@ def use_sparse_gradients(module: nn.Module, optimizer: Any) -> None:
     bags = () if text is None else tuple(m for m in module.modules()
                                          if isinstance(m, text.NgramBagEncoder))
     for m in bags:
-        if m.sparse == "auto":
-            m.bag.sparse = id(m.bag.weight) in groups and refusal(m.bag) is None
+        m.use_sparse_gradients(id(m.bag.weight) in groups and refusal(m.bag) is None)
     for name, table in sparse_tables(module):
         why = refusal(table)
         if why is not None:

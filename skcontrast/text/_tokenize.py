@@ -181,6 +181,15 @@ class NgramBagEncoder(nn.Module):
             layers += [nn.ReLU(), nn.Linear(a, b)]
         self.layers = nn.Sequential(*layers)
 
+    def use_sparse_gradients(self, sparse: bool) -> NgramBagEncoder:
+        """With ``sparse='auto'``: whether the bag's table takes sparse gradients (the
+        estimators ask for them when their optimizer's settings update sparse
+        gradients); a ``sparse`` of ``True`` or ``False`` given at construction holds.
+        Returns the encoder."""
+        if self.sparse == "auto":
+            self.bag.sparse = bool(sparse)
+        return self
+
     @torch.no_grad()
     def fit_prior(self, texts: Sequence[Any], prepare: Any = None) -> NgramBagEncoder:
         """Set the ids' weights from training texts: ``texts`` is a sequence of token-id
