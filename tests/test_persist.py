@@ -1179,3 +1179,37 @@ def test_every_object_a_fit_uses_is_saved_or_refuses_training_until_passed_back(
     assert value is not None and not isinstance(value, Unsaved)
     again, _ = encode_params(loaded)
     assert {k: again[k] for k in params} == {k: saved[k] for k in params}
+
+
+def test_a_pickled_fitted_estimator_holds_its_model_as_save_writes_it(tmp_path):
+    """A pickle kept skorch's pickle of the net (torch's pickled modules and
+    optimizer): one training state had two formats. It now holds the two files ``save``
+    writes, as bytes, beside the parameters, rebuilt as ``load`` rebuilds them; so the
+    pickle names no class but the estimator's, and a warm start from it continues as
+    one from the saved folder does."""
+    X, _ = make_paired_gaussians(64, 4, random_state=0)
+    est = ContrastiveEmbedder(**SMALL).fit(X)
+    data = pickle.dumps(est)
+
+    named = []
+
+    class Recording(pickle.Unpickler):
+        def find_class(self, module, name):
+            named.append(f"{module}.{name}")
+            return super().find_class(module, name)
+
+    restored = Recording(io.BytesIO(data)).load()
+    assert named == ["skcontrast._estimators._contrastive.ContrastiveEmbedder"]
+    state = est.__getstate__()
+    assert "net_" not in state and "history_" not in state
+    config = json.loads(state["_saved_model"][0])
+    assert config["class"] == "skcontrast._estimators._contrastive.ContrastiveEmbedder"
+    assert set(vars(restored)) == set(vars(est))
+    np.testing.assert_array_equal(restored.transform(X), est.transform(X))
+
+    est.save(tmp_path / "model")
+    loaded = skcontrast.load(tmp_path / "model")
+    for model in (restored, loaded):
+        model.set_params(warm_start=True, max_epochs=2).fit(X)
+    np.testing.assert_allclose(restored.transform(X), loaded.transform(X), atol=1e-6)
+    assert len(restored.history_) == len(loaded.history_) == 4

@@ -182,24 +182,12 @@ def entry_errors(entry: str) -> Iterator[None]:
                          f"({type(exc).__name__}: {exc})") from None
 
 
-def write_model(path: Any, kind: str, params: dict, named: dict, fitted: dict,
-                tensors: dict, check: Callable[[dict, dict], Any]) -> Path:
-    """Write a model folder, all or nothing.
-
-    Everything is encoded in memory and ``check(config, tensors)`` reads it back as
-    ``load`` would before anything is written (a model that would not load is an error
-    here, and nothing is written). Then the weights and the configuration, which holds
-    the weights' SHA-256, are each written beside their final name and renamed over it:
-    a save that fails before the renames leaves the previous model as it was, and one
-    that fails between them (or two saves racing into one folder) leaves a folder that
-    ``load`` refuses as an interrupted save, never a mix of two models.
-    """
-    from safetensors.torch import load as from_bytes
+def encode_model(kind: str, params: dict, named: dict, fitted: dict,
+                 tensors: dict) -> tuple[bytes, bytes]:
+    """A model's two files as bytes, ``(config.json, model.safetensors)``: what
+    :func:`write_model` writes and what a pickle of a fitted estimator holds."""
     from safetensors.torch import save as to_bytes
 
-    folder = Path(path)
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"cannot save into {folder}: it is a file, not a folder")
     weights = to_bytes(tensors)
     config = {"format": FORMAT, "format_version": FORMAT_VERSION, "versions": _versions(),
               "class": kind, "params": params, "fitted": fitted, "supplied_at_load": named,
@@ -209,6 +197,28 @@ def write_model(path: Any, kind: str, params: dict, named: dict, fitted: dict,
     except (TypeError, ValueError) as exc:
         raise ValueError(f"cannot save: the configuration holds a value JSON cannot hold "
                          f"({exc}); nothing was written") from None
+    return text, weights
+
+
+def write_model(path: Any, kind: str, params: dict, named: dict, fitted: dict,
+                tensors: dict, check: Callable[[dict, dict], Any]) -> Path:
+    """Write a model folder, all or nothing.
+
+    Everything is encoded in memory (:func:`encode_model`) and ``check(config,
+    tensors)`` reads it back as ``load`` would before anything is written (a model that
+    would not load is an error here, and nothing is written). Then the weights and the
+    configuration, which holds the weights' SHA-256, are each written beside their final
+    name and renamed over it: a save that fails before the renames leaves the previous
+    model as it was, and one that fails between them (or two saves racing into one
+    folder) leaves a folder that ``load`` refuses as an interrupted save, never a mix of
+    two models.
+    """
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"cannot save into {folder}: it is a file, not a folder")
+    from safetensors.torch import load as from_bytes
+
+    text, weights = encode_model(kind, params, named, fitted, tensors)
     check(_checked_config(json.loads(text), "the configuration to save"), from_bytes(weights))
     folder.mkdir(parents=True, exist_ok=True)
     staged = [stage_file(folder / WEIGHTS, weights)]
@@ -225,30 +235,39 @@ def write_model(path: Any, kind: str, params: dict, named: dict, fitted: dict,
 def read_model(path: Any) -> tuple[dict, dict]:
     """The checked configuration and the tensors of a model folder; a version of
     skcontrast, torch or skorch other than the one that wrote it gives a warning."""
-    from safetensors.torch import load as from_bytes
-
     folder = Path(path)
     config_bytes, weights = (_read_inside(folder, name) for name in (CONFIG, WEIGHTS))
-    config = _read_config(folder, config_bytes)
+    return decode_model(config_bytes, weights, str(folder / CONFIG), stacklevel=4)
+
+
+def decode_model(config_bytes: bytes, weights: bytes, where: str, *,
+                 stacklevel: int = 3) -> tuple[dict, dict]:
+    """The checked configuration and the tensors of a model's two files (read from its
+    folder, or held by a pickle), ``where`` naming them in messages; a version of
+    skcontrast, torch or skorch other than the one that wrote them gives a warning."""
+    from safetensors.torch import load as from_bytes
+
+    config = _read_config(where, config_bytes)
     if hashlib.sha256(weights).hexdigest() != config["weights_sha256"]:
-        raise ValueError(f"{folder / WEIGHTS} is not the weights {folder / CONFIG} was saved "
+        raise ValueError(f"the weights beside {where} are not those it was saved "
                          "with (their checksums differ): the folder holds an interrupted "
                          "save, or two saves that ran at once; save the model again")
     try:
         tensors = from_bytes(weights)
     except Exception as exc:  # safetensors' own error for a damaged file
-        raise ValueError(f"{folder / WEIGHTS} is not a readable safetensors file: "
-                         f"{exc}") from None
+        raise ValueError(f"the weights beside {where} are not a readable safetensors "
+                         f"file: {exc}") from None
     bad = first_non_finite(tensors)
     if bad is not None:
-        raise ValueError(f"{folder / WEIGHTS}: the saved tensor {bad!r} holds NaN or "
-                         "infinite values; a model with them would embed everything as NaN")
+        raise ValueError(f"the weights beside {where}: the saved tensor {bad!r} holds NaN "
+                         "or infinite values; a model with them would embed everything as "
+                         "NaN")
     now = _versions()
     differ = {k: (v, now.get(k)) for k, v in config["versions"].items() if now.get(k) != v}
     if differ:
         said = ", ".join(f"{k} {old} (now {new})" for k, (old, new) in differ.items())
         warnings.warn(f"the model was saved with {said}; it may load or behave differently",
-                      UserWarning, stacklevel=3)
+                      UserWarning, stacklevel=stacklevel)
     return config, tensors
 
 
@@ -265,16 +284,16 @@ def _read_inside(folder: Path, name: str) -> bytes:
     return path.read_bytes()
 
 
-def _read_config(folder: Path, data: bytes) -> dict:
+def _read_config(where: str, data: bytes) -> dict:
     try:
         config = json.loads(data)
     except RecursionError:
-        raise ValueError(f"{folder / CONFIG} nests its values too deeply to be a saved "
+        raise ValueError(f"{where} nests its values too deeply to be a saved "
                          "model") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{folder / CONFIG} is not valid JSON ({exc}); the folder may hold "
+        raise ValueError(f"{where} is not valid JSON ({exc}); the folder may hold "
                          "an interrupted or damaged save") from None
-    return _checked_config(config, str(folder / CONFIG))
+    return _checked_config(config, where)
 
 
 def _checked_config(config: Any, where: str) -> dict:

@@ -5,15 +5,19 @@ which reads a saved model back into the class that saved it."""
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
+import torch
 from sklearn.utils.validation import check_is_fitted
 
 from ._encoding import Unsaved, encode_params, path_of
 from ._persist import (
     choose_params,
     decode_attributes,
+    decode_model,
     encode_attributes,
+    encode_model,
     entry_errors,
     read_model,
     read_spec,
@@ -25,6 +29,15 @@ from ._state import files_training_state, training_state_files
 #: The fitted attributes ``save`` keeps besides the net's state.
 SAVED_ATTRIBUTES = ("n_features_in_", "feature_names_in_", "view_split_", "classes_",
                     "class_centres_", "temperature_", "n_components_", "tokenizer_")
+#: Where a pickle of a fitted estimator holds its model's files.
+_PICKLED_MODEL = "_saved_model"
+
+
+def _fitted(name: str) -> bool:
+    """Whether an attribute is fitted state (scikit-learn's trailing underscore)."""
+    return name.endswith("_") and not name.startswith("__")
+
+
 #: The estimator classes by qualified name (``module.QualName``), each registered by
 #: defining it: what ``load`` builds.
 _KINDS: dict[str, type[SavedModel]] = {}
@@ -64,17 +77,53 @@ class SavedModel:
             The folder.
         """
         check_is_fitted(self, "net_")
-        params, named = encode_params(self)
-        tensors, fitted = training_state_files(self.net_.training_state())
-        fitted.update(input_spec=write_spec(self.input_spec_), n_samples=self.n_samples_,
-                      shared=self.net_.module.shared,
-                      attributes=encode_attributes(self, SAVED_ATTRIBUTES))
+        params, named, fitted, tensors = self._model_files()
         objects = {name: getattr(self, name) for name in named}
 
         def check(config: dict, tensors: dict) -> None:  # reads back as load would
             type(self)._read_saved(config, tensors, objects)
 
         return write_model(path, path_of(type(self)), params, named, fitted, tensors, check)
+
+    def _model_files(self) -> tuple[dict, dict, dict, dict]:
+        """What a saved model holds: the encoded parameters, those the file only names,
+        the fitted state (the training state, the input spec, the fitted attributes)
+        and the tensors."""
+        params, named = encode_params(self)
+        tensors, fitted = training_state_files(self.net_.training_state())
+        fitted.update(input_spec=write_spec(self.input_spec_), n_samples=self.n_samples_,
+                      shared=self.net_.module.shared,
+                      attributes=encode_attributes(self, SAVED_ATTRIBUTES))
+        return params, named, fitted, tensors
+
+    def __getstate__(self) -> dict:
+        """A fitted estimator pickles its model as :meth:`save` writes it (the same two
+        files, as bytes, beside its parameters); the parameters pickle as objects."""
+        state = super().__getstate__()  # type: ignore[misc]
+        if "net_" not in state:
+            return state
+        files = encode_model(path_of(type(self)), *self._model_files())
+        state = {k: v for k, v in state.items() if not _fitted(k)}
+        state[_PICKLED_MODEL] = (*files, str(self.net_.compute_device))
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        """The parameters as pickled; a fitted model rebuilt from its files as
+        :func:`load` rebuilds it, on the device it was on (the CPU, with a warning, when
+        that device is not available here)."""
+        saved = state.pop(_PICKLED_MODEL, None)
+        super().__setstate__(state)  # type: ignore[misc]
+        if saved is None:
+            return
+        text, weights, device = saved
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            warnings.warn(f"the {type(self).__name__} was pickled on {device}, which is not "
+                          "available here: it is loaded on the CPU", UserWarning,
+                          stacklevel=2)
+            device = "cpu"
+        config, tensors = decode_model(text, weights, f"the pickled {type(self).__name__}")
+        model = self._from_saved(config, tensors, self.get_params(deep=False), device)
+        self.__dict__.update({k: v for k, v in vars(model).items() if _fitted(k)})
 
     def export(self, path: Any, format: str = "onnx", *, view: Any = 0,
                example: Any = None) -> Any:
