@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -11,7 +10,7 @@ import torch
 from sklearn.utils.validation import check_is_fitted
 
 from .._constraints import Interval, Options
-from .._validation import check_labels, store_params
+from .._validation import check_labels
 from ..metrics import recall_at_k
 from ._base import BaseEmbedder, global_rng_turn, sample_of
 from ._docs import shared_parameters
@@ -22,20 +21,6 @@ from ._step import Augmentation
 if TYPE_CHECKING:
     import torch
 
-    from ..memory import BaseMemory
-    from ..selectors import BatchSelector
-    from ._params import (
-        FreezeLike,
-        HeadLike,
-        LossLike,
-        ModuleLike,
-        OptimizerName,
-        Precision,
-        Seed,
-        SelectionPass,
-        TransformFrom,
-    )
-    from ._schedule import WarmupCosine
 
 
 
@@ -151,7 +136,7 @@ class ContrastiveEmbedder(BaseEmbedder):
     (200, 4)
     """
 
-    _labelled = False
+    _labelled: ClassVar[bool] = False
     _parameter_constraints: ClassVar[dict[str, list]] = {
         **BaseEmbedder._parameter_constraints,
         "view_split": [None, Interval(int, 1)],
@@ -159,47 +144,10 @@ class ContrastiveEmbedder(BaseEmbedder):
         "transform_views": [Options(*options(TransformViews))],
     }
 
-    def __init__(
-        self,
-        module: ModuleLike = None,
-        *,
-        tokenizer: Callable[..., Any] | None = None,
-        n_components: int | Auto = "auto",
-        hidden_layer_sizes: tuple[int, ...] | Auto = "auto",
-        loss: LossLike = "symmetric_info_nce",
-        batch_size: int | None = None,
-        selector: BatchSelector | None = None,
-        memory: BaseMemory | None = None,
-        max_epochs: int = 20,
-        lr: float = 1e-3,
-        lr_schedule: WarmupCosine | None = None,
-        validation_fraction: float | None = None,
-        scoring: str | Callable[..., float] | None = None,
-        optimizer: OptimizerName | type[torch.optim.Optimizer] = "adam",
-        optimizer_params: dict[str, Any] | None = None,
-        augmentation: Callable[..., Any] | None = None,
-        precision: Precision = "float32",
-        num_workers: int = 0,
-        data_on_device: bool | Auto = False,
-        micro_batch_size: int | None = None,
-        image_normalization: tuple[Any, Any] | None = None,
-        selection_pass: SelectionPass = "fresh",
-        accelerator: Any = None,
-        device: str = "auto",
-        random_state: Seed = None,
-        verbose: int = 0,
-        callbacks: list[Any] | None = None,
-        warm_start: bool = False,
-        projection_head: HeadLike = None,
-        transform_from: TransformFrom = "head",
-        freeze: FreezeLike = None,
-        view_split: int | None = None,
-        shared_encoder: bool | Auto = "auto",
-        transform_views: TransformViews = "first",
-        **kwargs: Any,
-    ) -> None:
-        store_params(self, locals())
-        self._set_nested(kwargs)  # module__* and optimizer__*, stored as they are
+    # its own parameters (the shared ones: ParameterChecks)
+    view_split: int | None = None
+    shared_encoder: bool | Auto = "auto"
+    transform_views: TransformViews = "first"
 
     # -- public API -------------------------------------------------------------------
 

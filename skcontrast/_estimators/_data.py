@@ -67,13 +67,13 @@ def side_by_side(columns: list[Any]) -> Any:
 
 class RowTargets(NamedTuple):
     """A held-out batch's target as the net's ``get_loss`` reads it: the labels
-    (``None`` for unlabelled pairs) and the rows' dataset index, which the loss's
+    (``None`` for unlabelled pairs) and the ``rows``' dataset index, which the loss's
     false-negative guard reads (skorch's ``validation_step`` hands ``get_loss`` the
     batch's target alone); ``terms`` receives the loss's
     :class:`~skcontrast.losses.LossTerms`, for the step's result."""
 
     labels: torch.Tensor | None
-    index: torch.Tensor | None
+    rows: torch.Tensor | None
     terms: list
 
 
@@ -91,8 +91,7 @@ class Batch(tuple):
 
     index: torch.Tensor  # type: ignore[assignment]  # the rows; tuple.index is not used
 
-    def __new__(cls, views: Any, labels: torch.Tensor | None, index: torch.Tensor
-                ) -> Batch:
+    def __new__(cls, views: Any, labels: Any, index: torch.Tensor) -> Batch:
         batch = super().__new__(cls, (views, labels))
         batch.index = index
         return batch

@@ -309,7 +309,7 @@ class SelectorNet(EpochLoop, SelectionPasses, ContinuedTraining, NeuralNet):
         skorch's own cannot serve: it converts ``y_true`` with ``to_tensor``, which
         refuses the ``None`` of unlabelled pairs."""
         rows = y_true if isinstance(y_true, RowTargets) else RowTargets(y_true, None, [])
-        terms = self.loss_terms(y_pred, rows.labels, index=rows.index, training=training)
+        terms = self.loss_terms(y_pred, rows.labels, index=rows.rows, training=training)
         rows.terms.append(terms)
         return terms.loss
 

@@ -28,6 +28,7 @@ from ..losses import LOSSES, Loss, make_loss
 from ..memory import BaseMemory
 from ..selectors import BatchSelector
 from ._data import InputSpec
+from ._declared import Parameters, parameter
 from ._encoding import check_saved
 from ._modules import ENCODER_OPTIONS, input_kind
 from ._monitor import check_validation_fraction
@@ -247,45 +248,46 @@ def _check_augmentation(augmentation: Any, name: str) -> None:
                          f"{describe(augmentation)}")
 
 
-class ParameterChecks(BaseEstimator):
+class ParameterChecks(Parameters, BaseEstimator):
     """Parameters of the estimators (a base of :class:`~._base.BaseEmbedder`)."""
 
-    _labelled = False
-    _nested_prefixes = ("module__", "optimizer__")
+    _labelled: ClassVar[bool] = False
+    _nested_prefixes: ClassVar[tuple[str, str]] = ("module__", "optimizer__")
 
-    # The parameters both estimators' ``__init__`` store (declared for type checkers).
-    module: Any
-    tokenizer: Any
-    n_components: int
-    hidden_layer_sizes: Any
-    loss: Any
-    batch_size: int | None
-    selector: Any
-    memory: Any
-    max_epochs: int
-    lr: float
-    lr_schedule: Any
-    validation_fraction: float | None
-    scoring: Any
-    optimizer: Any
-    optimizer_params: dict | None
-    augmentation: Any
-    precision: str
-    num_workers: int
-    data_on_device: Any
-    micro_batch_size: int | None
-    image_normalization: Any
-    selection_pass: SelectionPass
-    accelerator: Any
-    device: str
-    random_state: Any
-    verbose: int
-    callbacks: list | None
-    warm_start: bool
-    projection_head: Any
-    transform_from: str
-    freeze: Any
-
+    # The parameters both estimators take, each declared once with its default (their
+    # ``__init__`` is made from them: :class:`~._declared.Parameters`); an estimator
+    # declares its own in its class.
+    module: ModuleLike = parameter(default=None, kw_only=False)
+    tokenizer: Callable[..., Any] | None = None
+    n_components: int | Auto = "auto"
+    hidden_layer_sizes: tuple[int, ...] | Auto = "auto"
+    loss: LossLike = "symmetric_info_nce"
+    batch_size: int | None = None
+    selector: BatchSelector | None = None
+    memory: BaseMemory | None = None
+    max_epochs: int = 20
+    lr: float = 1e-3
+    lr_schedule: WarmupCosine | None = None
+    validation_fraction: float | None = None
+    scoring: str | Callable[..., float] | None = None
+    optimizer: OptimizerName | type[torch.optim.Optimizer] = "adam"
+    optimizer_params: dict[str, Any] | None = None
+    augmentation: Callable[..., Any] | None = None
+    precision: Precision = "float32"
+    num_workers: int = 0
+    data_on_device: bool | Auto = False
+    micro_batch_size: int | None = None
+    image_normalization: tuple[Any, Any] | None = None
+    selection_pass: SelectionPass = "fresh"
+    accelerator: Any = None
+    device: str = "auto"
+    random_state: Seed = None
+    verbose: int = 0
+    callbacks: list[Any] | None = None
+    warm_start: bool = False
+    projection_head: HeadLike = None
+    transform_from: TransformFrom = "head"
+    freeze: FreezeLike = None
 
     def _set_nested(self, kwargs: dict) -> None:
         """Store ``**kwargs`` as they are (checked in ``fit``, as scikit-learn asks)."""

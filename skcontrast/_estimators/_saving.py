@@ -57,6 +57,8 @@ class SavedModel:
         @classmethod
         def _get_param_names(cls) -> list[str]: ...
 
+        def get_params(self, deep: bool = True) -> dict: ...
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _KINDS[path_of(cls)] = cls  # what load builds, by the name a saved model holds

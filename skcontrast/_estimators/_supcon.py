@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from .._validation import check_labels, encode_labels, plain_label, store_params
+from .._validation import check_labels, encode_labels, plain_label
 from ..metrics import class_centres, nearest_centre
 from ._base import BaseEmbedder, embed_net, sample_of, warn_single_member_classes
 from ._data import ItemViews
@@ -17,23 +16,10 @@ from ._docs import shared_parameters
 from ._forms import is_dataset, read_fit_input, read_input
 
 if TYPE_CHECKING:
-    import torch
 
-    from ..memory import BaseMemory
-    from ..selectors import BatchSelector
     from ._params import (
-        Auto,
-        FreezeLike,
-        HeadLike,
         LossLike,
-        ModuleLike,
-        OptimizerName,
-        Precision,
-        Seed,
-        SelectionPass,
-        TransformFrom,
     )
-    from ._schedule import WarmupCosine
 
 
 
@@ -103,46 +89,10 @@ class SupConEmbedder(BaseEmbedder):
     (90, 3)
     """
 
-    _labelled = True
+    _labelled: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        module: ModuleLike = None,
-        *,
-        tokenizer: Callable[..., Any] | None = None,
-        n_components: int | Auto = "auto",
-        hidden_layer_sizes: tuple[int, ...] | Auto = "auto",
-        loss: LossLike = "supcon",
-        batch_size: int | None = None,
-        selector: BatchSelector | None = None,
-        memory: BaseMemory | None = None,
-        max_epochs: int = 20,
-        lr: float = 1e-3,
-        lr_schedule: WarmupCosine | None = None,
-        validation_fraction: float | None = None,
-        scoring: str | Callable[..., float] | None = None,
-        optimizer: OptimizerName | type[torch.optim.Optimizer] = "adam",
-        optimizer_params: dict[str, Any] | None = None,
-        augmentation: Callable[..., Any] | None = None,
-        precision: Precision = "float32",
-        num_workers: int = 0,
-        data_on_device: bool | Auto = False,
-        micro_batch_size: int | None = None,
-        image_normalization: tuple[Any, Any] | None = None,
-        selection_pass: SelectionPass = "fresh",
-        accelerator: Any = None,
-        device: str = "auto",
-        random_state: Seed = None,
-        verbose: int = 0,
-        callbacks: list[Any] | None = None,
-        warm_start: bool = False,
-        projection_head: HeadLike = None,
-        transform_from: TransformFrom = "head",
-        freeze: FreezeLike = None,
-        **kwargs: Any,
-    ) -> None:
-        store_params(self, locals())
-        self._set_nested(kwargs)  # module__* and optimizer__*, stored as they are
+    # its own parameters (the shared ones: ParameterChecks)
+    loss: LossLike = "supcon"
 
     def fit(self, X: Any, y: Any = None, X_val: Any = None,
             y_val: Any = None) -> SupConEmbedder:
