@@ -206,3 +206,46 @@ def test_grid_search_takes_the_scorers_by_get_scorer():
     grid = GridSearchCV(est, {"loss__temperature": [0.1, 0.3]}, cv=2,
                         scoring=get_scorer("map@r")).fit(X, y)
     assert np.isfinite(grid.best_score_)
+
+
+def test_the_results_are_those_of_grid_search_over_the_configurations_it_chose():
+    """Built on scikit-learn's public API (it subclassed the private ``BaseSearchCV``):
+    each configuration is cross-validated by ``GridSearchCV``, and the merged results
+    rank, pick and refit as one ``GridSearchCV`` over the same configurations does."""
+    from sklearn.model_selection import GridSearchCV, KFold
+
+    result = search("balance", budget=7, per_direction=3)
+    chosen = result.cv_results_["params"]
+    grid = GridSearchCV(QuadraticInR(), [{k: [v] for k, v in p.items()} for p in chosen],
+                        cv=KFold(2)).fit(np.zeros((8, 1)))
+    assert grid.cv_results_["params"] == chosen
+    for key in ("mean_test_score", "split0_test_score", "rank_test_score"):
+        np.testing.assert_array_equal(result.cv_results_[key], grid.cv_results_[key])
+    assert result.best_index_ == grid.best_index_
+    assert result.best_params_ == grid.best_params_
+    assert result.best_score_ == grid.best_score_
+    assert result.best_estimator_.get_params() == grid.best_estimator_.get_params()
+    assert result.score(np.zeros((2, 1))) == grid.score(np.zeros((2, 1)))
+    assert result.n_splits_ == 2 and not result.multimetric_
+
+
+class ScoreOfRows(QuadraticInR):
+    """Scores the rows it is given (their sum): a fold's score shows which rows it held."""
+
+    def score(self, X, y=None):
+        return float(np.sum(X))
+
+
+def test_every_configuration_is_cross_validated_on_the_same_folds():
+    from sklearn.model_selection import KFold
+
+    X = np.arange(20, dtype=float)[:, None]
+    result = BalanceSearchCV(ScoreOfRows(), param_names=NAMES, bounds=BOUNDS, start=START,
+                             budget=4, cv=KFold(3, shuffle=True)).fit(X)
+    for fold in range(3):
+        scores = result.cv_results_[f"split{fold}_test_score"]
+        assert len(set(scores)) == 1, scores  # a fresh shuffle per configuration differs
+    refit_off = BalanceSearchCV(QuadraticInR(), param_names=NAMES, bounds=BOUNDS,
+                                budget=3, cv=2, refit=False).fit(np.zeros((8, 1)))
+    assert not hasattr(refit_off, "best_estimator_") and not hasattr(refit_off, "transform")
+    assert refit_off.best_params_ == refit_off.cv_results_["params"][refit_off.best_index_]

@@ -436,9 +436,10 @@ def test_every_test_file_is_named_after_the_module_it_tests():
     assert orphans == []
 
 
-def private_names_of_skorch_and_torch(package: Path) -> list[str]:
-    """``module:line: name`` for every private name of skorch or torch the package uses:
-    imported from them, reached through them (``torch.nn.modules.batchnorm._BatchNorm``),
+def private_names_of_their_packages(package: Path) -> list[str]:
+    """``module:line: name`` for every private name of skorch, torch or scikit-learn the
+    package uses: imported from them (``sklearn.utils._set_output``), reached through
+    them (``torch.nn.modules.batchnorm._BatchNorm``),
     or an attribute of their classes (``net._optimizers``, ``grad._indices()``,
     ``scaler._device``), read, set or overridden. An attribute the package gives its own
     objects (``self._table = ...``) is its own, whatever its name."""
@@ -483,7 +484,7 @@ def private_names_of_skorch_and_torch(package: Path) -> list[str]:
     found = []
     for path, tree in trees.items():
         where = path.relative_to(package.parent)
-        roots = {"torch", "skorch"}
+        roots = {"torch", "skorch", "sklearn"}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in roots:
                 for name in [*node.module.split("."), *(a.name for a in node.names)]:
@@ -491,7 +492,7 @@ def private_names_of_skorch_and_torch(package: Path) -> list[str]:
                         found.append(f"{where}:{node.lineno}: {node.module}.{name}")
             elif isinstance(node, ast.Import):
                 roots |= {a.asname or a.name for a in node.names
-                          if a.name.split(".")[0] in ("torch", "skorch")}
+                          if a.name.split(".")[0] in ("torch", "skorch", "sklearn")}
             elif isinstance(node, ast.Attribute):
                 chain, inner = [node.attr], node.value
                 while isinstance(inner, ast.Attribute):
@@ -507,14 +508,16 @@ def private_names_of_skorch_and_torch(package: Path) -> list[str]:
     return sorted(set(found))
 
 
-def test_no_private_name_of_skorch_or_torch_is_used():
+def test_no_private_name_of_skorch_torch_or_scikit_learn_is_used():
     """Their private names change without notice between releases: the net overrode
     skorch's ``_set_training`` and ``_get_params_for_optimizer``, read
     ``net._optimizers`` and ``scaler._device``; LazyAdam read ``grad._indices()``; a
-    memory overrode torch's ``_load_from_state_dict``. The checker finds such uses."""
+    memory overrode torch's ``_load_from_state_dict``; the estimators wrapped output
+    through ``sklearn.utils._set_output`` and the balance search subclassed
+    ``sklearn.model_selection._search.BaseSearchCV``. The checker finds such uses."""
     import tempfile
 
-    assert private_names_of_skorch_and_torch(ROOT / "skcontrast") == []
+    assert private_names_of_their_packages(ROOT / "skcontrast") == []
     with tempfile.TemporaryDirectory() as folder:
         fake = Path(folder) / "skcontrast"
         fake.mkdir()
@@ -525,12 +528,14 @@ def test_no_private_name_of_skorch_or_torch_is_used():
             "        self._table = 1\n"
             "        return [self._optimizers, self._table]\n"
             "def rows(grad):\n"
-            "    return grad._indices(), torch.nn.modules.batchnorm._BatchNorm\n")
-        assert private_names_of_skorch_and_torch(fake) == [
+            "    return grad._indices(), torch.nn.modules.batchnorm._BatchNorm\n"
+            "from sklearn.utils._set_output import ADAPTERS_MANAGER\n")
+        assert private_names_of_their_packages(fake) == [
             "skcontrast/net.py:4: def _set_training (overrides theirs)",
             "skcontrast/net.py:6: ._optimizers",
             "skcontrast/net.py:8: ._BatchNorm",
-            "skcontrast/net.py:8: ._indices"]
+            "skcontrast/net.py:8: ._indices",
+            "skcontrast/net.py:9: sklearn.utils._set_output._set_output"]
 
 
 def test_no_value_passes_through_an_attribute_set_past_setattr():

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, ClassVar
+import time
+from typing import Any
 
 import numpy as np
-from sklearn.model_selection._search import BaseSearchCV
+from scipy.stats import rankdata
+from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone, is_classifier
+from sklearn.model_selection import GridSearchCV, check_cv
+from sklearn.utils.metaestimators import available_if
 
-from .._validation import check_int, check_positive, describe
+from .._validation import check_int, check_positive, describe, store_params
 
 #: Sors et al. 2021, Eq. 9: rows are the balance direction (-1, 1, 0), the joint learning-rate
 #: direction (1, 1, 0) and the batch-size direction (0, 0, 1), in log(Lambda_p, Lambda_e, b).
@@ -20,7 +24,41 @@ DEFAULT_BOUNDS = {"lambda_pos": (1e-2, 1e2), "lambda_ent": (1e-2, 1e2), "batch_s
 INVERSE_GOLDEN = (math.sqrt(5) - 1) / 2
 
 
-class BalanceSearchCV(BaseSearchCV):
+def _refitted(method: str) -> Any:
+    """Whether the search has a refitted best estimator with ``method`` (or, before
+    ``fit``, whether the estimator has it), for ``available_if``."""
+    def check(search: Any) -> bool:
+        best = getattr(search, "best_estimator_", None)
+        return hasattr(search.estimator if best is None else best, method)
+
+    return check
+
+
+def _merged(results: list[dict]) -> dict:
+    """The ``cv_results_`` of configurations cross-validated one at a time, as one
+    search's: their entries in evaluation order, each ``rank_test_*`` ranked across
+    all of them (a configuration whose mean score is NaN ranks last)."""
+    merged: dict[str, Any] = {}
+    for key in results[0]:
+        parts = [r[key] for r in results]
+        if key == "params":
+            merged[key] = [p for part in parts for p in part]
+        elif key.startswith("param_"):
+            merged[key] = np.ma.concatenate([np.ma.asarray(part, dtype=object)
+                                             for part in parts])
+        elif not key.startswith("rank_"):
+            merged[key] = np.concatenate(parts)
+    for key in [k for k in results[0] if k.startswith("rank_test_")]:
+        means = np.asarray(merged["mean_test_" + key[len("rank_test_"):]], dtype=float)
+        if np.isnan(means).all():
+            merged[key] = np.ones(len(means), dtype=np.int32)
+        else:
+            means = np.where(np.isnan(means), np.nanmin(means) - 1, means)
+            merged[key] = rankdata(-means, method="min").astype(np.int32)
+    return merged
+
+
+class BalanceSearchCV(MetaEstimatorMixin, BaseEstimator):
     """Tune the balance ``h = (Lambda_p, Lambda_e, b)`` of a contrastive loss by coordinate descent.
 
     Sors et al. 2021 (Sec. 5.2 and supplement Alg. 1-2): in log space, ``r = A log h`` with
@@ -33,12 +71,13 @@ class BalanceSearchCV(BaseSearchCV):
     paper's slope rule). If the metric is close to a quadratic whose Hessian has the
     rows of ``A`` as eigenvectors, three exact line searches reach its optimum.
 
-    It is a scikit-learn search (a ``BaseSearchCV`` implementing ``_run_search``):
+    It is a scikit-learn search built on scikit-learn's public API: each configuration
+    is cross-validated by ``GridSearchCV`` on the same folds (``cv`` is split once), and
     ``cv``, ``scoring`` (scikit-learn's names and scorers, and skcontrast's scorer names
     such as ``'map@r'`` or ``'recall@1'`` directly; multi-metric lists and dicts with
-    ``refit``), ``n_jobs``, ``cv_results_``, ``best_params_``,
-    ``best_score_``, ``best_estimator_`` and ``transform``/``predict`` delegation work as
-    in ``GridSearchCV``.
+    ``refit``), ``n_jobs``, ``cv_results_``, ``best_params_``, ``best_score_``,
+    ``best_estimator_`` and ``transform``/``predict`` delegation work as in
+    ``GridSearchCV``.
 
     Parameters
     ----------
@@ -94,13 +133,6 @@ class BalanceSearchCV(BaseSearchCV):
     4
     """
 
-    # skcontrast's scorer names are strings scikit-learn does not list
-    _parameter_constraints: ClassVar[dict] = {**BaseSearchCV._parameter_constraints,
-                                              "scoring": [str, callable, list, tuple, dict,
-                                                          None]}
-
-    scoring: Any  # BaseSearchCV's parameter, resolved to scorers in _get_scorers
-
     def __init__(self, estimator: Any, *, param_names: Any = ("loss__lambda_pos",
                                                                "loss__lambda_ent",
                                                                "batch_size"),
@@ -110,16 +142,7 @@ class BalanceSearchCV(BaseSearchCV):
                  scoring: Any = None, n_jobs: int | None = None, refit: Any = True,
                  cv: Any = None, verbose: int = 0, pre_dispatch: Any = "2*n_jobs",
                  error_score: Any = np.nan, return_train_score: bool = False) -> None:
-        super().__init__(estimator=estimator, scoring=scoring, n_jobs=n_jobs, refit=refit,
-                         cv=cv, verbose=verbose, pre_dispatch=pre_dispatch,
-                         error_score=error_score, return_train_score=return_train_score)
-        self.param_names = param_names
-        self.bounds = bounds
-        self.start = start
-        self.directions = directions
-        self.budget = budget
-        self.budget_per_direction = budget_per_direction
-        self.slope_threshold = slope_threshold
+        store_params(self, locals())
 
     # -- configuration ----------------------------------------------------------------
 
@@ -206,29 +229,112 @@ class BalanceSearchCV(BaseSearchCV):
     # -- the search -------------------------------------------------------------------
 
     def fit(self, X: Any, y: Any = None, **params: Any) -> BalanceSearchCV:
-        """Run the search (see ``GridSearchCV.fit``); the scorers' preconditions and the
+        """Run the search (see ``GridSearchCV.fit``; ``groups`` go to the splitter, the
+        other ``params`` to the estimator's ``fit``); the scorers' preconditions and the
         splittability of ``X`` are checked before any fitting."""
+        from ..metrics import resolve_scoring
+
         check_search_input(self.estimator, X, y, self.scoring)
-        several = isinstance(self.scoring, dict | list | tuple | set)
-        if several and not isinstance(self.refit, str):
+        scoring = resolve_scoring(self.scoring)
+        several = isinstance(scoring, dict | list | tuple | set)
+        if several and not (isinstance(self.refit, str) or self.refit is False
+                            or callable(self.refit)):
             raise ValueError(f"with several scorers the search needs one to follow: refit "
                              f"must name one of them (e.g. refit={_first(self.scoring)!r}); "
                              f"got refit={self.refit!r}")
-        return super().fit(X, y, **params)
+        groups = params.pop("groups", None)
+        cv = check_cv(self.cv, y, classifier=is_classifier(self.estimator))
+        folds: list = []  # split once (after the search's settings are checked): every
+        results: list[dict] = []  # configuration is cross-validated on the same folds
 
-    def _get_scorers(self) -> Any:
-        """scikit-learn's scorers, with skcontrast's scorer names (``'map@r'``,
-        ``'recall@1'``, ...) accepted wherever a scoring string is."""
-        from ..metrics import resolve_scoring
+        def evaluate_candidates(candidates: list[dict]) -> dict:
+            if not folds:
+                folds.extend(cv.split(X, y, groups))
+            for candidate in candidates:
+                one = GridSearchCV(
+                    self.estimator, {k: [v] for k, v in candidate.items()},
+                    scoring=scoring, n_jobs=self.n_jobs, refit=False, cv=folds,
+                    verbose=self.verbose, pre_dispatch=self.pre_dispatch,
+                    error_score=self.error_score,
+                    return_train_score=self.return_train_score).fit(X, y, **params)
+                results.append(one.cv_results_)
+                self.scorer_, self.multimetric_ = one.scorer_, one.multimetric_
+            return _merged(results)
 
-        given: Any = self.scoring
-        self.scoring = resolve_scoring(given)
-        try:
-            return super()._get_scorers()
-        finally:
-            self.scoring = given
+        self._run_search(evaluate_candidates)
+        self.cv_results_ = _merged(results)
+        self.n_splits_ = len(folds)
+        key = "score" if not self.multimetric_ else self.refit
+        if callable(self.refit):
+            self.best_index_ = int(self.refit(self.cv_results_))
+        elif self.refit or not self.multimetric_:
+            self.best_index_ = int(np.argmin(self.cv_results_[f"rank_test_{key}"]))
+            self.best_score_ = float(self.cv_results_[f"mean_test_{key}"][self.best_index_])
+        if hasattr(self, "best_index_"):
+            self.best_params_ = self.cv_results_["params"][self.best_index_]
+        if self.refit:
+            start = time.perf_counter()
+            self.best_estimator_ = clone(self.estimator).set_params(
+                **clone(self.best_params_, safe=False)).fit(X, y, **params)
+            self.refit_time_ = time.perf_counter() - start
+            if hasattr(self.best_estimator_, "feature_names_in_"):
+                self.feature_names_in_ = self.best_estimator_.feature_names_in_
+        return self
+
+    # -- the best estimator's methods, as GridSearchCV delegates them -----------------
+
+    @available_if(_refitted("transform"))
+    def transform(self, X: Any) -> Any:
+        """The best estimator's ``transform``."""
+        return self.best_estimator_.transform(X)
+
+    @available_if(_refitted("inverse_transform"))
+    def inverse_transform(self, X: Any) -> Any:
+        """The best estimator's ``inverse_transform``."""
+        return self.best_estimator_.inverse_transform(X)
+
+    @available_if(_refitted("predict"))
+    def predict(self, X: Any) -> Any:
+        """The best estimator's ``predict``."""
+        return self.best_estimator_.predict(X)
+
+    @available_if(_refitted("predict_proba"))
+    def predict_proba(self, X: Any) -> Any:
+        """The best estimator's ``predict_proba``."""
+        return self.best_estimator_.predict_proba(X)
+
+    @available_if(_refitted("decision_function"))
+    def decision_function(self, X: Any) -> Any:
+        """The best estimator's ``decision_function``."""
+        return self.best_estimator_.decision_function(X)
+
+    @available_if(_refitted("score_samples"))
+    def score_samples(self, X: Any) -> Any:
+        """The best estimator's ``score_samples``."""
+        return self.best_estimator_.score_samples(X)
+
+    def score(self, X: Any, y: Any = None) -> float:
+        """``X`` scored by the search's scorer (the one ``refit`` follows) with the best
+        estimator."""
+        if not hasattr(self, "best_estimator_"):
+            raise AttributeError("score needs the refitted best estimator: refit=True (or "
+                                 "a scorer's name)")
+        scorer = self.scorer_[self.refit] if self.multimetric_ else self.scorer_
+        return float(scorer(self.best_estimator_, X, y))
+
+    @property
+    def classes_(self) -> Any:
+        """The best estimator's classes."""
+        return self.best_estimator_.classes_
+
+    @property
+    def n_features_in_(self) -> int:
+        """The best estimator's number of input features."""
+        return self.best_estimator_.n_features_in_
 
     def _run_search(self, evaluate_candidates: Any) -> None:
+        """The coordinate descent, evaluating each configuration by
+        ``evaluate_candidates([params])``, which returns the results so far."""
         names = self._names()
         total = check_int(self.budget, "budget", minimum=1)
         check_positive(self.slope_threshold, "slope_threshold")
