@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from sklearn.utils.validation import check_is_fitted
 
+from .._validation import param_names
 from ._encoding import Unsaved, encode_params, path_of
 from ._persist import (
     choose_params,
@@ -53,9 +54,6 @@ class SavedModel:
     n_samples_: Any
     if TYPE_CHECKING:  # the estimator's (scikit-learn's, and its parameters')
         _nested_prefixes: tuple[str, str]
-
-        @classmethod
-        def _get_param_names(cls) -> list[str]: ...
 
         def get_params(self, deep: bool = True) -> dict: ...
 
@@ -169,7 +167,7 @@ class SavedModel:
         """Everything a saved model holds, read and checked, before anything is built:
         the estimator (its parameters), the input spec, the training state, the number of
         samples, whether the encoder is shared, and the fitted attributes."""
-        names = [*cls._get_param_names(),
+        names = [*param_names(cls),
                  *(k for k in config["params"] if k.startswith(cls._nested_prefixes))]
         estimator = cls(**choose_params(config, objects, names))
         fitted = config["fitted"]

@@ -61,7 +61,7 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator
 
-from .._validation import describe, store_params
+from .._validation import describe, param_names, store_params
 from ._batched import batch_values, pair_affinity
 from ._core import LossTerms, as_label_tensor, pair_labels
 
@@ -207,7 +207,7 @@ class Loss(BaseEstimator):
     def _option_names(cls) -> tuple[str, ...]:
         # read once per class: get_params inspects the signature on every call, and a
         # training step asks for the options every batch
-        return tuple(n for n in cls._get_param_names()
+        return tuple(n for n in param_names(cls)
                      if not n.startswith("learn_") and n not in cls.not_options)
 
     def options(self, **overrides: Any) -> dict:
