@@ -237,8 +237,7 @@ class BalanceSearchCV(MetaEstimatorMixin, BaseEstimator):
         check_search_input(self.estimator, X, y, self.scoring)
         scoring = resolve_scoring(self.scoring)
         several = isinstance(scoring, dict | list | tuple | set)
-        if several and not (isinstance(self.refit, str) or self.refit is False
-                            or callable(self.refit)):
+        if several and not isinstance(self.refit, str):
             raise ValueError(f"with several scorers the search needs one to follow: refit "
                              f"must name one of them (e.g. refit={_first(self.scoring)!r}); "
                              f"got refit={self.refit!r}")
