@@ -149,6 +149,10 @@ class ViewData(Dataset):
         """The items at ``indices`` (e.g. the training or the held-out part)."""
         raise NotImplementedError
 
+    def labelled(self, labels: torch.Tensor | None) -> ViewData:
+        """The same items carrying per-item ``labels`` (for the loss), or none."""
+        raise NotImplementedError
+
     @property
     def resident_device(self) -> torch.device | None:
         """The device the data lives on, when it is held there whole; else ``None``."""
@@ -208,6 +212,9 @@ class TensorViews(ViewData):
         labels = None if self.labels is None else self.labels[index]
         return TensorViews(tuple(None if v is None else index_rows(v, index)
                                  for v in self.views), labels, self.names)
+
+    def labelled(self, labels: torch.Tensor | None) -> TensorViews:
+        return TensorViews(self.views, labels)
 
     def nbytes(self) -> int:
         return sum(_nbytes(v) for v in self.views)
@@ -305,6 +312,9 @@ class ItemViews(ViewData):
         """The same items, each loaded from streams of ``seed``, the epoch and itself."""
         return ItemViews(self.dataset, self.spec, self.labels, self.pick, seed)
 
+    def labelled(self, labels: torch.Tensor | None) -> ItemViews:
+        return ItemViews(self.dataset, self.spec, labels, self.pick, self.seed)
+
     def _items(self, indices: list[int], epoch: int | None) -> list:
         fetch = getattr(self.dataset, "__getitems__", None)
         if self.seed is None:
@@ -398,8 +408,4 @@ def batch_length(x: Any) -> int:
 
 def with_labels(data: ViewData, labels: np.ndarray | None) -> ViewData:
     """The same data carrying per-item labels (for the loss), or none."""
-    tensor = None if labels is None else torch.as_tensor(labels)
-    if isinstance(data, TensorViews):
-        return TensorViews(data.views, tensor)
-    assert isinstance(data, ItemViews)
-    return ItemViews(data.dataset, data.spec, tensor, data.pick, data.seed)
+    return data.labelled(None if labels is None else torch.as_tensor(labels))

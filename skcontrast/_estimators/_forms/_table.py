@@ -6,6 +6,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import numpy as np
+
 from ..._tables import (
     column_kind,
     is_table,
@@ -14,7 +16,10 @@ from ..._tables import (
     table_kind,
     text_rows,
 )
+from .._checks import check_length
+from .._columns import columns_of, numeric_list_columns
 from .._data import InputSpec, View, ViewData
+from .._spec import array_view
 from ._array import ARRAY
 from ._dict import DICT
 from ._flat import FLAT
@@ -51,6 +56,8 @@ class TableForm(InputForm):
 
     def fit(self, estimator: Any, X: Any, *, single: bool, labelled: bool,
             view_split: Any) -> tuple[ViewData, InputSpec, dict]:
+        if numeric_list_columns(X):  # read by the rows a batch needs, never whole
+            return (*_arrow_views(estimator, X, None, single=single), NO_FEATURES)
         columns = table_columns(X)
         kind = table_kind(columns)
         if kind == "text":
@@ -69,6 +76,8 @@ class TableForm(InputForm):
                         labelled=labelled, view_split=view_split)
 
     def read(self, estimator: Any, X: Any, spec: InputSpec) -> ViewData:
+        if spec.form == "dict" and numeric_list_columns(X):
+            return _arrow_views(estimator, X, spec)[0]
         columns = table_columns(X)
         kind = table_kind(columns)
         if spec.form == "image":
@@ -123,6 +132,52 @@ class TableForm(InputForm):
 
 
 TABLE = TableForm()
+
+
+def _arrow_views(estimator: Any, X: Any, spec: InputSpec | None, single: bool = False
+                 ) -> tuple[ViewData, InputSpec]:
+    """A ``datasets.Dataset`` of numeric array columns as the dict form reads its columns
+    (two views, then hard-negative columns; after ``fit``, the views' columns by name,
+    in any order, the hard-negative ones left out), read by batch
+    (:class:`~.._columns.ArrowColumns`); its values are checked in one pass, a chunk at
+    a time."""
+    names = list(X.column_names)
+    if spec is None:
+        if single:
+            raise ValueError(f"{type(estimator).__name__} takes a table of array columns "
+                             f"only for pairs (two views, without an augmentation); got "
+                             f"columns {names}")
+        if len(names) < 2:
+            raise ValueError(f"a table of array columns holds two views, then optionally "
+                             f"hard-negative columns of the second view's form; got the "
+                             f"columns {names}")
+        data = columns_of(X, names)
+    else:
+        fitted = fitted_views(spec)
+        ordered = order_columns(dict.fromkeys(names), fitted, leading=True, expected=(
+            f"the view columns seen in fit, {fitted[:len(spec.views)]}"
+            + (f", then optionally the hard-negative columns {list(spec.negative_names)}"
+               if spec.negative_names else "") + " (or their first ones), in any order"))
+        assert fitted[0] in ordered  # the leading columns: the first view's at least
+        data = columns_of(X, fitted[:len(spec.views)])
+    check_length(len(data), "X", minimum=1 if spec is not None else 2)
+    first = data.read(np.arange(1))
+    views = []
+    for i, (column, tensor) in enumerate(zip(data.columns, first, strict=True)):
+        assert column is not None or spec is not None  # only after fit may a view lack
+        expected = None if spec is None or i >= len(spec.views) else spec.views[i]
+        if i >= 2:  # the hard-negative columns: items of the second view's form
+            for j, name in enumerate(column or ()):
+                array_view(tensor[:, j], name, views[1], f"column {name!r} (a hard-negative "
+                           f"column: items like column {names[1]!r})")
+            continue
+        views.append(expected if tensor is None else
+                     array_view(tensor, column[0], expected, f"column {column[0]!r}"))
+    data.check()
+    if spec is None:
+        spec = InputSpec("dict", tuple(views), items_paired=True, negatives=len(names) - 2,
+                         negative_names=tuple(names[2:]))
+    return data, spec
 
 
 def fitted_views(spec: InputSpec) -> list:
