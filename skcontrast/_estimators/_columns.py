@@ -47,10 +47,10 @@ def arrow_array(column: Any, n: int, where: str, first_row: int | None = None
     while pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or \
             pa.types.is_fixed_size_list(array.type):
         if array.null_count:
-            at = int(np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False))[0])
+            missing = int(np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False))[0])
             raise ValueError(f"{where} holds a missing value at "
-                             f"{row(at) if depth == 0 else 'a row'}: every row holds an "
-                             "array of one shape")
+                             f"{row(missing) if depth == 0 else 'a row'}: every row holds "
+                             "an array of one shape")
         lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
         if len(lengths) and (lengths != lengths[0]).any():
             bad = int(np.flatnonzero(lengths != lengths[0])[0])
@@ -159,12 +159,15 @@ class ArrowColumns(ViewData):
         rows = max(1, min(CHUNK_ROWS, FINITE_CHUNK // max(1, self._width())))
         for start, views in self.chunks(rows):
             for columns, view in zip(self.columns, views, strict=True):
-                if view is None or not view.is_floating_point():
+                if columns is None or view is None or not view.is_floating_point():
                     continue
                 label = f"column {columns[0]!r}" if len(columns) == 1 else \
                     f"the columns {list(columns)}"
-                check_values(view, label, lambda row, at, s=start, c=label:
-                             f"{c}, row {s + row} (value {at} of the row)")
+
+                def where(row: int, at: int, first: int = start, what: str = label) -> str:
+                    return f"{what}, row {first + row} (value {at} of the row)"
+
+                check_values(view, label, where)
 
     def _width(self) -> int:
         first = self.read(np.arange(min(1, len(self))))

@@ -162,17 +162,18 @@ def _arrow_views(estimator: Any, X: Any, spec: InputSpec | None, single: bool = 
         data = columns_of(X, fitted[:len(spec.views)])
     check_length(len(data), "X", minimum=1 if spec is not None else 2)
     first = data.read(np.arange(1))
-    views = []
+    views: list[View] = []
     for i, (column, tensor) in enumerate(zip(data.columns, first, strict=True)):
-        assert column is not None or spec is not None  # only after fit may a view lack
         expected = None if spec is None or i >= len(spec.views) else spec.views[i]
-        if i >= 2:  # the hard-negative columns: items of the second view's form
-            for j, name in enumerate(column or ()):
+        if column is None or tensor is None:  # a view absent (after fit only)
+            assert expected is not None
+            views.append(expected)
+        elif i >= 2:  # the hard-negative columns: items of the second view's form
+            for j, name in enumerate(column):
                 array_view(tensor[:, j], name, views[1], f"column {name!r} (a hard-negative "
                            f"column: items like column {names[1]!r})")
-            continue
-        views.append(expected if tensor is None else
-                     array_view(tensor, column[0], expected, f"column {column[0]!r}"))
+        else:
+            views.append(array_view(tensor, column[0], expected, f"column {column[0]!r}"))
     data.check()
     if spec is None:
         spec = InputSpec("dict", tuple(views), items_paired=True, negatives=len(names) - 2,
