@@ -819,3 +819,30 @@ def test_tensorboard_logs_the_losses_the_held_out_values_and_the_selection_time(
         assert any(tag.endswith(key) for tag in tags), (key, tags)
     steps = [e.step for e in events.Scalars(next(t for t in tags if t.endswith("train_loss")))]
     assert len(steps) == 3
+
+
+def test_transform_writes_into_a_callers_memory_mapped_out(pairs, tmp_path):
+    """``transform(X, out=...)`` embeds batch by batch into the caller's array (a
+    memory-mapped file: an output bigger than memory), returning it; a wrong ``out`` is
+    refused naming it."""
+    X, y = pairs
+    est = ContrastiveEmbedder(**SMALL).fit(X)
+    out = np.lib.format.open_memmap(tmp_path / "z.npy", "w+", np.float32, (len(X), 4))
+    assert est.transform(X, out=out) is out
+    np.testing.assert_array_equal(np.load(tmp_path / "z.npy"), est.transform(X))
+    both = ContrastiveEmbedder(**SMALL, transform_views="concat").fit(X)
+    wide = np.zeros((len(X), 8), np.float32)
+    np.testing.assert_array_equal(both.transform(X, out=wide), both.transform(X))
+    labelled = SupConEmbedder(**SMALL).fit(X[:, 0], y)
+    single = np.zeros((len(X), 4), np.float32)
+    np.testing.assert_array_equal(labelled.transform(X[:, 0], out=single),
+                                  labelled.transform(X[:, 0]))
+    backbone = ContrastiveEmbedder(**SMALL, transform_from="backbone").fit(X)
+    with pytest.raises(ValueError, match=r"out has shape \(64, 3\); the embeddings have "
+                                         r"shape \(64, 4\)"):
+        backbone.transform(X, out=np.zeros((len(X), 3), np.float32))
+    for bad, match in ((np.zeros((len(X), 4)), "float32 array"),
+                       (np.zeros((len(X), 4), np.float32).T.copy().T, "C-ordered"),
+                       (np.zeros((len(X) - 1, 4), np.float32), r"out has shape \(63, 4\)")):
+        with pytest.raises(ValueError, match=match):
+            est.transform(X, out=bad)

@@ -24,6 +24,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._validation import (
     check_labels,
+    describe,
     encode_labels,
     plain_label,
 )
@@ -370,13 +371,16 @@ class BaseEmbedder(SavedModel, NetBuilder, OutputContainers, ClassNamePrefixFeat
     # -- inference --------------------------------------------------------------------
 
     def _embed(self, data: ViewData, view: int | None = 0, augment: Any = None,
-               output: str | None = None) -> np.ndarray:
+               output: str | None = None, out: Any = None) -> np.ndarray:
         """Embeddings of one view: ``output`` 'head' (the loss's space, unit norm when
         the loss normalises) or 'backbone' (the module's own features, as they are);
-        default ``transform_from``."""
+        default ``transform_from``; written into ``out`` when given (see
+        :func:`check_out`)."""
         check_is_fitted(self, "net_")
         output = self.transform_from if output is None else output
-        return embed_net(self.net_, data, view, augment, output == "head")
+        if out is not None:
+            check_out(out, len(data), self.n_components_ if output == "head" else None)
+        return embed_net(self.net_, data, view, augment, output == "head", out)
 
     def _transform(self, X: Any, output: str) -> Any:
         check_is_fitted(self, "net_")
@@ -426,12 +430,29 @@ def sample_of(data: ViewData) -> ViewData:
 
 
 def embed_net(net: SelectorNet, data: ViewData, view: int | None = 0, augment: Any = None,
-              head: bool = True) -> np.ndarray:
+              head: bool = True, out: np.ndarray | None = None) -> np.ndarray:
     """Embeddings of ``data`` by a trained net: by the projection head, unit norm when
-    the loss normalises, or the backbone's features as they are."""
+    the loss normalises, or the backbone's features as they are; written into ``out``
+    (returned) when given."""
     normalize = head and getattr(net.criterion_.loss, "normalize", True)
-    out = net.embed(data, view=view, augment=augment, head=head, normalize=normalize)
-    return out.numpy()
+    embedded = net.embed(data, view=view, augment=augment, head=head, normalize=normalize,
+                         out=None if out is None else torch.from_numpy(out))
+    return embedded.numpy() if out is None else out
+
+
+def check_out(out: Any, n: int, width: int | None) -> None:
+    """``out``, where ``transform`` writes its embeddings, must be a writable, C-ordered
+    float32 NumPy array (a ``np.memmap`` opened for writing, for one) of ``n`` rows of
+    ``width`` (the output's width; any, for the backbone's features, checked as they
+    come)."""
+    if not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.ndim != 2 or \
+            not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError(f"out must be a writable, C-ordered float32 array of shape (n, "
+                         f"n_components_) (e.g. np.lib.format.open_memmap(path, 'w+', "
+                         f"np.float32, shape)); got {describe(out)}")
+    if len(out) != n or (width is not None and out.shape[1] != width):
+        raise ValueError(f"out has shape {out.shape}; the embeddings of X have shape "
+                         f"({n}, {width if width is not None else '...'})")
 
 
 def warn_single_member_classes(y_codes: np.ndarray, classes: np.ndarray, convention: str) -> None:

@@ -12,7 +12,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._constraints import Interval, Options
 from .._validation import check_labels
 from ..metrics import recall_at_k
-from ._base import BaseEmbedder, global_rng_turn, sample_of
+from ._base import BaseEmbedder, check_out, global_rng_turn, sample_of
 from ._docs import shared_parameters
 from ._forms import read_fit_input, read_input, read_view
 from ._params import Auto, TransformViews, options
@@ -202,19 +202,27 @@ class ContrastiveEmbedder(BaseEmbedder):
         self._finish(interrupted)
         return self
 
-    def transform(self, X: Any) -> np.ndarray:
+    def transform(self, X: Any, out: np.ndarray | None = None) -> np.ndarray:
         """Embeddings, float32, of shape ``(n, n_components_)``: of view 0 (or both views,
         side by side or averaged, as ``transform_views`` says), by the projection head
         (unit norm) or the backbone, as ``transform_from`` says.
 
         ``X`` has the form seen in ``fit``. Use :meth:`transform_view` to embed the
-        items of one view alone, :meth:`transform_pairs` for both views.
+        items of one view alone, :meth:`transform_pairs` for both views. ``out``, a
+        writable float32 array of shape ``(n, n_components_)`` (e.g. a ``np.memmap``
+        opened for writing), receives the embeddings batch by batch and is returned:
+        embedding data bigger than memory then holds a batch, not the output.
         """
         check_is_fitted(self, "net_")
         data = read_input(self, X, self.input_spec_)
         if self.transform_views == "first" or not self.input_spec_.paired:
-            return self._embed(data.select(0), view=0)
-        return self._both_views(data)
+            return self._embed(data.select(0), view=0, out=out)
+        both = self._both_views(data)
+        if out is None:
+            return both
+        check_out(out, len(both), both.shape[1])
+        out[...] = both
+        return out
 
     def _both_views(self, data: Any) -> np.ndarray:
         U, V = (self._embed(data.select(i), view=i) for i in (0, 1))

@@ -156,7 +156,7 @@ class SelectionPasses:
     @torch.no_grad()
     def embed(self, data: ViewData, view: int | None = None, augment: Any = None,
               indices: np.ndarray | None = None, head: bool = True,
-              normalize: bool = False) -> torch.Tensor:
+              normalize: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
         """Embeddings of ``data`` in inference mode, batch by batch, on the net's device.
 
         ``view=None`` runs the module's own ``forward`` (both views of pairs); an int
@@ -164,13 +164,13 @@ class SelectionPasses:
         (``head=False``) not, each batch unit-normalised with ``normalize``. ``augment``
         is applied to each batch on the device first; ``indices`` restricts the pass to
         those rows. Returns float32 on the CPU, written batch by batch into one tensor
-        (the output and a batch: never a list of the batches and their concatenation).
+        (the output and a batch: never a list of the batches and their concatenation):
+        ``out`` when given (checked by the caller to be of the right shape).
         """
         module: Any = self.inference_module()
         was_training = module.training
         module.eval()
         n = len(data) if indices is None else len(indices)
-        out: torch.Tensor | None = None
         start = 0
         try:
             for batch in inference_batches(data, self.plan, self.compute_device, indices):
@@ -184,6 +184,9 @@ class SelectionPasses:
                     z = torch.nn.functional.normalize(z, dim=-1)
                 if out is None:
                     out = torch.empty((n, *z.shape[1:]), dtype=torch.float32)
+                elif tuple(out.shape[1:]) != tuple(z.shape[1:]):
+                    raise ValueError(f"out has shape {tuple(out.shape)}; the embeddings "
+                                     f"have shape ({n}, {', '.join(map(str, z.shape[1:]))})")
                 out[start:start + len(z)] = z
                 start += len(z)
         finally:

@@ -143,14 +143,16 @@ class SupConEmbedder(BaseEmbedder):
         self._finish(interrupted)
         return self
 
-    def transform(self, X: Any) -> np.ndarray:
+    def transform(self, X: Any, out: np.ndarray | None = None) -> np.ndarray:
         """Embeddings, float32, of shape ``(n, n_components_)``: by the projection head
         (unit norm) or the backbone, as ``transform_from`` says.
 
-        For a two-crop Dataset, of the first crop of each item.
+        For a two-crop Dataset, of the first crop of each item. ``out``, a writable
+        float32 array of shape ``(n, n_components_)`` (e.g. a ``np.memmap`` opened for
+        writing), receives the embeddings batch by batch and is returned.
         """
         check_is_fitted(self, "net_")
-        return self._embed(read_input(self, X, self.input_spec_).select(0), view=0)
+        return self._embed(read_input(self, X, self.input_spec_).select(0), view=0, out=out)
 
     def score(self, X: Any, y: Any) -> float:
         """Nearest-class-centre accuracy of ``X`` against the training class centres, in
