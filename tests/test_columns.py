@@ -134,3 +134,29 @@ def test_a_fit_on_an_arrow_dataset_on_disk_never_reads_it_whole(tmp_path):
     assert out.shape == (n, 16)
     assert grown < out.nbytes + 200 * 2**20, (grown / 2**20, out.nbytes / 2**20)
     assert torch.isfinite(torch.from_numpy(out)).all()
+
+
+def test_transform_view_reads_a_one_column_dataset_by_batch_as_fit_does():
+    X = pairs()
+    est = ContrastiveEmbedder(**SMALL).fit(as_dataset(X))
+    for view, i in (("a", 0), ("b", 1)):
+        column = as_dataset(X).select_columns([view])
+        np.testing.assert_array_equal(est.transform_view(column, view=view),
+                                      est.transform_view(X[:, i], view=view))
+    with pytest.raises(ValueError, match=r"must have the columns seen in fit, \['b'\]"):
+        est.transform_view(as_dataset(X).select_columns(["a"]), view="b")
+
+
+def test_an_encoder_with_a_prior_is_told_it_starts_from_its_defaults():
+    """Its prior reads every row (the text bag's IDF weights): not taken from an Arrow
+    dataset read by batch, and a warning says so rather than drop it silently."""
+    from skcontrast.text import NgramBagEncoder
+
+    ids = np.random.default_rng(0).integers(1, 50, size=(64, 2, 6))
+    table = datasets.Dataset.from_dict({"a": ids[:, 0], "b": ids[:, 1]})
+    est = ContrastiveEmbedder(**{**SMALL, "max_epochs": 1},
+                              module=NgramBagEncoder(64, 8, weighting="idf"))
+    with pytest.warns(UserWarning, match="NgramBagEncoder starts from statistics"):
+        est.fit(table)
+    weights = est.net_.module_.encoders[0].id_weights
+    assert torch.equal(weights, torch.ones_like(weights))  # its defaults, as said

@@ -45,6 +45,7 @@ from .._validation import describe
 from ..losses import LossTerms
 from ..selectors import SelectorSampler
 from ._callbacks import FitState, FitStreams, PrintLog
+from ._columns import ArrowColumns
 from ._data import Batch, RowTargets, batch_length, to_device
 from ._epoch import EpochLoop
 from ._optim import param_groups, use_sparse_gradients
@@ -169,8 +170,15 @@ class SelectorNet(EpochLoop, SelectionPasses, ContinuedTraining, NeuralNet):
         views = [v for v in getattr(data, "views", ()) if v is not None]
         prepare = functools.partial(to_device, device=self.compute_device,
                                     normalization=self.plan.image_normalization)
-        for module in self.module_.modules():
-            if callable(getattr(module, "fit_prior", None)) and views:
+        priors = [m for m in self.module_.modules() if callable(getattr(m, "fit_prior", None))]
+        if priors and isinstance(data, ArrowColumns):
+            warnings.warn(f"{type(priors[0]).__name__} starts from statistics of the "
+                          "training data (fit_prior), which would read every row of an "
+                          "Arrow dataset read by batch: it starts from its defaults. Call "
+                          "its fit_prior on a sample yourself to give it one",
+                          UserWarning, stacklevel=2)
+        for module in priors:
+            if views:
                 module.fit_prior(views, prepare=prepare)
 
     def start_fit(self, data: Any) -> None:

@@ -120,6 +120,8 @@ class TableForm(InputForm):
         return form.read(estimator, _table_values(X, columns, kind), spec)
 
     def read_view(self, X: Any, view: View, name: str, tokenizer: Any) -> ViewData:
+        if not view.text and numeric_list_columns(X):  # by batch, as fit reads them
+            return _arrow_view(X, view, name)
         columns = table_columns(X, name)
         if len(columns) != 1:
             raise ValueError(f"{name} for {view.describe()} must be a table of one column; "
@@ -179,6 +181,24 @@ def _arrow_views(estimator: Any, X: Any, spec: InputSpec | None, single: bool = 
         spec = InputSpec("dict", tuple(views), items_paired=True, negatives=len(names) - 2,
                          negative_names=tuple(names[2:]))
     return data, spec
+
+
+def _arrow_view(X: Any, view: View, name: str) -> ViewData:
+    """A one-column ``datasets.Dataset`` of arrays as the items of ``view``, read by
+    batch (:class:`~.._columns.ArrowColumns`), as ``transform_view`` takes it."""
+    names = list(X.column_names)
+    if len(names) != 1:
+        raise ValueError(f"{name} for {view.describe()} must be a table of one column; "
+                         f"got columns {names}")
+    if isinstance(view.name, str):
+        order_columns(dict.fromkeys(names), [view.name], name)
+    data = columns_of(X, names[:1])
+    check_length(len(data), name, minimum=1)
+    (first,) = data.read(np.arange(1))
+    assert first is not None
+    array_view(first, names[0], view, f"column {names[0]!r} of {name}")
+    data.check()
+    return data
 
 
 def fitted_views(spec: InputSpec) -> list:
