@@ -160,3 +160,15 @@ def test_an_encoder_with_a_prior_is_told_it_starts_from_its_defaults():
         est.fit(table)
     weights = est.net_.module_.encoders[0].id_weights
     assert torch.equal(weights, torch.ones_like(weights))  # its defaults, as said
+
+
+def test_array_features_read_as_n_d_arrays_per_row():
+    """datasets' ``Array2D`` columns (an Arrow extension type) were refused as not
+    numbers; they read as one (3, 4) array per row, the model of the same arrays."""
+    X = np.random.default_rng(0).normal(size=(32, 2, 3, 4)).astype(np.float32)
+    features = datasets.Features({c: datasets.Array2D((3, 4), "float32") for c in "ab"})
+    table = datasets.Dataset.from_dict({"a": X[:, 0], "b": X[:, 1]}, features=features)
+    arrow = ContrastiveEmbedder(**SMALL).fit(table)
+    memory = ContrastiveEmbedder(**SMALL).fit({"a": X[:, 0], "b": X[:, 1]})
+    assert arrow.input_spec_.views[0].shape == (3, 4)
+    np.testing.assert_array_equal(arrow.transform(table), memory.transform({"a": X[:, 0]}))

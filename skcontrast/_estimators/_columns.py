@@ -42,6 +42,8 @@ def arrow_array(column: Any, n: int, where: str, first_row: int | None = None
         return f"row {first_row + i}" if first_row is not None else f"row {i} of a batch"
 
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if isinstance(array.type, pa.ExtensionType):  # datasets' Array2D..5D: nested lists
+        array = array.storage
     shape: list[int] = []
     depth = 0
     while pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or \
