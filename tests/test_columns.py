@@ -172,3 +172,26 @@ def test_array_features_read_as_n_d_arrays_per_row():
     memory = ContrastiveEmbedder(**SMALL).fit({"a": X[:, 0], "b": X[:, 1]})
     assert arrow.input_spec_.views[0].shape == (3, 4)
     np.testing.assert_array_equal(arrow.transform(table), memory.transform({"a": X[:, 0]}))
+
+
+def test_one_column_of_arrays_is_single_views_in_every_table_form():
+    """A table of one column of arrays was refused for single views (SupCon's, or
+    augmented ones): it is the array of them, read by batch from Arrow, by name after
+    fit; the same model from the array, a DataFrame or a dataset."""
+    import pandas as pd
+
+    from skcontrast import SupConEmbedder
+
+    X, y = make_paired_gaussians(64, 4, n_clusters=4, random_state=0)
+    X = X[:, 0].astype(np.float32)
+    table = datasets.Dataset.from_dict({"a": X})
+    frame = pd.DataFrame({"a": list(X)})
+    models = [SupConEmbedder(**SMALL).fit(data, y) for data in (X, frame, table)]
+    assert models[2].input_spec_.views[0].name == "a"
+    for model, data in zip(models, (X, frame, table), strict=True):
+        np.testing.assert_array_equal(model.transform(data), models[0].transform(X))
+    with pytest.raises(ValueError, match=r"columns seen in fit, \['a'\]; got \['b'\]"):
+        models[2].transform(table.rename_column("a", "b"))
+    with pytest.raises(ValueError, match=r"single views: a table of one column of arrays; "
+                                         r"got columns \['a', 'b'\]"):
+        SupConEmbedder(**SMALL).fit(as_dataset(pairs()), y)

@@ -3,6 +3,7 @@ features, or a dict of views); see :class:`TableForm`."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any
 
@@ -20,7 +21,7 @@ from .._checks import check_length
 from .._columns import columns_of, numeric_list_columns
 from .._data import InputSpec, View, ViewData
 from .._spec import array_view
-from ._array import ARRAY
+from ._array import ARRAY, read_array
 from ._dict import DICT
 from ._flat import FLAT
 from ._form import NO_FEATURES, InputForm
@@ -38,8 +39,11 @@ class TableForm(InputForm):
     per-row arrays are views (the first two) and hard-negative columns, as in the dict
     form; a table of one column of images (a ``datasets`` ``Image`` column, PIL images,
     or per-row arrays that are images by the rule of :mod:`skcontrast.images`) is single
-    images. A table mixing text and numeric columns, or a column of missing, mixed or
-    ragged values, is refused naming the column; so is a label column (pass the labels
+    images, and one of other arrays single views (augmented, or labelled), named after
+    the column. A ``datasets.Dataset`` of array columns is read by the rows each batch
+    needs (:class:`~.._columns.ArrowColumns`), never whole. A table mixing text and
+    numeric columns, or a column of missing, mixed or ragged values, is refused naming
+    the column; so is a label column (pass the labels
     as ``y``). After ``fit`` a table is read by the column names seen in fit, in any
     order (:func:`~skcontrast._tables.order_columns`; the views' columns without the
     hard-negative ones, or the first view's alone, for ``transform``); a missing, unseen
@@ -71,14 +75,25 @@ class TableForm(InputForm):
             ((column, values),) = images.items()
             data, spec = read_images(values, None, column=column)
             return data, spec, NO_FEATURES
+        if kind == "views" and single:
+            data, spec = _single_column(estimator, columns, None)
+            return data, spec, NO_FEATURES
         form = FLAT if kind == "features" else DICT
         return form.fit(estimator, _table_values(X, columns, kind), single=single,
                         labelled=labelled, view_split=view_split)
 
     def read(self, estimator: Any, X: Any, spec: InputSpec) -> ViewData:
-        if spec.form == "dict" and numeric_list_columns(X):
-            return _arrow_views(estimator, X, spec)[0]
+        single = spec.form == "array" and not spec.items_paired
+        if (spec.form == "dict" or single) and numeric_list_columns(X):
+            return _arrow_views(estimator, X, spec, single=single)[0]
         columns = table_columns(X)
+        if single:  # a table of one column of arrays, as fit read it
+            fitted = _fitted_columns(estimator, spec)
+            if fitted is None:
+                _warn_unnamed(estimator, columns)
+            else:
+                columns = order_columns(columns, fitted)
+            return _single_column(estimator, columns, spec)[0]
         kind = table_kind(columns)
         if spec.form == "image":
             if len(columns) != 1:
@@ -144,11 +159,16 @@ def _arrow_views(estimator: Any, X: Any, spec: InputSpec | None, single: bool = 
     (:class:`~.._columns.ArrowColumns`); its values are checked in one pass, a chunk at
     a time."""
     names = list(X.column_names)
-    if spec is None:
-        if single:
-            raise ValueError(f"{type(estimator).__name__} takes a table of array columns "
-                             f"only for pairs (two views, without an augmentation); got "
-                             f"columns {names}")
+    if single:  # one view: a table of one column of arrays
+        if spec is None and len(names) != 1:
+            raise ValueError(f"{type(estimator).__name__} takes single views: a table of "
+                             f"one column of arrays; got columns {names}")
+        if spec is not None:
+            fitted = _fitted_columns(estimator, spec)
+            names = names if fitted is None else list(order_columns(dict.fromkeys(names),
+                                                                    fitted))
+        data = columns_of(X, names[:1])
+    elif spec is None:
         if len(names) < 2:
             raise ValueError(f"a table of array columns holds two views, then optionally "
                              f"hard-negative columns of the second view's form; got the "
@@ -177,10 +197,25 @@ def _arrow_views(estimator: Any, X: Any, spec: InputSpec | None, single: bool = 
         else:
             views.append(array_view(tensor, column[0], expected, f"column {column[0]!r}"))
     data.check()
-    if spec is None:
+    if spec is None and single:
+        spec = InputSpec("array", tuple(views))
+    elif spec is None:
         spec = InputSpec("dict", tuple(views), items_paired=True, negatives=len(names) - 2,
                          negative_names=tuple(names[2:]))
     return data, spec
+
+
+def _single_column(estimator: Any, columns: dict, spec: InputSpec | None
+                   ) -> tuple[ViewData, InputSpec]:
+    """A table of one column of arrays as single views (augmented, or labelled), the
+    view named after the column, as the array form reads an array of them."""
+    if len(columns) != 1:
+        raise ValueError(f"{type(estimator).__name__} takes single views: a table of one "
+                         f"column of arrays; got columns {list(columns)}")
+    ((column, values),) = columns.items()
+    data, read = read_array(values, spec, single=True)
+    return data, read if spec is not None else InputSpec(
+        "array", (dataclasses.replace(read.views[0], name=column),))
 
 
 def _arrow_view(X: Any, view: View, name: str) -> ViewData:
