@@ -76,8 +76,7 @@ class TableForm(InputForm):
             data, spec = read_images(values, None, column=column)
             return data, spec, NO_FEATURES
         if kind == "views" and single:
-            data, spec = _single_column(estimator, columns, None)
-            return data, spec, NO_FEATURES
+            return (*_single_column(estimator, columns, None), NO_FEATURES)
         form = FLAT if kind == "features" else DICT
         return form.fit(estimator, _table_values(X, columns, kind), single=single,
                         labelled=labelled, view_split=view_split)
