@@ -8,6 +8,7 @@ The net's embedding passes take their batches from :func:`fixed_batches` too."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -67,28 +68,79 @@ def consecutive_batches(dataset: ViewData, batch_size: int, *, plan: Any,
     ``forward``/``predict``, whose outputs follow the data."""
     n = len(dataset)
     size = max(2, min(batch_size if batch_size > 0 else n, n))
-    batches = [np.arange(i, min(i + size, n)) for i in range(0, n, size)]
-    if len(batches) > 1 and len(batches[-1]) == 1:
-        batches[-2:] = [np.concatenate(batches[-2:])]
-    return fixed_batches(dataset, batches, plan, device)
+    return fixed_batches(dataset, RowBatches(n, size, join_lone=True), plan, device)
 
 
-def fixed_batches(data: ViewData, batches: list[np.ndarray], plan: Any,
+class RowBatches:
+    """Consecutive batches of ``size`` rows of ``indices`` (default: every row of ``n``,
+    in order), each made when it is read: a pass over millions of rows holds no list of
+    every batch (nor a Python int per row). ``join_lone``: a last batch of one row
+    joins the one before."""
+
+    def __init__(self, n: int, size: int, indices: np.ndarray | None = None,
+                 join_lone: bool = False) -> None:
+        self.n, self.size, self.indices = n, size, indices
+        count = -(-n // size)
+        self.length = count - 1 if join_lone and count > 1 and n % size == 1 else count
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if not 0 <= i < self.length:
+            raise IndexError(i)
+        start = i * self.size
+        stop = self.n if i == self.length - 1 else start + self.size
+        return np.arange(start, stop) if self.indices is None else self.indices[start:stop]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return (self[i] for i in range(self.length))
+
+
+class _Lists:
+    """A ``DataLoader``'s batch sampler of ``batches``, each as a list of ints, made
+    when the loader asks for it."""
+
+    def __init__(self, batches: Any) -> None:
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return (b.tolist() for b in self.batches)
+
+
+class _Gathered:
+    """The ``batches`` of data held whole on ``device``, gathered as they are read."""
+
+    def __init__(self, data: ViewData, batches: Any, device: torch.device) -> None:
+        self.data, self.batches, self.device = data, batches, device
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self.data.gather(torch.as_tensor(b, device=self.device))
+                for b in self.batches)
+
+
+def fixed_batches(data: ViewData, batches: Any, plan: Any,
                   device: torch.device) -> Any:
-    """The given ``batches`` of rows of ``data``: gathered where the data lives on the
+    """The given ``batches`` of rows of ``data`` (a sequence of index arrays, such as
+    :class:`RowBatches`), read batch by batch: gathered where the data lives on the
     module's device, else through a loader."""
     resident = data.resident_device
     if resident is not None:
-        return [data.gather(torch.as_tensor(b, device=resident)) for b in batches]
-    return loader(data, [b.tolist() for b in batches], plan, device, 0)
+        return _Gathered(data, batches, resident)
+    return loader(data, _Lists(batches), plan, device, 0)
 
 
 def inference_batches(data: ViewData, plan: Any, device: torch.device,
                       indices: np.ndarray | None = None) -> Any:
     """Consecutive batches of ``data`` (or of its rows ``indices``), in order."""
-    indices = np.arange(len(data)) if indices is None else indices
-    return fixed_batches(data, [indices[s:s + INFERENCE_BATCH]
-                                for s in range(0, len(indices), INFERENCE_BATCH)], plan, device)
+    n = len(data) if indices is None else len(indices)
+    return fixed_batches(data, RowBatches(n, INFERENCE_BATCH, indices), plan, device)
 
 
 def _as_batch(batch: Any) -> Any:
