@@ -65,8 +65,8 @@ class NetBuilder(ParameterChecks):
         state = net.memory_state
         memory_now = None if self.memory is None else (
             type(self.memory).__name__, self.memory.get_params().get("size"))
-        memory_before = None if state is None else (state.memory_name, getattr(state, "size",
-                                                                                None))
+        memory_before = None if state is None else (
+            type(net.criterion__memory).__name__, getattr(state, "size", None))
         if memory_before != memory_now:
             changed.append(f"memory ({memory_before} -> {memory_now})")
         elif state is not None and state.loss_name != loss.name:

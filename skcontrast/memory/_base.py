@@ -108,9 +108,7 @@ class BaseMemory(BaseEstimator):
                              f"(what it declares tells the memory how its anchors meet "
                              f"their candidates); got loss={describe(loss)}")
         self._check_loss(loss, structure)
-        state = self._make_state(int(n_samples), loss, structure)
-        state.memory_name = type(self).__name__  # type: ignore[assignment]  # a plain attribute
-        return state
+        return self._make_state(int(n_samples), loss, structure)
 
     def check_batch_rows(self, rows: int) -> None:
         """Refuse settings that cannot hold ``rows`` embeddings of one batch (default:
