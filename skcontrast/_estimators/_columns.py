@@ -53,6 +53,11 @@ def arrow_array(column: Any, n: int, where: str, first_row: int | None = None
             raise ValueError(f"{where} holds a missing value at "
                              f"{row(missing) if depth == 0 else 'a row'}: every row holds "
                              "an array of one shape")
+        if pa.types.is_fixed_size_list(array.type):  # one length, by its type
+            shape.append(array.type.list_size)
+            array = array.flatten()
+            depth += 1
+            continue
         lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
         if len(lengths) and (lengths != lengths[0]).any():
             bad = int(np.flatnonzero(lengths != lengths[0])[0])
