@@ -195,3 +195,37 @@ def test_one_column_of_arrays_is_single_views_in_every_table_form():
     with pytest.raises(ValueError, match=r"single views: a table of one column of arrays; "
                                          r"got columns \['a', 'b'\]"):
         SupConEmbedder(**SMALL).fit(as_dataset(pairs()), y)
+
+
+def test_training_batches_are_read_one_ahead_in_the_selectors_order():
+    """On the CPU an Arrow dataset's training batches are read one batch ahead in a
+    thread (its reads overlap the step): the same batches, in the same order, as the
+    sampler's epoch read in turn; a read that fails fails the epoch."""
+    from skcontrast._estimators._batches import selected_batches
+    from skcontrast._estimators._columns import ReadAhead
+    from skcontrast.selectors import SelectorSampler, ShuffledBatchSelector
+
+    X = pairs(50)
+    data = ArrowColumns(as_dataset(X), (("a",), ("b",)))
+    sampler = SelectorSampler(ShuffledBatchSelector(8, random_state=0), 50)
+    batches = selected_batches(data, 8, plan=None, device=torch.device("cpu"),
+                               sampler=sampler)
+    assert isinstance(batches, ReadAhead) and len(batches) == 7
+    twin = SelectorSampler(ShuffledBatchSelector(8, random_state=0), 50)
+    for _ in range(2):  # each pass the next epoch
+        expected = [data.gather_rows(rows, batch) for rows, batch in twin.selections()]
+        got = list(batches)
+        assert [b.index.tolist() for b in got] == [b.index.tolist() for b in expected]
+        for a, b in zip(got, expected, strict=True):
+            assert torch.equal(a.views[0], b.views[0]) and torch.equal(a.views[1], b.views[1])
+            np.testing.assert_array_equal(a.views[0].numpy(), X[a.index.numpy(), 0])
+
+    class Failing(ArrowColumns):
+        def gather_rows(self, rows, batch):
+            if 0 in rows:
+                raise ValueError("row 0 is unreadable")
+            return super().gather_rows(rows, batch)
+
+    failing = Failing(as_dataset(X), (("a",), ("b",)))
+    with pytest.raises(ValueError, match="row 0 is unreadable"):
+        list(failing.batches(SelectorSampler(ShuffledBatchSelector(8, random_state=0), 50)))

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from ._columns import ArrowColumns
 from ._data import ItemViews, TensorViews, ViewData
 
 #: rows per batch of an embedding pass (never the whole set on a GPU at once)
@@ -47,7 +48,8 @@ def selected_batches(dataset: ViewData, batch_size: int, *, plan: Any, device: t
 
     Data held whole where the module computes, or in this process's memory for training
     on the CPU, is gathered batch by batch, without a DataLoader (whose per-batch
-    machinery a small model's step notices); a Dataset's items are loaded by workers,
+    machinery a small model's step notices); an Arrow dataset's rows are read one batch
+    ahead, in a thread, for training on the CPU; a Dataset's items are loaded by workers,
     and host data for a GPU is pinned by the loader."""
     if sampler.n_samples != len(dataset):
         raise ValueError(f"this net selects batches of {sampler.n_samples} training "
@@ -55,6 +57,8 @@ def selected_batches(dataset: ViewData, batch_size: int, *, plan: Any, device: t
     if isinstance(dataset, TensorViews) and (dataset.resident_device is not None
                                              or device.type != "cuda"):
         return dataset.batches(sampler)
+    if isinstance(dataset, ArrowColumns) and device.type != "cuda":
+        return dataset.batches(sampler)  # read one batch ahead, in a thread
     return loader(dataset, sampler, plan, device, sampler.selector.current_epoch)
 
 

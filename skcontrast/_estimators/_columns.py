@@ -15,7 +15,8 @@ the rows' digest) reads it a chunk at a time (:meth:`ArrowColumns.chunks`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -125,10 +126,19 @@ class ArrowColumns(ViewData):
         return tuple(out)
 
     def __getitems__(self, indices: Any) -> Batch:
-        rows, batch = _rows_and_batch(indices)
+        return self.gather_rows(*_rows_and_batch(indices))
+
+    def gather_rows(self, rows: np.ndarray, batch: np.ndarray) -> Batch:
+        """The items ``rows`` (int64) of the selected ``batch`` (its dataset indices)."""
         views = self.read(rows)
         labels = None if self.labels is None else self.labels[torch.from_numpy(rows)]
         return Batch(views if len(views) > 1 else views[0], labels, torch.from_numpy(batch))
+
+    def batches(self, sampler: Any) -> Iterable[Batch]:
+        """The batches ``sampler`` (a :class:`~skcontrast.selectors.SelectorSampler`)
+        yields, an epoch per pass, each read one batch ahead in a thread while the step
+        before it trains (Arrow and NumPy release the interpreter while they copy)."""
+        return ReadAhead(self, sampler)
 
     def chunks(self, size: int = CHUNK_ROWS) -> Iterator[tuple[int, tuple]]:
         """Every item's views, ``size`` items at a time: ``(first item, views)``."""
@@ -179,6 +189,34 @@ class ArrowColumns(ViewData):
     def _width(self) -> int:
         first = self.read(np.arange(min(1, len(self))))
         return sum(int(np.prod(v.shape[1:])) for v in first if v is not None)
+
+
+class ReadAhead:
+    """The batches of :meth:`ArrowColumns.batches`: re-iterable, each pass the sampler's
+    next epoch, the next batch read by one thread while the current one trains (in the
+    selector's order: the same batches as read in turn)."""
+
+    def __init__(self, data: ArrowColumns, sampler: Any) -> None:
+        self.data = data
+        self.sampler = sampler
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self) -> Iterator[Batch]:
+        selections = self.sampler.selections()
+        if not selections:
+            return
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="skcontrast-read") as pool:
+            pending = pool.submit(self.data.gather_rows, *selections[0])
+            try:
+                for following in [*selections[1:], None]:
+                    batch = pending.result()
+                    if following is not None:
+                        pending = pool.submit(self.data.gather_rows, *following)
+                    yield batch
+            finally:
+                pending.cancel()
 
 
 def numeric_list_columns(X: Any) -> bool:
