@@ -24,7 +24,7 @@ import torch
 
 from .._validation import describe
 from ._checks import FINITE_CHUNK, as_tensor, check_values
-from ._data import Batch, ViewData, _rows_and_batch
+from ._data import Batch, SamplerEpochs, ViewData, _rows_and_batch
 
 #: Rows per chunk of a pass over every row (the check of values, the digest).
 CHUNK_ROWS = 65536
@@ -56,17 +56,15 @@ def arrow_array(column: Any, n: int, where: str, first_row: int | None = None
                              "an array of one shape")
         if pa.types.is_fixed_size_list(array.type):  # one length, by its type
             shape.append(array.type.list_size)
-            array = array.flatten()
-            depth += 1
-            continue
-        lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
-        if len(lengths) and (lengths != lengths[0]).any():
-            bad = int(np.flatnonzero(lengths != lengths[0])[0])
-            at = f" ({row(0)}) and ({lengths[bad]},) ({row(bad)})" if depth == 0 else \
-                f" and ({lengths[bad]},) within a row"
-            raise ValueError(f"{where} holds arrays of shape ({lengths[0]},){at}: every row "
-                             "holds an array of one shape")
-        shape.append(int(lengths[0]) if len(lengths) else 0)
+        else:
+            lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
+            if len(lengths) and (lengths != lengths[0]).any():
+                bad = int(np.flatnonzero(lengths != lengths[0])[0])
+                at = f" ({row(0)}) and ({lengths[bad]},) ({row(bad)})" if depth == 0 else \
+                    f" and ({lengths[bad]},) within a row"
+                raise ValueError(f"{where} holds arrays of shape ({lengths[0]},){at}: every "
+                                 "row holds an array of one shape")
+            shape.append(int(lengths[0]) if len(lengths) else 0)
         array = array.flatten()
         depth += 1
     if not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type)):
@@ -191,17 +189,12 @@ class ArrowColumns(ViewData):
         return sum(int(np.prod(v.shape[1:])) for v in first if v is not None)
 
 
-class ReadAhead:
-    """The batches of :meth:`ArrowColumns.batches`: re-iterable, each pass the sampler's
-    next epoch, the next batch read by one thread while the current one trains (in the
-    selector's order: the same batches as read in turn)."""
+class ReadAhead(SamplerEpochs):
+    """The batches of :meth:`ArrowColumns.batches`, the next read by one thread while
+    the current one trains (in the selector's order: the same batches as read in
+    turn)."""
 
-    def __init__(self, data: ArrowColumns, sampler: Any) -> None:
-        self.data = data
-        self.sampler = sampler
-
-    def __len__(self) -> int:
-        return len(self.sampler)
+    data: ArrowColumns
 
     def __iter__(self) -> Iterator[Batch]:
         selections = self.sampler.selections()

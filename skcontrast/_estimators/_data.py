@@ -256,16 +256,24 @@ class TensorViews(ViewData):
         return self.device if self.device.type != "cpu" else None
 
 
-class GatheredBatches:
-    """The batches of :meth:`TensorViews.batches`, gathered without a ``DataLoader``:
-    re-iterable, each pass the sampler's next epoch."""
+class SamplerEpochs:
+    """Batches of ``data`` that a sampler (a
+    :class:`~skcontrast.selectors.SelectorSampler`) selects, read without a
+    ``DataLoader``: re-iterable, each pass the sampler's next epoch (how a batch is read
+    is the subclass's ``__iter__``)."""
 
-    def __init__(self, data: TensorViews, sampler: Any) -> None:
+    def __init__(self, data: Any, sampler: Any) -> None:
         self.data = data
         self.sampler = sampler
 
     def __len__(self) -> int:
         return len(self.sampler)
+
+
+class GatheredBatches(SamplerEpochs):
+    """The batches of :meth:`TensorViews.batches`, gathered from its tensors."""
+
+    data: TensorViews
 
     def __iter__(self) -> Iterator[Batch]:
         selections = self.sampler.selections()
