@@ -87,22 +87,14 @@ class TableForm(InputForm):
             return _arrow_views(estimator, X, spec, single=single)[0]
         columns = table_columns(X)
         if single:  # a table of one column of arrays, as fit read it
-            fitted = _fitted_columns(estimator, spec)
-            if fitted is None:
-                _warn_unnamed(estimator, columns)
-            else:
-                columns = order_columns(columns, fitted)
-            return _single_column(estimator, columns, spec)[0]
+            return _single_column(estimator, _in_fitted_order(estimator, spec, columns),
+                                  spec)[0]
         kind = table_kind(columns)
         if spec.form == "image":
             if len(columns) != 1:
                 raise ValueError(f"{type(estimator).__name__} was fitted on images; got a "
                                  f"table of columns {list(columns)}: pass one image column")
-            fitted = _fitted_columns(estimator, spec)
-            if fitted is None:
-                _warn_unnamed(estimator, columns)
-            else:
-                columns = order_columns(columns, fitted)
+            columns = _in_fitted_order(estimator, spec, columns)
             return IMAGE.read(estimator, next(iter(columns.values())), spec)
         if (kind == "text") != (spec.form == "text") or spec.form not in (
                 "text", "flat", "dict"):
@@ -117,12 +109,8 @@ class TableForm(InputForm):
             columns = order_columns(columns, fitted)
             X = None  # the columns in the fit's order
         else:
-            negatives = list(spec.negative_names)
-            columns = order_columns(columns, fitted, leading=True, expected=(
-                f"the {'text' if spec.form == 'text' else 'view'} columns seen in fit, "
-                f"{fitted[:len(spec.views)]}"
-                + (f", then optionally the hard-negative columns {negatives}"
-                   if negatives else "") + " (or their first ones), in any order"))
+            columns = order_columns(columns, fitted, leading=True,
+                                    expected=_leading_columns(spec, fitted))
         if spec.form == "text":
             return TEXT.read(estimator, text_rows(columns), spec)
         if fitted is None and spec.form == "dict":  # by position
@@ -154,9 +142,9 @@ def _arrow_views(estimator: Any, X: Any, spec: InputSpec | None, single: bool = 
                  ) -> tuple[ViewData, InputSpec]:
     """A ``datasets.Dataset`` of numeric array columns as the dict form reads its columns
     (two views, then hard-negative columns; after ``fit``, the views' columns by name,
-    in any order, the hard-negative ones left out), read by batch
-    (:class:`~.._columns.ArrowColumns`); its values are checked in one pass, a chunk at
-    a time."""
+    in any order, the hard-negative ones left out), or, ``single``, as the array form
+    reads single views (one column), read by batch (:class:`~.._columns.ArrowColumns`);
+    its values are checked in one pass, a chunk at a time."""
     names = list(X.column_names)
     if single:  # one view: a table of one column of arrays
         if spec is None and len(names) != 1:
@@ -175,10 +163,8 @@ def _arrow_views(estimator: Any, X: Any, spec: InputSpec | None, single: bool = 
         data = columns_of(X, names)
     else:
         fitted = fitted_views(spec)
-        ordered = order_columns(dict.fromkeys(names), fitted, leading=True, expected=(
-            f"the view columns seen in fit, {fitted[:len(spec.views)]}"
-            + (f", then optionally the hard-negative columns {list(spec.negative_names)}"
-               if spec.negative_names else "") + " (or their first ones), in any order"))
+        ordered = order_columns(dict.fromkeys(names), fitted, leading=True,
+                                expected=_leading_columns(spec, fitted))
         assert fitted[0] in ordered  # the leading columns: the first view's at least
         data = columns_of(X, fitted[:len(spec.views)])
     check_length(len(data), "X", minimum=1 if spec is not None else 2)
@@ -233,6 +219,26 @@ def _arrow_view(X: Any, view: View, name: str) -> ViewData:
     array_view(first, names[0], view, f"column {names[0]!r} of {name}")
     data.check()
     return data
+
+
+def _in_fitted_order(estimator: Any, spec: InputSpec, columns: dict) -> dict:
+    """A table's ``columns`` by the names the fit saw (a fit without names: as they
+    are, with scikit-learn's warning)."""
+    fitted = _fitted_columns(estimator, spec)
+    if fitted is None:
+        _warn_unnamed(estimator, columns)
+        return columns
+    return order_columns(columns, fitted)
+
+
+def _leading_columns(spec: InputSpec, fitted: list) -> str:
+    """What a table of views after fit must hold: the views' columns, then optionally
+    the hard-negative ones, in any order."""
+    negatives = list(spec.negative_names)
+    return (f"the {'text' if spec.form == 'text' else 'view'} columns seen in fit, "
+            f"{fitted[:len(spec.views)]}"
+            + (f", then optionally the hard-negative columns {negatives}" if negatives
+               else "") + " (or their first ones), in any order")
 
 
 def fitted_views(spec: InputSpec) -> list:
