@@ -229,3 +229,19 @@ def test_training_batches_are_read_one_ahead_in_the_selectors_order():
     failing = Failing(as_dataset(X), (("a",), ("b",)))
     with pytest.raises(ValueError, match="row 0 is unreadable"):
         list(failing.batches(SelectorSampler(ShuffledBatchSelector(8, random_state=0), 50)))
+
+
+def test_a_model_fitted_without_names_reads_a_dataset_by_position_as_a_frame():
+    """The in-memory table warned that a model fitted on an array reads a table's
+    columns by position; the Arrow read took the column silently. Both warn now."""
+    import pandas as pd
+
+    from skcontrast import SupConEmbedder
+
+    X, y = make_paired_gaussians(64, 4, n_clusters=4, random_state=0)
+    X = X[:, 0].astype(np.float32).reshape(64, 2, 2)  # N-D single views: the array form
+    est = SupConEmbedder(**SMALL).fit(X, y)
+    assert est.input_spec_.form == "array" and est.input_spec_.views[0].name == 0
+    for table in (datasets.Dataset.from_dict({"a": X}), pd.DataFrame({"a": list(X)})):
+        with pytest.warns(UserWarning, match="fitted without column names"):
+            np.testing.assert_array_equal(est.transform(table), est.transform(X))

@@ -151,9 +151,7 @@ def _arrow_views(estimator: Any, X: Any, spec: InputSpec | None, single: bool = 
             raise ValueError(f"{type(estimator).__name__} takes single views: a table of "
                              f"one column of arrays; got columns {names}")
         if spec is not None:
-            fitted = _fitted_columns(estimator, spec)
-            names = names if fitted is None else list(order_columns(dict.fromkeys(names),
-                                                                    fitted))
+            names = list(_in_fitted_order(estimator, spec, dict.fromkeys(names)))
         data = columns_of(X, names[:1])
     elif spec is None:
         if len(names) < 2:
