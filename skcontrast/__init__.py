@@ -37,19 +37,20 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editor
         WarmupCosine,
     )
     from ._estimators._saving import load
+    from ._estimators._stream import Stream
 
 _LAZY = {"AcceleratorCheckpoint": "._estimators", "ContrastiveEmbedder": "._estimators",
          "LazyAdam": "._estimators", "SupConEmbedder": "._estimators",
          "WarmupCosine": "._estimators",
-         "load": "._estimators._saving"}
+         "load": "._estimators._saving", "Stream": "._estimators._stream"}
 
 #: The public subpackages and modules, imported on first use like the names above.
 _SUBMODULES = ("datasets", "exceptions", "geometry", "losses", "memory", "metrics",
                "model_selection", "plotting", "selectors", "selftest", "simulation", "text")
 
 
-__all__ = ["AcceleratorCheckpoint", "ContrastiveEmbedder", "LazyAdam", "SupConEmbedder",
-           "WarmupCosine", "__version__", "load"]
+__all__ = ["AcceleratorCheckpoint", "ContrastiveEmbedder", "LazyAdam", "Stream",
+           "SupConEmbedder", "WarmupCosine", "__version__", "load"]
 
 
 def __getattr__(name: str) -> Any:

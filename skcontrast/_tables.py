@@ -87,18 +87,17 @@ def table_columns(X: Any, name: str = "X") -> dict[Any, Any]:
     """The columns of a table, in order, by name: each a list (strings, or arrays of
     the rows) or a 1-D or N-D NumPy array (numbers).
 
-    Refused, naming what to do: a streamed ``datasets.IterableDataset`` (batches are
-    chosen by index), repeated column names, a label column (labels go in ``y``), rows
+    Refused, naming what to do: a streamed ``datasets.IterableDataset`` (read as a
+    stream, not as a table), repeated column names, a label column (labels go in ``y``), rows
     of a list of row dicts that lack or add a column, and a column whose values are
     neither all strings, all numbers, nor arrays of one shape (naming the column and
     the row).
     """
     if _module(X) == "datasets" and type(X).__name__ == "IterableDataset":
-        raise ValueError(f"{name} is a streamed datasets.IterableDataset; batch selection "
-                         "chooses rows by index, so it needs a map-style "
-                         "datasets.Dataset: load it without streaming=True, or "
-                         "materialise it (datasets.Dataset.from_generator, or "
-                         "Dataset.from_list(list(iterable.take(n))))")
+        raise ValueError(f"{name} is a streamed datasets.IterableDataset, whose rows have "
+                         "no index: give it as X to fit or transform, which read it a "
+                         "window at a time (skcontrast.Stream), or load it without "
+                         "streaming=True")
     names = column_names(X)
     if len(set(names)) != len(names):
         raise ValueError(f"{name} has repeated column names {names}")

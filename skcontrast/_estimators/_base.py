@@ -47,6 +47,7 @@ from ._output import OutputContainers
 from ._params import resolve_device
 from ._saving import SavedModel
 from ._state import check_trained
+from ._stream import StreamViews, check_stream_processes
 
 
 @dataclass
@@ -266,6 +267,8 @@ class BaseEmbedder(SavedModel, NetBuilder, OutputContainers, ClassNamePrefixFeat
             extra = self._monitoring(spec, valid, held_out, scoring)
             plan = self._plan_fit(spec, len(data), seed, kept=kept, n_rows=n_rows,
                              held_out_rows=None if held_out is None else held_out.rows)
+            if isinstance(data, StreamViews):
+                check_stream_processes(plan.replicas.world()[0])
             net = self._make_net(plan, factory, loss, len(data), device, labels=labels,
                                  valid=valid, extra=extra,
                                  guard=GuardRows(*row_info, *held_out_info), rows=rows_digest)
@@ -378,8 +381,9 @@ class BaseEmbedder(SavedModel, NetBuilder, OutputContainers, ClassNamePrefixFeat
         :func:`check_out`)."""
         check_is_fitted(self, "net_")
         output = self.transform_from if output is None else output
-        if out is not None:
-            check_out(out, len(data), self.n_components_ if output == "head" else None)
+        if out is not None:  # (a stream's length is known once it is read)
+            check_out(out, None if data.streamed else len(data),
+                      self.n_components_ if output == "head" else None)
         return embed_net(self.net_, data, view, augment, output == "head", out)
 
     def _transform(self, X: Any, output: str) -> Any:
@@ -426,6 +430,7 @@ class BaseEmbedder(SavedModel, NetBuilder, OutputContainers, ClassNamePrefixFeat
 
 def sample_of(data: ViewData) -> ViewData:
     """Two training items (view 0), enough to read the output width off the net."""
+    data = data.sample()  # (a stream's first window)
     return data.select(0).subset(np.arange(min(2, len(data))))
 
 
@@ -440,7 +445,7 @@ def embed_net(net: SelectorNet, data: ViewData, view: int | None = 0, augment: A
     return embedded.numpy() if out is None else out
 
 
-def check_out(out: Any, n: int, width: int | None) -> None:
+def check_out(out: Any, n: int | None, width: int | None) -> None:
     """``out``, where ``transform`` writes its embeddings, must be a writable, C-ordered
     float32 NumPy array (a ``np.memmap`` opened for writing, for one) of ``n`` rows of
     ``width`` (the output's width; any, for the backbone's features, checked as they
@@ -450,7 +455,7 @@ def check_out(out: Any, n: int, width: int | None) -> None:
         raise ValueError(f"out must be a writable, C-ordered float32 array of shape (n, "
                          f"n_components_) (e.g. np.lib.format.open_memmap(path, 'w+', "
                          f"np.float32, shape)); got {describe(out)}")
-    if len(out) != n or (width is not None and out.shape[1] != width):
+    if (n is not None and len(out) != n) or (width is not None and out.shape[1] != width):
         raise ValueError(f"out has shape {out.shape}; the embeddings of X have shape "
                          f"({n}, {width if width is not None else '...'})")
 

@@ -41,7 +41,7 @@ def loader(data: ViewData, batch_sampler: Any, plan: Any, device: torch.device,
 
 
 def selected_batches(dataset: ViewData, batch_size: int, *, plan: Any, device: torch.device,
-                     sampler: Any) -> Any:
+                     sampler: Any, embed: Any = None) -> Any:
     """The training batches (skorch's ``iterator_train``): those of the fit's
     :class:`~skcontrast.selectors.SelectorSampler` (the same one every epoch: each pass
     over it is the selector's next epoch), whose selector sets the batch size.
@@ -50,7 +50,14 @@ def selected_batches(dataset: ViewData, batch_size: int, *, plan: Any, device: t
     on the CPU, is gathered batch by batch, without a DataLoader (whose per-batch
     machinery a small model's step notices); an Arrow dataset's rows are read one batch
     ahead, in a thread, for training on the CPU; a Dataset's items are loaded by workers,
-    and host data for a GPU is pinned by the loader."""
+    and host data for a GPU is pinned by the loader. A stream
+    (:class:`~._stream.StreamViews`) is read a window at a time, the selector choosing
+    each window's batches (an adaptive one from ``embed(indices, window)``, the net's
+    embeddings of the window's rows), read as those of in-memory data are."""
+    if dataset.streamed:
+        return dataset.epoch_batches(  # type: ignore[attr-defined]
+            sampler, embed, lambda window, rows: selected_batches(
+                window, batch_size, plan=plan, device=device, sampler=rows), plan.seed)
     if sampler.n_samples != len(dataset):
         raise ValueError(f"this net selects batches of {sampler.n_samples} training "
                          f"rows; got {len(dataset)} (fit the estimator instead)")

@@ -190,6 +190,9 @@ class ContrastiveEmbedder(BaseEmbedder):
         if shared and not alike:
             raise ValueError(f"shared_encoder=True needs views of equal shape and kind; got "
                              f"{first.describe()} and {last.describe()}")
+        if y is not None and data.streamed:
+            raise ValueError("y gives a label per row, and a stream's rows have no index: "
+                             "a stream trains without y")
         labels = None if y is None else check_labels(y, "y", n_samples=len(data))
         data, kept, held_out = self._held_out(data, spec, features, X_val, y_val, None,
                                               labels)

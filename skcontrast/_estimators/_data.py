@@ -124,9 +124,18 @@ class ViewData(Dataset):
     """Items of one or two views (and optional labels), fetched a batch at a time."""
 
     labels: torch.Tensor | None
+    #: whether it is a stream read a window at a time (:class:`~._stream.StreamViews`),
+    #: whose rows are not at hand by index
+    streamed = False
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
         raise NotImplementedError
+
+    def sample(self) -> ViewData:
+        """Rows at hand by index, for what looks at the training rows before or after
+        training (an encoder's prior, the end of fit's check, the output's width): the
+        data itself, or a stream's first window."""
+        return self
 
     def __len__(self) -> int:
         raise NotImplementedError

@@ -60,7 +60,9 @@ class EpochLoop:
         select_time = self.prepare_selection()
         self._run_epoch(iterator, training, prefix, step_fn, **fit_params)
         assert self.sampler_ is not None  # made by get_iterator
-        self.history.record("select_time", select_time + self.sampler_.select_time)
+        # (a stream's epoch says how long its windows' selections took)
+        selected = getattr(iterator, "select_time", self.sampler_.select_time)
+        self.history.record("select_time", select_time + selected)
         self.history.record("n_batches", self.history[-1, "train_batch_count"])
 
     def _run_epoch(self, iterator: Any, training: bool, prefix: str, step_fn: Any,

@@ -167,7 +167,7 @@ class SelectorNet(EpochLoop, SelectionPasses, ContinuedTraining, NeuralNet):
         (:func:`~._data.to_device`: the device, pixels to [0, 1],
         ``image_normalization``), so the statistics are of exactly what the encoder
         receives."""
-        views = [v for v in getattr(data, "views", ()) if v is not None]
+        views = [v for v in getattr(data.sample(), "views", ()) if v is not None]
         prepare = functools.partial(to_device, device=self.compute_device,
                                     normalization=self.plan.image_normalization)
         priors = [m for m in self.module_.modules() if callable(getattr(m, "fit_prior", None))]
@@ -215,7 +215,7 @@ class SelectorNet(EpochLoop, SelectionPasses, ContinuedTraining, NeuralNet):
         if prefix in ("iterator_train", "iterator_valid"):
             params.update(plan=self.plan, device=self.compute_device)
         if prefix == "iterator_train":
-            params["sampler"] = self.sampler_
+            params.update(sampler=self.sampler_, embed=self.selection_embeddings)
         return params
 
     @property

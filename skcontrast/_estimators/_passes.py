@@ -54,7 +54,8 @@ class SelectionPasses:
         start = time.perf_counter()
         sampler = self.sampler_
         assert sampler is not None  # made by get_iterator
-        if self.plan.selector.needs_embeddings:
+        if self.plan.selector.needs_embeddings and not self.fit_.data.streamed:
+            # (a stream's windows are embedded as they are read)
             due = sampler.due()
             if len(due):
                 sampler.update(due, self.selection_embeddings(due), pushed=False)
@@ -167,6 +168,8 @@ class SelectionPasses:
         (the output and a batch: never a list of the batches and their concatenation):
         ``out`` when given (checked by the caller to be of the right shape).
         """
+        if data.streamed:
+            return self._embed_stream(data, view, augment, head, normalize, out)
         module: Any = self.inference_module()
         was_training = module.training
         module.eval()
@@ -193,15 +196,35 @@ class SelectionPasses:
             module.train(was_training)
         return torch.empty(0) if out is None else out
 
-    def selection_embeddings(self, indices: np.ndarray | None = None) -> np.ndarray:
+    def _embed_stream(self, data: Any, view: int | None, augment: Any, head: bool,
+                      normalize: bool, out: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`embed` of a stream, a window at a time, into ``out`` (its rows must be
+        the stream's) or, without one, the windows' embeddings joined at the end."""
+        parts, start = [], 0
+        for window in data.windows():
+            stop = start + len(window)
+            if out is not None and stop > len(out):
+                raise ValueError(f"out has {len(out)} rows; the stream holds more")
+            part = self.embed(window, view, augment, head=head, normalize=normalize,
+                              out=None if out is None else out[start:stop])
+            if out is None:
+                parts.append(part)
+            start = stop
+        if out is not None and start != len(out):
+            raise ValueError(f"out has {len(out)} rows; the stream holds {start}")
+        return out if out is not None else torch.cat(parts)
+
+    def selection_embeddings(self, indices: np.ndarray | None = None,
+                             data: ViewData | None = None) -> np.ndarray:
         """What adaptive selectors look at: current embeddings of the training set (or of
-        its rows ``indices``), refused when training has diverged.
+        its rows ``indices``; ``data``: of a stream's window, the rows a selection round
+        chooses among), refused when training has diverged.
 
         Paired data gives ``(n, 2, k)``; single views (augmented, or SupCon's) ``(n, k)``,
         from the first view of SupCon's two-crop items.
         """
         assert self.fit_ is not None  # only while a fit runs
-        data = self.fit_.data
+        data = self.fit_.data if data is None else data
         replicas = self.plan.replicas
         rows = np.arange(len(data)) if indices is None else np.asarray(indices)
         own = replicas.share(rows)  # each process embeds its shard; they are gathered

@@ -205,6 +205,7 @@ def check_trained(net: Any, data: Any, interrupted: str | None, rows: int = 8) -
     if bad is not None:
         _diverged(net, f"the network's {bad!r} holds NaN or infinite values, so its "
                        "embeddings would be NaN", interrupted)
+    data = data.sample()  # (a stream's first window)
     n = len(data)
     if n == 0:
         return

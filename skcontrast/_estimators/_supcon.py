@@ -14,6 +14,7 @@ from ._base import BaseEmbedder, embed_net, sample_of, warn_single_member_classe
 from ._data import ItemViews
 from ._docs import shared_parameters
 from ._forms import is_dataset, read_fit_input, read_input
+from ._stream import is_stream
 
 if TYPE_CHECKING:
 
@@ -118,6 +119,10 @@ class SupConEmbedder(BaseEmbedder):
         if y is None and not is_dataset(X):
             raise ValueError(f"{name} requires y to be passed, but the target y is None.")
         self._check_params()
+        if is_stream(X):
+            raise ValueError("SupConEmbedder needs a label for every row (y), and a stream "
+                             "has no y: train it on an array, a memory-mapped array or an "
+                             "Arrow dataset, with y")
         data, spec, features = read_fit_input(self, X, single=True, labelled=True)
         if y is None:  # a Dataset of (x, label) items
             assert isinstance(data, ItemViews)

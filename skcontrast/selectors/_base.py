@@ -208,6 +208,16 @@ class BatchSelector(BaseEstimator):
         :class:`~skcontrast.selectors.SelectorSampler` refuses it from the others."""
         return True
 
+    def stream_refusal(self) -> str | None:
+        """Why this selector cannot choose a stream's batches inside its windows (each a
+        set of rows read anew, :class:`skcontrast.Stream`), in words, or ``None`` when
+        it can: a selector that needs every row of the data at once, or keeps batches
+        of rows across epochs, says so here (a wrapper: any wrapped selector's reason)."""
+        for value in self.get_params(deep=False).values():
+            if isinstance(value, BatchSelector) and value.stream_refusal() is not None:
+                return value.stream_refusal()
+        return None
+
     def largest_batch_size(self, n: int, y: Any = None) -> int | None:
         """The most rows a batch of this selector can hold for ``n`` samples, or ``None``
         when it has no batch size.

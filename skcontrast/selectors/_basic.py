@@ -78,6 +78,10 @@ class FixedBatchSelector(_RandomPartition):
     def _permutation_rng(self, rng: np.random.Generator) -> np.random.Generator:
         return self._epoch_rng(0)  # the permutation of epoch 0, whatever the epoch
 
+    def stream_refusal(self) -> str | None:
+        return ("it reuses one partition of all the rows every epoch, and a stream's "
+                "windows hold other rows each time")
+
 
 class ShuffledBatchSelector(_RandomPartition):
     """A new random partition every epoch (Sreenivasan et al. 2023, SHUFFLED-BATCH): SGD without
@@ -171,6 +175,9 @@ class FullBatchSelector(BatchSelector):
         check_batch_size(len(X), len(X), name="n (the full batch)")
         return [np.arange(len(X), dtype=np.int64)]
 
+    def stream_refusal(self) -> str | None:
+        return "its one batch is every row of the data, which a stream never holds at once"
+
     def _n_batches(self, n, y):
         return 1
 
@@ -212,6 +219,10 @@ class ExhaustiveBatchSelector(BatchSelector):
         if self.shuffle:
             batches = batches[rng.permutation(count)]
         return list(batches)
+
+    def stream_refusal(self) -> str | None:
+        return ("it trains on every B-subset of all the rows, which a stream never holds "
+                "at once")
 
     def _n_batches(self, n, y):
         b = check_batch_size(self.batch_size, n)
@@ -269,6 +280,9 @@ class PredefinedBatchSelector(BatchSelector):
 
     def _select(self, X, y, groups, rng):
         return check_index_batches(self.batches, len(X), min_size=2)
+
+    def stream_refusal(self) -> str | None:
+        return "its batches name rows of the whole data, which a stream has no index of"
 
     def _n_batches(self, n, y):
         return len(check_index_batches(self.batches, n, min_size=2))

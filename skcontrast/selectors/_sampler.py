@@ -196,7 +196,7 @@ class SelectorSampler(EmbeddingTables, Sampler[list[int]]):
             raise ValueError(f"even must be True or False; got {describe(even)}")
         self.even = even
         self._check_batch_size(self._replicas()[0])
-        self._warned_padding = self._warned_lone = self._warned_coverage = False
+        self._said: set[str] = set()  # the warnings given once ('padding', 'lone', ...)
         # whether an update on an accelerator held an index outside [0, n), on its device
         self._bad_update: torch.Tensor | None = None
         self._tables: dict[str, Table] = {}  # by name (TABLES), as first given
@@ -266,6 +266,19 @@ class SelectorSampler(EmbeddingTables, Sampler[list[int]]):
             return [(batch, batch) for batch in batches]
         return [(self.rank_slice(batch), batch) for batch in batches]
 
+    def for_rows(self, n_samples: int, *, embed: Callable[[np.ndarray], Any] | None = None
+                 ) -> SelectorSampler:
+        """A sampler of the same selector (whose epochs it advances) over ``n_samples``
+        other rows, with the same loss, processes and settings, a fresh selection pass
+        (embeddings by ``embed``) and the warnings already given: a stream's window,
+        whose rows the selector chooses among as a selection round of its own
+        (:class:`skcontrast.Stream`)."""
+        rows = SelectorSampler(self.selector, n_samples, embed=embed, loss=self.loss,
+                               num_replicas=self.num_replicas, rank=self.rank,
+                               drop_last=self.drop_last, even=self.even)
+        rows._said = self._said
+        return rows
+
     def rank_slice(self, rows: Any) -> np.ndarray:
         """This process's contiguous slice of ``rows`` (e.g. the positions a curating
         selector kept), evened over the processes as the global batches are (one
@@ -286,8 +299,8 @@ class SelectorSampler(EmbeddingTables, Sampler[list[int]]):
         if self.drop_last and len(batch) > world:
             return batch[:len(batch) - extra]
         pad = world - extra
-        if not self._warned_padding:
-            self._warned_padding = True
+        if "padding" not in self._said:
+            self._said.add("padding")
             warnings.warn(
                 f"a global batch of {len(batch)} samples is padded with {pad} of its own "
                 f"samples so that each of the {world} processes gets {len(batch) // world + 1}"
@@ -346,8 +359,8 @@ class SelectorSampler(EmbeddingTables, Sampler[list[int]]):
         arrays, flat = index_arrays(batches, n, distinct=self.selector.partitions,
                                     name=f"batch {{}} of {name}'s epoch {epoch}")
         kept = [a for a in arrays if len(a) >= 2]
-        if len(kept) < len(arrays) and kept and not self._warned_lone:
-            self._warned_lone = True
+        if len(kept) < len(arrays) and kept and "lone" not in self._said:
+            self._said.add("lone")
             warnings.warn(
                 f"{name} made {len(arrays) - len(kept)} batch(es) of a single sample (or "
                 f"none) in epoch {epoch} of n={n} samples: one sample has nothing to "
@@ -361,7 +374,7 @@ class SelectorSampler(EmbeddingTables, Sampler[list[int]]):
             raise ValueError(f"{name} made {made} for epoch {epoch} of n={n} samples: an "
                              "epoch needs at least one batch of two samples or more to "
                              "train on")
-        if not self._warned_coverage:
+        if "coverage" not in self._said:
             self._warn_coverage(flat if len(kept) == len(arrays) else np.concatenate(kept))
         return kept
 
@@ -373,7 +386,7 @@ class SelectorSampler(EmbeddingTables, Sampler[list[int]]):
         covered[flat] = True
         seen = int(np.count_nonzero(covered))
         if seen < n / 2:
-            self._warned_coverage = True
+            self._said.add("coverage")
             note = self.selector.coverage()
             detail = f" ({note})" if note else ""
             warnings.warn(

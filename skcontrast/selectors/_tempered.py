@@ -126,6 +126,16 @@ class TemperedSelector(BatchSelector):
         return {**super()._fit_params(settings),
                 "teacher": training_rows(self.teacher, settings)}
 
+    def stream_refusal(self) -> str | None:
+        every = check_int(self.refresh_every, "refresh_every", minimum=1)
+        if every > 1:
+            return (f"refresh_every={every} reuses the batches of an earlier epoch, whose "
+                    "rows a stream's next window no longer holds (use refresh_every=1)")
+        if self.teacher is not None:
+            return ("its teacher embeds the training rows by their index, which a stream's "
+                    "rows have none of")
+        return super().stream_refusal()
+
     @property
     def partitions(self) -> bool:
         return self._base().partitions

@@ -14,6 +14,8 @@ one module here (its :class:`~._form.InputForm` subclass and its readers), its p
 
 The forms, in the order they are recognised:
 
+- streams (:mod:`._stream`), a :class:`~skcontrast.Stream`, an ``IterableDataset`` or a
+  generator function: read a window at a time, each window by the form it spells;
 - ``'text'`` (:mod:`._text`): strings, a list of them or rows of them (anchor, positive,
   negatives...), and their tokenisation;
 - tables of columns (:mod:`._table`), a pandas ``DataFrame`` or a Hugging Face
@@ -52,14 +54,12 @@ from ._dict import DICT
 from ._flat import FLAT
 from ._form import InputForm, is_dataset
 from ._image import IMAGE
+from ._stream import StreamForm
 from ._table import TABLE
 from ._text import TEXT
 
 __all__ = ["FORMS", "InputForm", "form_named", "form_of_input", "is_dataset", "read_fit_input",
            "read_input", "read_view", "spelled_array"]
-
-#: The forms in the order they are recognised (the last one takes the rest).
-FORMS: tuple[InputForm, ...] = (TEXT, TABLE, DICT, DATASET, IMAGE, ARRAY, FLAT)
 
 
 def spelled_array(X: Any) -> Any:
@@ -150,3 +150,8 @@ def _whole_numbers(X: np.ndarray | torch.Tensor) -> bool:
         return not X.is_floating_point() and not X.is_complex() and X.dtype != torch.bool
     return X.dtype.kind in "iu"
 
+
+#: The forms in the order they are recognised (the last one takes the rest). The stream
+#: form reads each of its windows through the readers above.
+FORMS: tuple[InputForm, ...] = (StreamForm(read_fit_input, read_input, read_view), TEXT,
+                                TABLE, DICT, DATASET, IMAGE, ARRAY, FLAT)

@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset
 
 from ..._validation import is_view_dict
 from .._checks import as_tensor, check_length
@@ -82,9 +81,6 @@ def _item_view(part: Any, name: Any, label: str) -> View:
 
 
 def _check_map_style(X: Any, name: str = "X") -> Any:
-    if isinstance(X, IterableDataset):
-        raise ValueError(f"{name} is an IterableDataset; batch selection needs random "
-                         "access: pass a map-style Dataset (with __len__ and __getitem__)")
     try:
         len(X)
     except TypeError as exc:
