@@ -1,9 +1,9 @@
 """Data bigger than memory: fit and transform of a memory-mapped array (and of an Arrow
-dataset on disk), peak anonymous memory above the process before the call and time per
-epoch, side by side with a plain PyTorch loop over the same file.
+dataset on disk, and of a stream), peak anonymous memory above the process before the
+call and time per epoch, side by side with a plain PyTorch loop over the same file.
 
 Run:  python benchmarks/bench_scale.py [--sizes 250000 1000000 4000000] [--arrow]
-                                       [--dir DIR] [--threads 2]
+                                       [--stream] [--dir DIR] [--threads 2]
 
 Pairs of 32-d float32 features ``(n, 2, 32)`` (a noisy copy of a Gaussian vector) are
 written once, chunk by chunk, to ``DIR`` as ``.npy`` files (and, with ``--arrow``, as
@@ -18,6 +18,14 @@ the call, each form and size in a process of its own, its files read once before
 page cache warm for both loops): the file's pages, which the kernel can drop, are not
 counted. The bar of the
 issue is 200 MB + a quarter of the data's size; ``transform``'s is its output + 200 MB.
+
+With ``--stream``, the Arrow dataset is read as a stream (``Dataset.to_iterable_dataset``,
+rows in the file's order, as ``load_dataset(..., streaming=True)`` reads them), trained
+in windows of ``40 × 1024`` rows (``skcontrast.Stream``'s default) with shuffled
+batches, spectral batches (Cho et al. 2023) and JEST curation (``score='hard'``, one
+chunk), against the plain loop a user writes over a stream: consecutive batches of 1,024
+rows, read as Arrow. A stream's fit should hold a window, whatever the stream's length: its memory at
+4M rows is compared with its memory at 1M.
 """
 
 from __future__ import annotations
@@ -158,6 +166,76 @@ def rows_for(kind: str, n: int, data, read, data_mib: float,
     return rows
 
 
+class StreamBatches:
+    """The plain loop's batches of a stream: consecutive batches of its rows, as Arrow
+    flattened to NumPy (its own batches, in the stream's order)."""
+
+    def __init__(self, stream, n: int) -> None:
+        self.stream, self.n = stream, n
+
+    def __iter__(self):
+        for batch in self.stream.with_format("arrow").iter(batch_size=BATCH):
+            views = [batch.column(c).combine_chunks().flatten().to_numpy()
+                     .reshape(len(batch), -1) for c in ("a", "b")]
+            yield torch.from_numpy(np.stack(views, 1))
+
+
+def plain_stream_epoch(module: torch.nn.Module, batches: StreamBatches) -> None:
+    """:func:`plain_epoch` over a stream's consecutive batches."""
+    optimizer = torch.optim.Adam(module.parameters(), lr=1e-3)
+    for pairs in batches:
+        z = module((pairs[:, 0], pairs[:, 1]))
+        u, v = F.normalize(z[:, 0], dim=-1), F.normalize(z[:, 1], dim=-1)
+        logits = u @ v.T / TEMPERATURE
+        labels = torch.arange(len(z))
+        loss = F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def stream_rows(n: int, stream, data_mib: float) -> list[list[str]]:
+    """A stream's fit with each selector (memory, time, select time), the plain loop
+    over the stream (time: the fastest of ``REPEATS`` epochs of each, run in turn) and
+    ``transform`` of the stream."""
+    from skcontrast.selectors import JESTSelector, SpectralBatchSelector
+
+    bar = 200 + data_mib / 4
+    rows = []
+    est = None
+    for name, selector in (("shuffled", None), ("spectral", SpectralBatchSelector()),
+                           ("JEST (hard, 1 chunk)", JESTSelector(score="hard", n_chunks=1))):
+        make = lambda selector=selector: ContrastiveEmbedder(  # noqa: E731
+            max_epochs=1, batch_size=BATCH, random_state=0, selector=selector).fit(stream)
+        memory, _, fitted = peak_anonymous(make)
+        epoch = float(fitted.history_[-1, "dur"])
+        select = float(fitted.history_[-1, "select_time"])
+        if selector is None:
+            est = fitted
+            module = copy.deepcopy(fitted.net_.module_)
+            plain_memory, plain_seconds, _ = peak_anonymous(
+                lambda module=module: plain_stream_epoch(module, StreamBatches(stream, n)))
+            epochs, plains = [epoch], [plain_seconds]
+            for _ in range(REPEATS - 1):
+                epochs.append(float(make().history_[-1, "dur"]))
+                start = time.perf_counter()
+                plain_stream_epoch(copy.deepcopy(fitted.net_.module_), StreamBatches(stream, n))
+                plains.append(time.perf_counter() - start)
+            epoch, plain_seconds = min(epochs), min(plains)
+        rows.append(["stream (Arrow)" if not rows else "", f"{n:,}" if not rows else "",
+                     f"{data_mib:,.0f} MiB" if not rows else "",
+                     f"fit, {name} ({select:.1f} s selecting)", f"{memory:,.0f} MiB",
+                     f"{bar:,.0f} MiB", f"{epoch:.1f} s",
+                     f"{epoch / plain_seconds:.2f}x"])
+    rows.append(["", "", "", "plain loop, 1 epoch", f"{plain_memory:,.0f} MiB", "",
+                 f"{plain_seconds:.1f} s", "1.00x"])
+    out_memory, seconds, out = peak_anonymous(lambda: est.transform(stream))
+    output = out.nbytes / 2**20
+    rows.append(["", "", "", f"transform ({output:,.0f} MiB out)", f"{out_memory:,.0f} MiB",
+                 f"{output + 200:,.0f} MiB", f"{seconds:.1f} s", ""])
+    return rows
+
+
 def warm(paths: list[str]) -> None:
     """Read the files once, so that the fit and the plain loop both find them in the
     page cache (the first to read a file cold would pay the disk for both)."""
@@ -180,6 +258,8 @@ def one_case(folder: Path, kind: str, n: int) -> list[list[str]]:
 
     dataset = datasets.Dataset.load_from_disk(str(arrow_folder(folder, n, X)))
     warm([f["filename"] for f in dataset.cache_files])
+    if kind == "stream":
+        return stream_rows(n, dataset.to_iterable_dataset(num_shards=64), data_mib)
     return rows_for("Arrow on disk", n, dataset, ReadArrow(dataset), data_mib)
 
 
@@ -188,6 +268,9 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--sizes", type=int, nargs="+",
                         default=[250_000, 1_000_000, 4_000_000])
     parser.add_argument("--arrow", action="store_true", help="also Arrow datasets on disk")
+    parser.add_argument("--stream", action="store_true", help="also streams")
+    parser.add_argument("--only", nargs="+", choices=("array", "arrow", "stream"),
+                        help="only these forms")
     parser.add_argument("--dir", default=None, help="where the files go (default: a "
                         "temporary folder, removed after)")
     parser.add_argument("--threads", type=int, default=2)
@@ -204,7 +287,8 @@ def main(argv: list[str] | None = None) -> str:
     try:
         for n in args.sizes:
             pairs_file(folder, n)
-            for kind in ("array", "arrow") if args.arrow else ("array",):
+            kinds = ["array"] + ["arrow"] * args.arrow + ["stream"] * args.stream
+            for kind in args.only or kinds:
                 done = subprocess.run(
                     [sys.executable, __file__, "--case", kind, str(n), "--dir", str(folder),
                      "--threads", str(args.threads)], capture_output=True, text=True,
@@ -217,7 +301,8 @@ def main(argv: list[str] | None = None) -> str:
             f"of {WIDTH}-d float32, {args.threads} CPU threads; memory: anonymous memory "
             "above the process before the call, at its peak (the first run); time: the "
             f"fastest of {REPEATS} epochs of each, run in turn; 'vs plain': the epoch's "
-            "time against the plain loop's over the same file.\n")
+            "time against the plain loop's over the same file (for a stream, over the same "
+            "stream).\n")
     text += table(rows, ["data", "pairs", "size", "what", "peak memory", "bar", "time",
                          "vs plain"])
     print(text)
