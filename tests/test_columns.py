@@ -245,3 +245,60 @@ def test_a_model_fitted_without_names_reads_a_dataset_by_position_as_a_frame():
     for table in (datasets.Dataset.from_dict({"a": X}), pd.DataFrame({"a": list(X)})):
         with pytest.warns(UserWarning, match="fitted without column names"):
             np.testing.assert_array_equal(est.transform(table), est.transform(X))
+
+
+# --------------------------------------------------------------------------------------
+# text columns, tokenized a batch at a time
+# --------------------------------------------------------------------------------------
+
+WORDS = ["cat", "dog", "sky", "blue", "red", "car", "runs", "fast", "sat", "tree"]
+
+
+def texts(n=96, seed=0):
+    rng = np.random.default_rng(seed)
+    anchors = [" ".join(rng.choice(WORDS, size=rng.integers(2, 7))) for _ in range(n)]
+    return {"anchor": anchors, "positive": [a + " " + rng.choice(WORDS) for a in anchors],
+            "negative": [" ".join(rng.choice(WORDS, size=3)) for _ in range(n)]}
+
+
+@pytest.mark.parametrize("columns", [("anchor", "positive"), ("anchor", "positive",
+                                                              "negative")])
+@pytest.mark.parametrize("params", [{}, {"validation_fraction": 0.25},
+                                    {"selector": SpectralBatchSelector(16),
+                                     "batch_size": None}], ids=["shuffled", "held-out",
+                                                                "spectral"])
+def test_text_columns_give_the_model_of_the_same_texts_in_memory(columns, params,
+                                                                 monkeypatch):
+    """Texts are tokenized by batch and never read whole (the table's reader of whole
+    columns is not called), the text bag's IDF prior counted in one pass a chunk at a
+    time: the same spec and the same model as the same table in memory."""
+    import pandas as pd
+
+    import skcontrast._estimators._forms._table as table
+
+    rows = texts()
+    memory = pd.DataFrame({c: rows[c] for c in columns})
+    params = {**SMALL, "hidden_layer_sizes": (), **params}
+    held = ContrastiveEmbedder(**params).fit(memory)
+    dataset = datasets.Dataset.from_dict({c: rows[c] for c in columns})
+    with monkeypatch.context() as patch:
+        patch.setattr(table, "table_columns", lambda *a, **k: pytest.fail("read whole"))
+        est = ContrastiveEmbedder(**params).fit(dataset)
+        assert est.input_spec_ == held.input_spec_
+        np.testing.assert_array_equal(est.transform(dataset), held.transform(rows["anchor"]))
+        reordered = dataset.select_columns(["positive", "anchor"])
+        np.testing.assert_array_equal(est.transform(reordered), est.transform(dataset))
+        one = datasets.Dataset.from_dict({"positive": rows["positive"]})
+        np.testing.assert_array_equal(est.transform_view(one, view="positive"),
+                                      held.transform_view(rows["positive"], view="positive"))
+    assert [r["train_loss"] for r in est.history_] == [r["train_loss"] for r in held.history_]
+
+
+@pytest.mark.parametrize(("anchors", "match"), [
+    (["a cat"] * 5 + [None] + ["a dog"] * 10, r"column 'anchor' holds a missing text at row 5"),
+    (["a cat"] * 6 + [""] + ["a dog"] * 9, r"column 'anchor', row 6 \(''\) yields no token"),
+])
+def test_a_bad_text_is_refused_naming_the_column_and_row(anchors, match):
+    dataset = datasets.Dataset.from_dict({"anchor": anchors, "positive": ["a b c"] * 16})
+    with pytest.raises(ValueError, match=match):
+        ContrastiveEmbedder(**SMALL).fit(dataset)

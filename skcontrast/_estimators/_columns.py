@@ -24,10 +24,12 @@ import torch
 
 from .._validation import describe
 from ._checks import FINITE_CHUNK, as_tensor, check_values
-from ._data import Batch, SamplerEpochs, ViewData, _rows_and_batch
+from ._data import Batch, SamplerEpochs, ViewData, _rows_and_batch, index_rows, side_by_side
 
 #: Rows per chunk of a pass over every row (the check of values, the digest).
 CHUNK_ROWS = 65536
+#: Rows per chunk of a pass over texts (their token ids are padded to the chunk's longest)
+TEXT_CHUNK_ROWS = 8192
 
 
 def arrow_array(column: Any, n: int, where: str, first_row: int | None = None
@@ -81,17 +83,24 @@ class ArrowColumns(ViewData):
     ``columns`` holds, per view, the names of its columns (one, or the hard-negative
     columns, read side by side) or ``None`` (a view absent after fit); ``rows`` maps
     these items to the dataset's rows (``None``: all, in order), so a subset (the
-    held-out rows) is a row map, never a copy.
+    held-out rows) is a row map, never a copy. With ``tokenize`` (``tokenize(texts,
+    where) -> ids``, the text form's tokenisation with the fit's tokenizer) the columns
+    hold strings, tokenized a batch at a time: every column of a batch in one call, so
+    that they share one padded length, as the text form tokenizes the rows in memory.
     """
 
     def __init__(self, dataset: Any, columns: tuple[tuple[str, ...] | None, ...],
                  labels: torch.Tensor | None = None, rows: np.ndarray | None = None,
-                 names: tuple = ()) -> None:
+                 names: tuple = (), tokenize: Any = None) -> None:
         self.dataset = dataset.with_format("arrow")
         self.columns = columns
         self.labels = labels
         self.rows = rows
         self.names = names
+        self.tokenize = tokenize
+
+    def _like(self, columns: tuple, labels: Any, rows: np.ndarray | None) -> ArrowColumns:
+        return ArrowColumns(self.dataset, columns, labels, rows, self.names, self.tokenize)
 
     def __len__(self) -> int:
         return len(self.dataset) if self.rows is None else len(self.rows)
@@ -111,6 +120,8 @@ class ArrowColumns(ViewData):
             table = self.dataset[ordered.tolist()]
         back = np.empty_like(order)
         back[order] = np.arange(len(order))  # the table's row of each item
+        if self.tokenize is not None:
+            return self._tokens(table, back, stored)
         out: list[torch.Tensor | None] = []
         for i, columns in enumerate(self.columns):
             if columns is None:
@@ -121,6 +132,37 @@ class ArrowColumns(ViewData):
             # a view's column, or the hard-negative columns side by side (n, k, ...)
             value = arrays[0] if i < 2 else np.stack(arrays, axis=1)
             out.append(as_tensor(value, f"column {columns[0]!r}"))
+        return tuple(out)
+
+    def _tokens(self, table: Any, back: np.ndarray, stored: np.ndarray) -> tuple:
+        """The text columns of ``table`` (rows ``back`` of it, the dataset's rows
+        ``stored``) as token ids: every column tokenized in one call (one padded
+        length), the hard-negative columns side by side."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        names = [c for columns in self.columns if columns is not None for c in columns]
+        take = pa.array(back)
+        texts: list = []
+        for name in names:
+            column = pc.take(table.column(name), take)
+            if column.null_count:
+                at = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+                raise ValueError(f"column {name!r} holds a missing text at row "
+                                 f"{int(stored[at])}")
+            texts += column.to_pylist()
+        n = len(back)
+        ids = self.tokenize(texts, lambda f: f"column {names[f // n]!r}, row "
+                                             f"{int(stored[f % n])}")
+        parts = iter(index_rows(ids, torch.arange(c * n, (c + 1) * n))
+                     for c in range(len(names)))
+        out: list[Any] = []
+        for i, columns in enumerate(self.columns):
+            if columns is None:
+                out.append(None)
+                continue
+            views = [next(parts) for _ in columns]
+            out.append(views[0] if i < 2 else side_by_side(views))
         return tuple(out)
 
     def __getitems__(self, indices: Any) -> Batch:
@@ -138,39 +180,54 @@ class ArrowColumns(ViewData):
         before it trains (Arrow and NumPy release the interpreter while they copy)."""
         return ReadAhead(self, sampler)
 
-    def chunks(self, size: int = CHUNK_ROWS) -> Iterator[tuple[int, tuple]]:
-        """Every item's views, ``size`` items at a time: ``(first item, views)``."""
+    def chunks(self, size: int | None = None) -> Iterator[tuple[int, tuple]]:
+        """Every item's views, ``size`` items at a time: ``(first item, views)``
+        (default: :data:`CHUNK_ROWS`, :data:`TEXT_CHUNK_ROWS` of texts)."""
+        size = size or (CHUNK_ROWS if self.tokenize is None else TEXT_CHUNK_ROWS)
         for start in range(0, len(self), size):
             yield start, self.read(np.arange(start, min(start + size, len(self))))
 
     def select(self, view: int) -> ArrowColumns:
         if self.columns[view] is None:
             raise ValueError(f"X lacks the view {self.names[view]!r}, which is needed here")
-        return ArrowColumns(self.dataset, (self.columns[view],), self.labels, self.rows)
+        return self._like((self.columns[view],), self.labels, self.rows)
 
     def subset(self, indices: np.ndarray) -> ArrowColumns:
         index = np.asarray(indices, dtype=np.int64)
         labels = None if self.labels is None else self.labels[torch.from_numpy(index)]
         rows = index if self.rows is None else self.rows[index]
-        return ArrowColumns(self.dataset, self.columns, labels, rows, self.names)
+        return self._like(self.columns, labels, rows)
 
     def labelled(self, labels: torch.Tensor | None) -> ArrowColumns:
         """The same items carrying ``labels``."""
-        return ArrowColumns(self.dataset, self.columns, labels, self.rows, self.names)
+        return self._like(self.columns, labels, self.rows)
 
     def fingerprint(self) -> str | None:
         """A SHA-256 digest of every item's views, read a chunk at a time."""
         digest = hashlib.sha256(f"{len(self)}{self.columns}".encode())
         for _, views in self.chunks():
             for view in views:
-                if view is not None:
-                    digest.update(f"{tuple(view.shape)}{view.dtype}".encode())
-                    digest.update(view.contiguous().view(torch.uint8).numpy().data)
+                parts = [] if view is None else sorted(view.items()) \
+                    if isinstance(view, dict) else [("", view)]
+                for name, tensor in parts:
+                    digest.update(f"{name}{tuple(tensor.shape)}{tensor.dtype}".encode())
+                    digest.update(tensor.contiguous().view(torch.uint8).numpy().data)
         return digest.hexdigest()
 
-    def check(self) -> None:
+    def check(self) -> int | None:
         """Refuse non-finite values (and float64 values beyond float32's range), naming
-        the column and the row, in one pass a chunk at a time."""
+        the column and the row, in one pass a chunk at a time; texts: a missing text, or
+        one that yields no token (the tokenizer's check, as it reads each chunk), and
+        return the token ids' longest padded length (what the texts in memory are padded
+        to)."""
+        if self.tokenize is not None:
+            longest = 0
+            for _, views in self.chunks():
+                for view in views:
+                    if view is not None:
+                        ids = next(iter(view.values())) if isinstance(view, dict) else view
+                        longest = max(longest, ids.shape[-1])
+            return longest
         rows = max(1, min(CHUNK_ROWS, FINITE_CHUNK // max(1, self._width())))
         for start, views in self.chunks(rows):
             for columns, view in zip(self.columns, views, strict=True):
@@ -183,6 +240,7 @@ class ArrowColumns(ViewData):
                     return f"{what}, row {first + row} (value {at} of the row)"
 
                 check_values(view, label, where)
+        return None
 
     def _width(self) -> int:
         first = self.read(np.arange(min(1, len(self))))
@@ -210,6 +268,16 @@ class ReadAhead(SamplerEpochs):
                     yield batch
             finally:
                 pending.cancel()
+
+
+def string_columns(X: Any) -> bool:
+    """Whether ``X`` is a ``datasets.Dataset`` (not streamed) whose every column holds
+    a string per row, by its features (nothing is read)."""
+    if type(X).__module__.split(".")[0] != "datasets" or \
+            type(X).__name__ != "Dataset" or not X.column_names:
+        return False
+    return all(type(X.features[c]).__name__ == "Value" and
+               str(X.features[c].dtype) in ("string", "large_string") for c in X.column_names)
 
 
 def numeric_list_columns(X: Any) -> bool:

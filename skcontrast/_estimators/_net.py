@@ -61,6 +61,22 @@ from ._step import (
 )
 
 
+class ChunkViews:
+    """Every view of every chunk of an Arrow dataset of texts
+    (:meth:`~._columns.ArrowColumns.chunks`), read anew on each pass: the blocks of token
+    ids a text encoder's prior counts (its ``fit_prior`` takes any iterable of them)."""
+
+    def __init__(self, data: ArrowColumns) -> None:
+        self.data = data
+
+    def __bool__(self) -> bool:
+        return len(self.data) > 0
+
+    def __iter__(self) -> Any:
+        return (view for _, views in self.data.chunks() for view in views
+                if view is not None)
+
+
 class SelectorNet(EpochLoop, SelectionPasses, ContinuedTraining, NeuralNet):
     """skorch ``NeuralNet`` whose training batches come from a batch selector.
 
@@ -167,16 +183,19 @@ class SelectorNet(EpochLoop, SelectionPasses, ContinuedTraining, NeuralNet):
         (:func:`~._data.to_device`: the device, pixels to [0, 1],
         ``image_normalization``), so the statistics are of exactly what the encoder
         receives."""
-        views = [v for v in getattr(data.sample(), "views", ()) if v is not None]
+        views: Any = [v for v in getattr(data.sample(), "views", ()) if v is not None]
         prepare = functools.partial(to_device, device=self.compute_device,
                                     normalization=self.plan.image_normalization)
         priors = [m for m in self.module_.modules() if callable(getattr(m, "fit_prior", None))]
         if priors and isinstance(data, ArrowColumns):
-            warnings.warn(f"{type(priors[0]).__name__} starts from statistics of the "
-                          "training data (fit_prior), which would read every row of an "
-                          "Arrow dataset read by batch: it starts from its defaults. Call "
-                          "its fit_prior on a sample yourself to give it one",
-                          UserWarning, stacklevel=2)
+            if data.tokenize is not None:  # texts: one pass, a chunk of token ids at a time
+                views = ChunkViews(data)
+            else:
+                warnings.warn(f"{type(priors[0]).__name__} starts from statistics of the "
+                              "training data (fit_prior), which would read every row of an "
+                              "Arrow dataset read by batch: it starts from its defaults. "
+                              "Call its fit_prior on a sample yourself to give it one",
+                              UserWarning, stacklevel=2)
         for module in priors:
             if views:
                 module.fit_prior(views, prepare=prepare)

@@ -18,7 +18,7 @@ from ..._tables import (
     text_rows,
 )
 from .._checks import check_length
-from .._columns import columns_of, numeric_list_columns
+from .._columns import ArrowColumns, columns_of, numeric_list_columns, string_columns
 from .._data import InputSpec, View, ViewData
 from .._spec import array_view
 from ._array import ARRAY, read_array
@@ -26,7 +26,7 @@ from ._dict import DICT
 from ._flat import FLAT
 from ._form import NO_FEATURES, InputForm
 from ._image import IMAGE, read_images
-from ._text import TEXT
+from ._text import TEXT, resolve_tokenizer, text_spec, token_reader, vocabulary_of
 
 
 class TableForm(InputForm):
@@ -62,6 +62,10 @@ class TableForm(InputForm):
             view_split: Any) -> tuple[ViewData, InputSpec, dict]:
         if numeric_list_columns(X):  # read by the rows a batch needs, never whole
             return (*_arrow_views(estimator, X, None, single=single), NO_FEATURES)
+        if string_columns(X):  # texts too: tokenized a batch at a time
+            tokenizer = resolve_tokenizer(getattr(estimator, "tokenizer", None))
+            data, spec = _arrow_texts(estimator, tokenizer, X, None, single=single)
+            return data, spec, {**NO_FEATURES, "tokenizer_": tokenizer}
         columns = table_columns(X)
         kind = table_kind(columns)
         if kind == "text":
@@ -85,6 +89,8 @@ class TableForm(InputForm):
         single = spec.form == "array" and not spec.items_paired
         if (spec.form == "dict" or single) and numeric_list_columns(X):
             return _arrow_views(estimator, X, spec, single=single)[0]
+        if spec.form == "text" and string_columns(X):
+            return _arrow_texts(estimator, estimator.tokenizer_, X, spec, single=True)[0]
         columns = table_columns(X)
         if single:  # a table of one column of arrays, as fit read it
             return _single_column(estimator, _in_fitted_order(estimator, spec, columns),
@@ -124,6 +130,8 @@ class TableForm(InputForm):
     def read_view(self, X: Any, view: View, name: str, tokenizer: Any) -> ViewData:
         if not view.text and numeric_list_columns(X):  # by batch, as fit reads them
             return _arrow_view(X, view, name)
+        if view.text and string_columns(X):
+            return _arrow_text_view(X, view, name, tokenizer)
         columns = table_columns(X, name)
         if len(columns) != 1:
             raise ValueError(f"{name} for {view.describe()} must be a table of one column; "
@@ -136,6 +144,56 @@ class TableForm(InputForm):
 
 
 TABLE = TableForm()
+
+
+def _arrow_texts(estimator: Any, tokenizer: Any, X: Any, spec: InputSpec | None, *,
+                 single: bool) -> tuple[ViewData, InputSpec]:
+    """A ``datasets.Dataset`` of text columns as the text form reads a table of them
+    (the first two columns the views, further ones hard-negative columns; single texts
+    from one column; after fit, the columns by name, in any order), read and tokenized a
+    batch at a time (:class:`~.._columns.ArrowColumns`): every text is checked in one
+    pass, a chunk at a time."""
+    names = list(X.column_names)
+    if spec is None:
+        if single and len(names) != 1:
+            raise ValueError(f"{type(estimator).__name__} takes single texts: a table of one "
+                             f"text column; got columns {names}")
+        if not single and len(names) < 2:
+            raise ValueError("X is a table of one text column; contrastive training takes "
+                             "pairs of texts (two columns: an anchor and its positive)")
+    else:
+        fitted = _fitted_columns(estimator, spec)
+        if fitted is None:
+            _warn_unnamed(estimator, dict.fromkeys(names))
+            names = names[:len(spec.views)]
+        else:
+            ordered = order_columns(dict.fromkeys(names), fitted, leading=True,
+                                    expected=_leading_columns(spec, fitted))
+            names = [c for c in fitted[:len(spec.views)] if c in ordered]
+    columns: list[tuple[str, ...] | None] = [(c,) for c in names[:2]]
+    if len(names) > 2:
+        columns.append(tuple(names[2:]))
+    data = ArrowColumns(X, tuple(columns), names=tuple(names[:2]),
+                        tokenize=token_reader(tokenizer, spec))
+    check_length(len(data), "X", minimum=1 if spec is not None else 2)
+    length = data.check()
+    return data, spec if spec is not None else text_spec(
+        data.read(np.arange(1)), names, vocabulary_of(tokenizer), length=length)
+
+
+def _arrow_text_view(X: Any, view: View, name: str, tokenizer: Any) -> ViewData:
+    """One text view of a ``datasets.Dataset`` of one text column, by batch."""
+    names = list(X.column_names)
+    if len(names) != 1:
+        raise ValueError(f"{name} for {view.describe()} must be a table of one column; got "
+                         f"columns {names}")
+    if isinstance(view.name, str):
+        order_columns(dict.fromkeys(names), [view.name], name)
+    data = ArrowColumns(X, ((names[0],),), tokenize=token_reader(
+        tokenizer, InputSpec("text", (view,))))
+    check_length(len(data), name, minimum=1)
+    data.check()
+    return data
 
 
 def _arrow_views(estimator: Any, X: Any, spec: InputSpec | None, single: bool = False

@@ -67,35 +67,61 @@ def _read_text(tokenizer: Any, X: Any, spec: InputSpec | None, *, single: bool,
     if spec is None and columns == 1 and not single:
         raise ValueError(f"{name} is a list of single strings; contrastive training takes "
                          "pairs of texts (rows of two strings: an anchor and its positive)")
-    tokens = tokenize(tokenizer, list(table.T.reshape(-1)), name,
-                      where=lambda f: f"{name}[{f % n}]" if table.shape[1] == 1
-                      else f"{name}[{f % n}, {f // n}]")
+    tokens = token_reader(tokenizer, spec)(
+        list(table.T.reshape(-1)), lambda f: f"{name}[{f % n}]" if table.shape[1] == 1
+        else f"{name}[{f % n}, {f // n}]")
+    parts = [index_rows(tokens, torch.arange(c * n, (c + 1) * n)) for c in range(columns)]
+    if columns > 2:  # (n, k, L) per tensor: the negatives of each row, side by side
+        parts = [*parts[:2], side_by_side(parts[2:])]
+    labels = list(names) if names is not None else list(range(columns))
+    return (TensorViews(tuple(parts), names=tuple(labels[:2]) if names else ()),
+            text_spec(parts, labels, vocabulary_of(tokenizer), names is not None))
+
+
+def token_reader(tokenizer: Any, spec: InputSpec | None) -> Callable[..., Any]:
+    """``read(texts, where) -> ids``: :func:`tokenize` with ``tokenizer``, its ids
+    checked against its vocabulary (and, after fit, the vocabulary of ``spec``); what
+    the text form reads texts with, all at once or a batch at a time
+    (:class:`~.._columns.ArrowColumns`)."""
     vocabulary = vocabulary_of(tokenizer)
     if spec is not None and vocabulary != spec.views[0].vocabulary:
         raise ValueError(f"the tokenizer now makes {vocabulary} token ids; the model was "
                          f"fitted with {spec.views[0].vocabulary}")
-    if vocabulary is not None:
-        largest = max(int(t.max()) for t in (tokens.values() if isinstance(tokens, Mapping)
-                                             else [tokens]))
-        if largest >= vocabulary:
-            raise ValueError(f"the tokenizer made token id {largest}, beyond its vocabulary "
-                             f"of {vocabulary} ids")
-    parts = [index_rows(tokens, torch.arange(c * n, (c + 1) * n)) for c in range(columns)]
-    negatives = max(0, columns - 2)
-    if negatives:  # (n, k, L) per tensor: the negatives of each row, side by side
-        parts = [*parts[:2], side_by_side(parts[2:])]
-        columns = 2
-    labels = list(names) if names is not None else list(range(columns + negatives))
+
+    def read(texts: list[str], where: Callable[[int], str]) -> Any:
+        tokens = tokenize(tokenizer, texts, where=where)
+        if vocabulary is not None and len(texts):
+            largest = max(int(t.max()) for t in (
+                tokens.values() if isinstance(tokens, Mapping) else [tokens]))
+            if largest >= vocabulary:
+                raise ValueError(f"the tokenizer made token id {largest}, beyond its "
+                                 f"vocabulary of {vocabulary} ids")
+        return tokens
+
+    return read
+
+
+def text_spec(parts: Sequence[Any], labels: list, vocabulary: int | None,
+              named: bool = True, length: int | None = None) -> InputSpec:
+    """The spec of texts read into ``parts`` (token ids per view, then the hard
+    negatives side by side), with the columns' ``labels`` (names, when ``named``);
+    ``length``: the ids' padded length over every text, when ``parts`` are some."""
+    columns = min(len(parts), 2)
+
+    def shape(t: torch.Tensor) -> tuple:
+        return tuple(t.shape[1:]) if length is None else (length,)
+
     views = []
     for c in range(columns):
+        tokens = parts[c]
         if isinstance(tokens, Mapping):
-            inner = tuple(View(k, tuple(t.shape[1:]), True) for k, t in tokens.items())
+            inner = tuple(View(k, shape(t), True) for k, t in tokens.items())
             views.append(View(labels[c], (), True, inner, vocabulary))
         else:
-            views.append(View(labels[c], tuple(tokens.shape[1:]), True, (), vocabulary))
-    return (TensorViews(tuple(parts), names=tuple(labels[:columns]) if names else ()),
-            InputSpec("text", tuple(views), items_paired=columns == 2, negatives=negatives,
-                      negative_names=tuple(labels[2:]) if names is not None else ()))
+            views.append(View(labels[c], shape(tokens), True, (), vocabulary))
+    return InputSpec("text", tuple(views), items_paired=columns == 2,
+                     negatives=len(labels) - columns,
+                     negative_names=tuple(labels[2:]) if named else ())
 
 
 # --------------------------------------------------------------------------------------
