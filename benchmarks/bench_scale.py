@@ -3,7 +3,8 @@ dataset on disk, and of a stream), peak anonymous memory above the process befor
 call and time per epoch, side by side with a plain PyTorch loop over the same file.
 
 Run:  python benchmarks/bench_scale.py [--sizes 250000 1000000 4000000] [--arrow]
-                                       [--stream] [--dir DIR] [--threads 2]
+                                       [--stream] [--text 1000000] [--dir DIR]
+                                       [--threads 2]
 
 Pairs of 32-d float32 features ``(n, 2, 32)`` (a noisy copy of a Gaussian vector) are
 written once, chunk by chunk, to ``DIR`` as ``.npy`` files (and, with ``--arrow``, as
@@ -24,8 +25,15 @@ rows in the file's order, as ``load_dataset(..., streaming=True)`` reads them), 
 in windows of ``40 × 1024`` rows (``skcontrast.Stream``'s default) with shuffled
 batches, spectral batches (Cho et al. 2023) and JEST curation (``score='hard'``, one
 chunk), against the plain loop a user writes over a stream: consecutive batches of 1,024
-rows, read as Arrow. A stream's fit should hold a window, whatever the stream's length: its memory at
-4M rows is compared with its memory at 1M.
+rows, read as Arrow. A stream's fit should hold a window, whatever the stream's length:
+its memory at 4M rows is compared with its memory at 1M.
+
+With ``--text N``, ``N`` pairs of short English-like sentences (an anchor of 3-12 words
+drawn from a bundled word list, its positive the same words shuffled with one
+replaced) are saved as a ``datasets`` folder of two string columns and trained for one
+epoch with the default text encoder (hashed character n-grams, the text bag with its IDF
+prior), against the plain loop over the same file: batches of rows read as strings,
+tokenized by the same tokenizer, the same network, Adam and ``F.cross_entropy``.
 """
 
 from __future__ import annotations
@@ -236,6 +244,76 @@ def stream_rows(n: int, stream, data_mib: float) -> list[list[str]]:
     return rows
 
 
+def text_folder(folder: Path, n: int) -> Path:
+    """``n`` pairs of sentences as a ``datasets.Dataset`` of two string columns, saved."""
+    import datasets
+
+    path = folder / f"texts_{n}_arrow"
+    if not path.exists():
+        from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+        words = np.array(sorted(ENGLISH_STOP_WORDS))
+        rng = np.random.default_rng(0)
+
+        def chunks():
+            for start in range(0, n, CHUNK):
+                m = min(CHUNK, n - start)
+                lengths = rng.integers(3, 13, size=m)
+                anchors, positives = [], []
+                for length in lengths:
+                    picked = rng.choice(words, size=length)
+                    anchors.append(" ".join(picked))
+                    picked = rng.permutation(picked)
+                    picked[0] = rng.choice(words)
+                    positives.append(" ".join(picked))
+                yield {"anchor": anchors, "positive": positives}
+
+        parts = [datasets.Dataset.from_dict(c) for c in chunks()]
+        datasets.concatenate_datasets(parts).save_to_disk(str(path))
+    return path
+
+
+def plain_text_epoch(module: torch.nn.Module, dataset, tokenizer) -> None:
+    """:func:`plain_epoch` over a text dataset: shuffled batches of rows read as strings,
+    tokenized (both columns in one call) and embedded by the fitted network's copy."""
+    optimizer = torch.optim.Adam(module.parameters(), lr=1e-3)
+    data = dataset.with_format("arrow")
+    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))
+    for rows in order.split(BATCH):
+        batch = data[np.sort(rows.numpy()).tolist()]
+        texts = batch.column("anchor").to_pylist() + batch.column("positive").to_pylist()
+        ids = torch.as_tensor(tokenizer(texts))
+        z = module((ids[:len(rows)], ids[len(rows):]))
+        u, v = F.normalize(z[:, 0], dim=-1), F.normalize(z[:, 1], dim=-1)
+        logits = u @ v.T / TEMPERATURE
+        labels = torch.arange(len(z))
+        loss = F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def text_case(folder: Path, n: int) -> list[list[str]]:
+    """One epoch on ``n`` text pairs from Arrow on disk, and the plain loop's."""
+    import datasets
+
+    dataset = datasets.Dataset.load_from_disk(str(text_folder(folder, n)))
+    warm([f["filename"] for f in dataset.cache_files])
+    data_mib = sum(Path(f["filename"]).stat().st_size for f in dataset.cache_files) / 2**20
+    estimator = ContrastiveEmbedder(max_epochs=1, batch_size=BATCH, random_state=0)
+    memory, seconds, est = peak_anonymous(lambda: estimator.fit(dataset))
+    epoch = float(est.history_[-1, "dur"])
+    module = copy.deepcopy(est.net_.module_)
+    plain_memory, plain_seconds, _ = peak_anonymous(
+        lambda: plain_text_epoch(module, dataset, est.tokenizer_))
+    return [["texts (Arrow)", f"{n:,}", f"{data_mib:,.0f} MiB",
+             f"fit, 1 epoch ({seconds - epoch:.0f} s before it)", f"{memory:,.0f} MiB",
+             f"{200 + data_mib / 4:,.0f} MiB", f"{epoch:.1f} s",
+             f"{epoch / plain_seconds:.2f}x"],
+            ["", "", "", "plain loop, 1 epoch", f"{plain_memory:,.0f} MiB", "",
+             f"{plain_seconds:.1f} s", "1.00x"]]
+
+
 def warm(paths: list[str]) -> None:
     """Read the files once, so that the fit and the plain loop both find them in the
     page cache (the first to read a file cold would pay the disk for both)."""
@@ -248,6 +326,8 @@ def warm(paths: list[str]) -> None:
 def one_case(folder: Path, kind: str, n: int) -> list[list[str]]:
     """The rows of one form and size (run in a process of its own, so that no case
     starts from memory an earlier one left to the allocator), from warm files."""
+    if kind == "text":
+        return text_case(folder, n)
     path = pairs_file(folder, n)
     X = np.load(path, mmap_mode="r")
     data_mib = X.nbytes / 2**20
@@ -269,6 +349,7 @@ def main(argv: list[str] | None = None) -> str:
                         default=[250_000, 1_000_000, 4_000_000])
     parser.add_argument("--arrow", action="store_true", help="also Arrow datasets on disk")
     parser.add_argument("--stream", action="store_true", help="also streams")
+    parser.add_argument("--text", type=int, default=None, help="also N text pairs")
     parser.add_argument("--only", nargs="+", choices=("array", "arrow", "stream"),
                         help="only these forms")
     parser.add_argument("--dir", default=None, help="where the files go (default: a "
@@ -284,16 +365,19 @@ def main(argv: list[str] | None = None) -> str:
     folder = Path(args.dir or holder.name)
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
+    cases = [(kind, n) for n in args.sizes for kind in
+             args.only or ["array"] + ["arrow"] * args.arrow + ["stream"] * args.stream]
+    if args.text:
+        cases.append(("text", args.text))
     try:
-        for n in args.sizes:
-            pairs_file(folder, n)
-            kinds = ["array"] + ["arrow"] * args.arrow + ["stream"] * args.stream
-            for kind in args.only or kinds:
-                done = subprocess.run(
-                    [sys.executable, __file__, "--case", kind, str(n), "--dir", str(folder),
-                     "--threads", str(args.threads)], capture_output=True, text=True,
-                    check=True)
-                rows += json.loads(done.stdout.strip().splitlines()[-1])
+        for kind, n in cases:
+            if kind != "text":
+                pairs_file(folder, n)
+            done = subprocess.run(
+                [sys.executable, __file__, "--case", kind, str(n), "--dir", str(folder),
+                 "--threads", str(args.threads)], capture_output=True, text=True,
+                check=True)
+            rows += json.loads(done.stdout.strip().splitlines()[-1])
     finally:
         if holder is not None:
             holder.cleanup()

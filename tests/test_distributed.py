@@ -43,7 +43,7 @@ needs_dask = pytest.mark.skipif(importlib.util.find_spec("distributed") is None,
                                   "supcon, spectral", "sogclr, learned temperature",
                                   "xbm, supcon", "micro-batches, sogclr",
                                   "jest, reference model", "rho, cached, supcon",
-                                  "text, sparse updates"])
+                                  "text, sparse updates", "stream, spectral"])
 @pytest.mark.slow
 def test_two_processes_make_the_single_process_update(two_process_results, case):
     """Each process trains on its half of every global batch; the embeddings are gathered
@@ -54,7 +54,9 @@ def test_two_processes_make_the_single_process_update(two_process_results, case)
     caching on each process, gradients synchronised at the last one) the update is the
     plain single-process update. A curating selector keeps the rows one process keeps
     (every process embeds a slice of the super-batch, learner and reference, and all
-    choose from the gathered embeddings), and each trains on its slice of them."""
+    choose from the gathered embeddings), and each trains on its slice of them. On a
+    stream each process reads its shard (every other row), and the shares gathered into
+    one window make the update of one process on that window's rows."""
     from distributed_fit import fit, summary
 
     assert two_process_results["world"] == 2

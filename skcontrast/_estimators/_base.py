@@ -47,7 +47,7 @@ from ._output import OutputContainers
 from ._params import resolve_device
 from ._saving import SavedModel
 from ._state import check_trained
-from ._stream import StreamViews, check_stream_processes
+from ._stream import StreamViews
 
 
 @dataclass
@@ -267,8 +267,8 @@ class BaseEmbedder(SavedModel, NetBuilder, OutputContainers, ClassNamePrefixFeat
             extra = self._monitoring(spec, valid, held_out, scoring)
             plan = self._plan_fit(spec, len(data), seed, kept=kept, n_rows=n_rows,
                              held_out_rows=None if held_out is None else held_out.rows)
-            if isinstance(data, StreamViews):
-                check_stream_processes(plan.replicas.world()[0])
+            if isinstance(data, StreamViews):  # each process reads its shard
+                data = data.sharded(plan.replicas)
             net = self._make_net(plan, factory, loss, len(data), device, labels=labels,
                                  valid=valid, extra=extra,
                                  guard=GuardRows(*row_info, *held_out_info), rows=rows_digest)

@@ -103,6 +103,10 @@ class Replicas:
         """Rows of every process, in process order."""
         return rows
 
+    def gather_objects(self, value: Any) -> list:
+        """``value`` of every process (any picklable object), in process order."""
+        return [value]
+
     def backward(self, loss: torch.Tensor, scaler: Any, criterion: Any) -> None:
         """Backpropagate a training step's loss (through the float16 ``scaler``)."""
         if scaler is not None:
@@ -179,6 +183,14 @@ class AcceleratedReplicas(Replicas):
 
     def gather(self, rows: torch.Tensor) -> torch.Tensor:
         return gather_rows(rows)
+
+    def gather_objects(self, value: Any) -> list:
+        world, _ = world_size()
+        if world == 1:
+            return [value]
+        out: list = [None] * world
+        dist.all_gather_object(out, value)
+        return out
 
     def backward(self, loss: torch.Tensor, scaler: Any, criterion: Any) -> None:
         """The accelerator's backward of the loss times the number of processes: DDP

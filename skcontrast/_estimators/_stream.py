@@ -96,9 +96,13 @@ class Stream:
 
     Notes
     -----
-    A stream trains in one process: data-parallel training (an
-    ``accelerate.Accelerator`` of several processes) reads data saved by rows, an Arrow
-    dataset or a memory-mapped array, by batch.
+    With an ``accelerate.Accelerator`` of several processes, each process reads its own
+    shard of the stream (a Hugging Face stream through
+    ``datasets.distributed.split_dataset_by_node``, any other every ``P``-th row from its
+    rank on) and its share of each window, ``window × batch_size / P`` rows; the shares
+    are gathered (in process order) into the window every process selects from, so
+    every process draws the same global batches and trains on its slice of each, as
+    with data in memory.
     """
 
     def __init__(self, source: Any, *, window: int = 40, shuffle_buffer: int = 0,
@@ -126,16 +130,17 @@ class Stream:
 
     # -- reading ----------------------------------------------------------------------
 
-    def chunks(self, rows: int, seed: int, read: int, least: int = 2) -> Iterator[Any]:
-        """Pass number ``read`` over the stream in chunks of ``rows`` rows: a list of
-        rows, or for a Hugging Face stream a pyarrow table (read without a Python value
-        per number). A last chunk of fewer than ``least`` rows (a batch) joins the one
-        before. The shuffle buffer is
-        seeded by ``(seed, read)``."""
+    def chunks(self, rows: int, seed: int, read: int, least: int = 2,
+               shard: tuple[int, int] = (1, 0)) -> Iterator[Any]:
+        """Pass number ``read`` over the stream (or over this process's ``shard``,
+        ``(processes, rank)``) in chunks of ``rows`` rows: a list of rows, or for a
+        Hugging Face stream a pyarrow table (read without a Python value per number). A
+        last chunk of fewer than ``least`` rows (a batch) joins the one before. The
+        shuffle buffer is seeded by ``(seed, read)``."""
         if not _hf_stream(self.source):
-            yield from _lists(self._rows(seed, read), rows, least)
+            yield from _lists(self._rows(seed, read, shard), rows, least)
             return
-        parts = self._arrow_chunks(rows, seed, read)
+        parts = self._arrow_chunks(rows, seed, read, shard)
         ahead = next(parts, None)
         for chunk in parts:
             if len(chunk) < least:
@@ -146,7 +151,7 @@ class Stream:
         if ahead is not None:
             yield ahead
 
-    def _rows(self, seed: int, read: int) -> Iterator[Any]:
+    def _rows(self, seed: int, read: int, shard: tuple[int, int]) -> Iterator[Any]:
         source = self.source
         if callable(source) and not isinstance(source, Iterable):
             rows = source()
@@ -158,12 +163,21 @@ class Stream:
             if callable(set_epoch):
                 set_epoch(read)
             rows = source
+        processes, rank = shard
+        if processes > 1:  # this process's rows: every processes-th, from its rank on
+            rows = islice(rows, rank, None, processes)
         if self.shuffle_buffer:
             rows = _shuffled(rows, self.shuffle_buffer, np.random.default_rng([seed, read]))
         return iter(rows)
 
-    def _arrow_chunks(self, rows: int, seed: int, read: int) -> Iterator[Any]:
+    def _arrow_chunks(self, rows: int, seed: int, read: int, shard: tuple[int, int]
+                      ) -> Iterator[Any]:
         source = self.source
+        processes, rank = shard
+        if processes > 1:
+            from datasets.distributed import split_dataset_by_node
+
+            source = split_dataset_by_node(source, rank=rank, world_size=processes)
         if self.shuffle_buffer:
             source = source.shuffle(seed=seed, buffer_size=self.shuffle_buffer)
         source.set_epoch(read)
@@ -289,9 +303,10 @@ class StreamViews(ViewData):
 
     def __init__(self, stream: Stream, spec: InputSpec, read: Callable[[Any], ViewData],
                  rows: int, first: ViewData, pick: int | None = None,
-                 batch_size: int = 2) -> None:
+                 batch_size: int = 2, replicas: Any = None) -> None:
         self.stream, self.spec, self.read = stream, spec, read
         self.rows, self.first, self.pick, self.batch_size = rows, first, pick, batch_size
+        self.replicas = replicas  # the processes reading their shards (None: one)
         self.select_time = 0.0  # seconds its windows' selections took, all epochs
 
     def __len__(self) -> int:
@@ -307,13 +322,47 @@ class StreamViews(ViewData):
 
     def windows(self, seed: int = 0, read: int = 0) -> Iterator[ViewData]:
         """Pass number ``read`` over the stream, a window at a time."""
-        for chunk in self.stream.chunks(self.rows, seed, read, self.batch_size):
+        for chunk in self._chunks(seed, read):
             window = self.read(chunk_input(chunk))
             yield window if self.pick is None else window.select(self.pick)
 
+    def _chunks(self, seed: int, read: int) -> Iterator[Any]:
+        """The windows' rows: read whole here, or with several processes, each
+        process's share of every window from its shard, gathered in process order (the
+        same window on every process), a last window of fewer than a batch joined to the
+        one before."""
+        processes, rank = (1, 0) if self.replicas is None else self.replicas.world()
+        if processes == 1:
+            yield from self.stream.chunks(self.rows, seed, read, self.batch_size)
+            return
+        own = self.stream.chunks(-(-self.rows // processes), seed, read, 1, (processes, rank))
+        ahead = None
+        while True:
+            parts = [p for p in self.replicas.gather_objects(next(own, None))
+                     if p is not None]
+            if not parts:
+                break
+            chunk = parts[0]
+            for part in parts[1:]:
+                chunk = _joined(chunk, part)
+            if ahead is not None and len(chunk) < self.batch_size:
+                ahead = _joined(ahead, chunk)
+                continue
+            if ahead is not None:
+                yield ahead
+            ahead = chunk
+        if ahead is not None:
+            yield ahead
+
     def select(self, view: int) -> StreamViews:
         return StreamViews(self.stream, self.spec, self.read, self.rows, self.first, view,
-                           self.batch_size)
+                           self.batch_size, self.replicas)
+
+    def sharded(self, replicas: Any) -> StreamViews:
+        """The same stream read by ``replicas``, the processes of a fit
+        (:mod:`._replicas`), each its shard."""
+        return StreamViews(self.stream, self.spec, self.read, self.rows, self.first,
+                           self.pick, self.batch_size, replicas)
 
     def subset(self, indices: np.ndarray) -> ViewData:
         raise ValueError("a stream cannot hold out a fraction of rows it has not read "
@@ -395,15 +444,6 @@ class WindowBatches:
         if self.reading is None:
             self.reading = self.endless()
         return islice(self.reading, steps)
-
-
-def check_stream_processes(world: int) -> None:
-    """Refuse a stream fit of several processes (an accelerator's)."""
-    if world > 1:
-        raise ValueError(f"a stream trains in one process; this fit runs {world} "
-                         "(an accelerator's). Save the rows as an Arrow dataset "
-                         "(datasets.Dataset.save_to_disk) or a memory-mapped array, which "
-                         "several processes read by batch")
 
 
 def check_stream_fit(estimator: Any) -> None:

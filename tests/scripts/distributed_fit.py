@@ -21,10 +21,11 @@ import tempfile
 import traceback
 from pathlib import Path
 
+import numpy as np
 import torch
 from sklearn.base import clone
 
-from skcontrast import AcceleratorCheckpoint, ContrastiveEmbedder, SupConEmbedder
+from skcontrast import AcceleratorCheckpoint, ContrastiveEmbedder, Stream, SupConEmbedder
 from skcontrast.datasets import make_paired_gaussians
 from skcontrast.losses import DCL, SymmetricInfoNCE
 from skcontrast.memory import CrossBatchMemory, SogCLRMemory
@@ -55,6 +56,8 @@ CASES = {
         16, 0.5, reference=reference_model(), selection_pass="cached", random_state=0),
         "supervised": True},
     "text, sparse updates": {"selector": lambda: ShuffledBatchSelector(16), "text": True},
+    "stream, spectral": {"selector": lambda: SpectralBatchSelector(16, chunk_size=64),
+                         "stream": True},
 }
 
 WORDS = ["red", "blue", "green", "cat", "dog", "sun", "moon", "star", "tree", "car",
@@ -84,6 +87,7 @@ def fit(case: str, accelerator=None, max_epochs: int = 2, callbacks=None, plain=
         settings["memory"] = clone(settings["memory"])
     kind = SupConEmbedder if settings.pop("supervised", False) else ContrastiveEmbedder
     text = settings.pop("text", False)
+    stream = settings.pop("stream", False)
     selector = settings.pop("selector")()
     est = kind(n_components=4, hidden_layer_sizes=(16,), max_epochs=max_epochs, lr=1e-2,
                selector=selector, random_state=0, device="cpu", accelerator=accelerator,
@@ -91,6 +95,10 @@ def fit(case: str, accelerator=None, max_epochs: int = 2, callbacks=None, plain=
     X, y = make_paired_gaussians(90, 6, n_clusters=3, random_state=0)
     if text:  # the default text bag, sparse gradients, LazyAdam
         return est.fit(text_pairs())
+    if stream:  # each process reads every other row; one window holds them all
+        if plain:  # the window the processes gather: process 0's rows, then process 1's
+            return est.fit(np.concatenate([X[0::2], X[1::2]]))
+        return est.fit(Stream(lambda: iter(X), window=6))
     return est.fit(X[:, 0], y) if kind is SupConEmbedder else est.fit(X)
 
 
