@@ -163,8 +163,12 @@ def _arrow_texts(estimator: Any, tokenizer: Any, X: Any, spec: InputSpec | None,
                              "pairs of texts (two columns: an anchor and its positive)")
     else:
         fitted = _fitted_columns(estimator, spec)
-        if fitted is None:
+        if fitted is None:  # by position, as the text form reads rows of texts
             _warn_unnamed(estimator, dict.fromkeys(names))
+            if len(names) > len(spec.views) and \
+                    len(names) != len(spec.views) + spec.negatives:
+                raise ValueError(f"X has rows of {len(names)} texts; the model was fitted "
+                                 f"on {len(spec.views)} per item")
             names = names[:len(spec.views)]
         else:
             ordered = order_columns(dict.fromkeys(names), fitted, leading=True,
