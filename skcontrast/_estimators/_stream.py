@@ -228,11 +228,9 @@ def chunk_input(chunk: Any) -> Any:
     """A chunk of a stream as the in-memory input it spells: rows of arrays stacked into
     one array (pairs ``(m, 2 + k, ...)``, single views ``(m, ...)``), rows of texts as
     rows of strings, dict rows as a dict of columns (numbers stacked, texts a table);
-    a Hugging Face chunk (a pyarrow table) as the ``datasets.Dataset`` it is."""
+    a Hugging Face chunk (a pyarrow table) as its columns (:func:`_table_input`)."""
     if not isinstance(chunk, list):  # a pyarrow table of a Hugging Face stream
-        import datasets
-
-        return datasets.Dataset(chunk)
+        return _table_input(chunk)
     first = chunk[0]
     if isinstance(first, dict):
         names = list(first)
@@ -261,6 +259,27 @@ def chunk_input(chunk: Any) -> Any:
             return np.stack(parts, axis=1)
         return {str(j): p for j, p in enumerate(parts)}
     return _stacked(chunk, "the rows")
+
+
+def _table_input(table: Any) -> Any:
+    """A Hugging Face stream's chunk (a pyarrow table) as the in-memory input its rows
+    spell: columns of per-row arrays as a dict of NumPy arrays (the dict form, as a
+    ``datasets.Dataset`` of them is read), read without a Python value per number; other
+    columns (texts) as a ``DataFrame``."""
+    import pyarrow as pa
+
+    from ._columns import arrow_array
+
+    def arrays(column: Any) -> bool:
+        kind = column.type.storage_type if isinstance(column.type, pa.ExtensionType) \
+            else column.type
+        return pa.types.is_list(kind) or pa.types.is_large_list(kind) or \
+            pa.types.is_fixed_size_list(kind)
+
+    if all(arrays(table.column(name)) for name in table.column_names):
+        return {name: arrow_array(table.column(name), len(table), f"column {name!r}")
+                for name in table.column_names}
+    return table.to_pandas()
 
 
 def _stacked(values: list, what: str) -> np.ndarray:
