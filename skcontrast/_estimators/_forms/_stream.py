@@ -1,7 +1,7 @@
 """The stream form: a :class:`~skcontrast.Stream` (or a bare ``IterableDataset`` or
 generator function, read as one), read a window at a time (:mod:`.._stream`). Each window
 is read by the form of the in-memory input it spells (an array, a dict of columns, rows of
-texts, a ``datasets.Dataset``): the fit's spec is that form's, learned from the first
+texts, a table of text columns): the fit's spec is that form's, learned from the first
 window, so later input may be the same rows in memory, and a stream given after fit is
 read window by window against it."""
 
