@@ -70,7 +70,7 @@ class EpochLoop:
         first = len(self.history[-1]["batches"])
         pending = StepValues(len(iterator) if hasattr(iterator, "__len__") else 64)
         sizes: list[int] = []
-        kept: list[tuple[int, torch.Tensor]] = []  # rows a curating selector kept
+        kept = KeptRows()  # rows a curating selector kept
         begin, end = (self._listening(hook) for hook in ("on_batch_begin", "on_batch_end"))
         # a callback that acts after each batch reads its values from the history (a
         # scheduler stepping on train_loss, a logger), as skorch records them: then they
@@ -87,7 +87,7 @@ class EpochLoop:
                 values = torch.stack((step["loss"].detach(), terms.positive.detach(),
                                       terms.entropy.detach()))
                 if "kept" in step:  # rows embedded to choose, and the rows that trained
-                    kept.append((step["selection_rows"], step["kept"]))
+                    kept.add(step["selection_rows"], step["kept"])
                 sizes.append(len(step["kept"]) if "kept" in step
                              else batch_length(batch.views))
                 if per_batch:
@@ -104,7 +104,7 @@ class EpochLoop:
                 records = self.history[-1]["batches"]  # skorch's lookup, once per epoch
                 for i, row in enumerate(rows):
                     self._record_batch(row, sizes[i], prefix, first + i, records)
-            if kept:
+            if kept.steps:
                 self._record_curation(kept, first)
         self.history.record(prefix + "_batch_count", len(sizes))
         self.check_finite(prefix, first, first + len(sizes))
@@ -123,20 +123,20 @@ class EpochLoop:
                                    or hook in vars(cb)]
         return bool(fit.listeners[hook])
 
-    def _record_curation(self, kept: list[tuple[int, torch.Tensor]], first: int) -> None:
+    def _record_curation(self, kept: KeptRows, first: int) -> None:
         """Per step of a curating selector: the training rows kept (``'kept'``) and the
         rows embedded to choose them (``'selection_rows'``: with a fresh selection pass,
         the super-batch, once by the learner and once more by a reference model; with a
         cached one, the rows never met before), read from the device once."""
         records = self.history[-1]["batches"]
-        rows = torch.cat([k for _, k in kept]).tolist()
+        rows = kept.read()
         start = 0
-        for i, (embedded, k) in enumerate(kept):
+        for i, (embedded, count) in enumerate(kept.steps):
             row = records[first + i]
-            row["kept"] = rows[start:start + len(k)]
+            row["kept"] = rows[start:start + count]
             row["selection_rows"] = embedded
-            start += len(k)
-        self.history.record("selection_rows", sum(embedded for embedded, _ in kept))
+            start += count
+        self.history.record("selection_rows", sum(embedded for embedded, _ in kept.steps))
 
     def _record_batch(self, values: list[float], size: int, prefix: str, position: int,
                       records: list | None = None) -> None:
@@ -191,3 +191,33 @@ class StepValues:
         """Every step's values, read from the device once."""
         assert self.buffer is not None
         return self.buffer[:self.count].tolist()
+
+
+class KeptRows:
+    """The rows a curating selector kept at each step of an epoch, in one buffer where
+    they were computed (read once after the epoch, as :class:`StepValues`), and per
+    step the rows embedded to choose them and how many were kept. A tensor per step,
+    allocated among the step's large temporaries and kept to the epoch's end, kept the
+    allocator from giving those back (+550 MiB over 490 JEST steps of 2,048 rows)."""
+
+    def __init__(self) -> None:
+        self.buffer: torch.Tensor | None = None
+        self.count = 0
+        self.steps: list[tuple[int, int]] = []
+
+    def add(self, embedded: int, rows: torch.Tensor) -> None:
+        """Keep one step's kept rows (copied into the buffer, grown as needed)."""
+        n = len(rows)
+        if self.buffer is None:
+            self.buffer = rows.new_empty(max(1, 64 * n))
+        elif self.count + n > len(self.buffer):
+            grown = self.buffer.new_empty(max(2 * len(self.buffer), self.count + n))
+            grown[:self.count] = self.buffer[:self.count]
+            self.buffer = grown
+        self.buffer[self.count:self.count + n] = rows
+        self.count += n
+        self.steps.append((embedded, n))
+
+    def read(self) -> list[int]:
+        """Every step's kept rows, in order, read from the device once."""
+        return [] if self.buffer is None else self.buffer[:self.count].tolist()
