@@ -24,16 +24,21 @@ With ``--stream``, the Arrow dataset is read as a stream (``Dataset.to_iterable_
 rows in the file's order, as ``load_dataset(..., streaming=True)`` reads them), trained
 in windows of ``40 × 1024`` rows (``skcontrast.Stream``'s default) with shuffled
 batches, spectral batches (Cho et al. 2023) and JEST curation (``score='hard'``, one
-chunk), against the plain loop a user writes over a stream: consecutive batches of 1,024
-rows, read as Arrow. A stream's fit should hold a window, whatever the stream's length:
-its memory at 4M rows is compared with its memory at 1M.
+chunk), each fit in a process of its own, against the plain loop a user writes over a
+stream: consecutive batches of 1,024 rows, read as Arrow; ``transform`` of the stream
+writes into an output made for its rows (``out=``). A stream's fit should hold a window,
+whatever the stream's length: its memory at 4M rows is compared with its memory at 1M.
 
 With ``--text N``, ``N`` pairs of short English-like sentences (an anchor of 3-12 words
 drawn from a bundled word list, its positive the same words shuffled with one
 replaced) are saved as a ``datasets`` folder of two string columns and trained for one
 epoch with the default text encoder (hashed character n-grams, the text bag with its IDF
 prior), against the plain loop over the same file: batches of rows read as strings,
-tokenized by the same tokenizer, the same network, Adam and ``F.cross_entropy``.
+tokenized by the same tokenizer, the same network, Adam (``SparseAdam`` for the text
+bag's table, whose gradients are sparse) and ``F.cross_entropy``. Its bar adds the
+network and Adam's moments (the text bag's table of hashed n-grams, 256 MiB whatever
+the data) to the bar of the others; "before it" is the time the fit spends before its
+epoch (a pass that checks every text and counts the IDF prior).
 """
 
 from __future__ import annotations
@@ -202,46 +207,49 @@ def plain_stream_epoch(module: torch.nn.Module, batches: StreamBatches) -> None:
         optimizer.step()
 
 
-def stream_rows(n: int, stream, data_mib: float) -> list[list[str]]:
-    """A stream's fit with each selector (memory, time, select time), the plain loop
-    over the stream (time: the fastest of ``REPEATS`` epochs of each, run in turn) and
-    ``transform`` of the stream."""
+#: the selectors a stream is trained with, each in a process of its own
+STREAM_SELECTORS = ("shuffled", "spectral", "JEST (hard, 1 chunk)")
+
+
+def stream_rows(n: int, stream, data_mib: float, name: str) -> list[list[str]]:
+    """A stream's fit with the selector ``name`` (memory, time, select time); with
+    shuffled batches also the plain loop over the stream (time: the fastest of
+    ``REPEATS`` epochs of each, run in turn) and ``transform`` of the stream into an
+    output made for it (its rows known)."""
     from skcontrast.selectors import JESTSelector, SpectralBatchSelector
 
-    bar = 200 + data_mib / 4
-    rows = []
-    est = None
-    for name, selector in (("shuffled", None), ("spectral", SpectralBatchSelector()),
-                           ("JEST (hard, 1 chunk)", JESTSelector(score="hard", n_chunks=1))):
-        make = lambda selector=selector: ContrastiveEmbedder(  # noqa: E731
-            max_epochs=1, batch_size=BATCH, random_state=0, selector=selector).fit(stream)
-        memory, _, fitted = peak_anonymous(make)
-        epoch = float(fitted.history_[-1, "dur"])
-        select = float(fitted.history_[-1, "select_time"])
-        if selector is None:
-            est = fitted
-            module = copy.deepcopy(fitted.net_.module_)
-            plain_memory, plain_seconds, _ = peak_anonymous(
-                lambda module=module: plain_stream_epoch(module, StreamBatches(stream, n)))
-            epochs, plains = [epoch], [plain_seconds]
-            for _ in range(REPEATS - 1):
-                epochs.append(float(make().history_[-1, "dur"]))
-                start = time.perf_counter()
-                plain_stream_epoch(copy.deepcopy(fitted.net_.module_), StreamBatches(stream, n))
-                plains.append(time.perf_counter() - start)
-            epoch, plain_seconds = min(epochs), min(plains)
-        rows.append(["stream (Arrow)" if not rows else "", f"{n:,}" if not rows else "",
-                     f"{data_mib:,.0f} MiB" if not rows else "",
-                     f"fit, {name} ({select:.1f} s selecting)", f"{memory:,.0f} MiB",
-                     f"{bar:,.0f} MiB", f"{epoch:.1f} s",
-                     f"{epoch / plain_seconds:.2f}x"])
-    rows.append(["", "", "", "plain loop, 1 epoch", f"{plain_memory:,.0f} MiB", "",
-                 f"{plain_seconds:.1f} s", "1.00x"])
-    out_memory, seconds, out = peak_anonymous(lambda: est.transform(stream))
+    selector = {"shuffled": None, "spectral": SpectralBatchSelector(),
+                "JEST (hard, 1 chunk)": JESTSelector(score="hard", n_chunks=1)}[name]
+    make = lambda: ContrastiveEmbedder(  # noqa: E731
+        max_epochs=1, batch_size=BATCH, random_state=0, selector=selector).fit(stream)
+    memory, _, fitted = peak_anonymous(make)
+    epoch = float(fitted.history_[-1, "dur"])
+    select = float(fitted.history_[-1, "select_time"])
+    first = name == STREAM_SELECTORS[0]
+    row = ["stream (Arrow)" if first else "", f"{n:,}" if first else "",
+           f"{data_mib:,.0f} MiB" if first else "", f"fit, {name} ({select:.1f} s selecting)",
+           f"{memory:,.0f} MiB", f"{200 + data_mib / 4:,.0f} MiB", f"{epoch:.1f} s", ""]
+    if not first:
+        return [row]
+    module = copy.deepcopy(fitted.net_.module_)
+    plain_memory, plain_seconds, _ = peak_anonymous(
+        lambda: plain_stream_epoch(module, StreamBatches(stream, n)))
+    epochs, plains = [epoch], [plain_seconds]
+    for _ in range(REPEATS - 1):
+        epochs.append(float(make().history_[-1, "dur"]))
+        start = time.perf_counter()
+        plain_stream_epoch(copy.deepcopy(fitted.net_.module_), StreamBatches(stream, n))
+        plains.append(time.perf_counter() - start)
+    epoch, plain_seconds = min(epochs), min(plains)
+    row[6], row[7] = f"{epoch:.1f} s", f"{epoch / plain_seconds:.2f}x"
+    width = fitted.n_components_
+    out_memory, seconds, out = peak_anonymous(
+        lambda: fitted.transform(stream, out=np.empty((n, width), np.float32)))
     output = out.nbytes / 2**20
-    rows.append(["", "", "", f"transform ({output:,.0f} MiB out)", f"{out_memory:,.0f} MiB",
-                 f"{output + 200:,.0f} MiB", f"{seconds:.1f} s", ""])
-    return rows
+    return [row, ["", "", "", "plain loop, 1 epoch", f"{plain_memory:,.0f} MiB", "",
+                  f"{plain_seconds:.1f} s", "1.00x"],
+            ["", "", "", f"transform, out= ({output:,.0f} MiB)", f"{out_memory:,.0f} MiB",
+             f"{output + 200:,.0f} MiB", f"{seconds:.1f} s", ""]]
 
 
 def text_folder(folder: Path, n: int) -> Path:
@@ -275,8 +283,14 @@ def text_folder(folder: Path, n: int) -> Path:
 
 def plain_text_epoch(module: torch.nn.Module, dataset, tokenizer) -> None:
     """:func:`plain_epoch` over a text dataset: shuffled batches of rows read as strings,
-    tokenized (both columns in one call) and embedded by the fitted network's copy."""
-    optimizer = torch.optim.Adam(module.parameters(), lr=1e-3)
+    tokenized (both columns in one call) and embedded by the fitted network's copy, the
+    text bag's table stepped by ``SparseAdam`` (its gradients are sparse), the rest by
+    Adam."""
+    sparse = [p for m in module.modules() if isinstance(m, torch.nn.EmbeddingBag) and m.sparse
+              for p in m.parameters()]  # the text bag's table: sparse gradients
+    dense = [p for p in module.parameters() if all(p is not q for q in sparse)]
+    optimizers = [kind(group, lr=1e-3) for kind, group in
+                  ((torch.optim.SparseAdam, sparse), (torch.optim.Adam, dense)) if group]
     data = dataset.with_format("arrow")
     order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))
     for rows in order.split(BATCH):
@@ -288,9 +302,11 @@ def plain_text_epoch(module: torch.nn.Module, dataset, tokenizer) -> None:
         logits = u @ v.T / TEMPERATURE
         labels = torch.arange(len(z))
         loss = F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)
-        optimizer.zero_grad()
+        for optimizer in optimizers:
+            optimizer.zero_grad()
         loss.backward()
-        optimizer.step()
+        for optimizer in optimizers:
+            optimizer.step()
 
 
 def text_case(folder: Path, n: int) -> list[list[str]]:
@@ -306,10 +322,13 @@ def text_case(folder: Path, n: int) -> list[list[str]]:
     module = copy.deepcopy(est.net_.module_)
     plain_memory, plain_seconds, _ = peak_anonymous(
         lambda: plain_text_epoch(module, dataset, est.tokenizer_))
+    # the network and Adam's two moments: what any loop over it holds (the text bag's
+    # table of hashed n-grams is most of it, whatever the data)
+    model_mib = 3 * sum(p.numel() * p.element_size() for p in module.parameters()) / 2**20
     return [["texts (Arrow)", f"{n:,}", f"{data_mib:,.0f} MiB",
              f"fit, 1 epoch ({seconds - epoch:.0f} s before it)", f"{memory:,.0f} MiB",
-             f"{200 + data_mib / 4:,.0f} MiB", f"{epoch:.1f} s",
-             f"{epoch / plain_seconds:.2f}x"],
+             f"{model_mib + 200 + data_mib / 4:,.0f} MiB (model + Adam "
+             f"{model_mib:,.0f})", f"{epoch:.1f} s", f"{epoch / plain_seconds:.2f}x"],
             ["", "", "", "plain loop, 1 epoch", f"{plain_memory:,.0f} MiB", "",
              f"{plain_seconds:.1f} s", "1.00x"]]
 
@@ -328,6 +347,7 @@ def one_case(folder: Path, kind: str, n: int) -> list[list[str]]:
     starts from memory an earlier one left to the allocator), from warm files."""
     if kind == "text":
         return text_case(folder, n)
+    kind, _, selector = kind.partition(":")
     path = pairs_file(folder, n)
     X = np.load(path, mmap_mode="r")
     data_mib = X.nbytes / 2**20
@@ -339,7 +359,7 @@ def one_case(folder: Path, kind: str, n: int) -> list[list[str]]:
     dataset = datasets.Dataset.load_from_disk(str(arrow_folder(folder, n, X)))
     warm([f["filename"] for f in dataset.cache_files])
     if kind == "stream":
-        return stream_rows(n, dataset.to_iterable_dataset(num_shards=64), data_mib)
+        return stream_rows(n, dataset.to_iterable_dataset(num_shards=64), data_mib, selector)
     return rows_for("Arrow on disk", n, dataset, ReadArrow(dataset), data_mib)
 
 
@@ -365,14 +385,15 @@ def main(argv: list[str] | None = None) -> str:
     folder = Path(args.dir or holder.name)
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
-    cases = [(kind, n) for n in args.sizes for kind in
-             args.only or ["array"] + ["arrow"] * args.arrow + ["stream"] * args.stream]
+    kinds = args.only or ["array"] + ["arrow"] * args.arrow + ["stream"] * args.stream
+    cases = [(f"stream:{s}" if kind == "stream" else kind, n) for n in args.sizes
+             for kind in kinds for s in (STREAM_SELECTORS if kind == "stream" else [""])]
     if args.text:
         cases.append(("text", args.text))
     try:
         for kind, n in cases:
             if kind != "text":
-                pairs_file(folder, n)
+                pairs_file(folder, n)  # (and, for Arrow, its folder: in the case)
             done = subprocess.run(
                 [sys.executable, __file__, "--case", kind, str(n), "--dir", str(folder),
                  "--threads", str(args.threads)], capture_output=True, text=True,
