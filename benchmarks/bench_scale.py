@@ -99,22 +99,30 @@ def arrow_folder(folder: Path, n: int, pairs: np.ndarray) -> Path:
     return path
 
 
-def plain_epoch(module: torch.nn.Module, read) -> None:
-    """One epoch of the loop a user writes: shuffled batch indices, the rows read from
-    the file by a DataLoader (``read[rows]``), symmetric InfoNCE as cross-entropy on one
-    logits matrix."""
-    optimizer = torch.optim.Adam(module.parameters(), lr=1e-3)
-    batches = BatchSampler(RandomSampler(range(read.n), generator=torch.Generator()
-                                         .manual_seed(0)), BATCH, drop_last=False)
-    for pairs in DataLoader(read, sampler=batches, batch_size=None):
-        z = module((pairs[:, 0], pairs[:, 1]))
+def plain_steps(module: torch.nn.Module, batches, optimizers: list | None = None) -> None:
+    """The loop a user writes over ``batches`` of view pairs ``(x0, x1)``: symmetric
+    InfoNCE as cross-entropy on one logits matrix, stepped by Adam (or ``optimizers``)."""
+    optimizers = optimizers or [torch.optim.Adam(module.parameters(), lr=1e-3)]
+    for x0, x1 in batches:
+        z = module((x0, x1))
         u, v = F.normalize(z[:, 0], dim=-1), F.normalize(z[:, 1], dim=-1)
         logits = u @ v.T / TEMPERATURE
         labels = torch.arange(len(z))
         loss = F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)
-        optimizer.zero_grad()
+        for optimizer in optimizers:
+            optimizer.zero_grad()
         loss.backward()
-        optimizer.step()
+        for optimizer in optimizers:
+            optimizer.step()
+
+
+def plain_epoch(module: torch.nn.Module, read) -> None:
+    """One epoch of the loop a user writes (:func:`plain_steps`): shuffled batch
+    indices, the rows read from the file by a DataLoader (``read[rows]``)."""
+    batches = BatchSampler(RandomSampler(range(read.n), generator=torch.Generator()
+                                         .manual_seed(0)), BATCH, drop_last=False)
+    plain_steps(module, ((pairs[:, 0], pairs[:, 1]) for pairs in
+                         DataLoader(read, sampler=batches, batch_size=None)))
 
 
 class ReadArray:
@@ -194,17 +202,8 @@ class StreamBatches:
 
 
 def plain_stream_epoch(module: torch.nn.Module, batches: StreamBatches) -> None:
-    """:func:`plain_epoch` over a stream's consecutive batches."""
-    optimizer = torch.optim.Adam(module.parameters(), lr=1e-3)
-    for pairs in batches:
-        z = module((pairs[:, 0], pairs[:, 1]))
-        u, v = F.normalize(z[:, 0], dim=-1), F.normalize(z[:, 1], dim=-1)
-        logits = u @ v.T / TEMPERATURE
-        labels = torch.arange(len(z))
-        loss = F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    """:func:`plain_steps` over a stream's consecutive batches."""
+    plain_steps(module, ((pairs[:, 0], pairs[:, 1]) for pairs in batches))
 
 
 #: the selectors a stream is trained with, each in a process of its own
@@ -282,7 +281,7 @@ def text_folder(folder: Path, n: int) -> Path:
 
 
 def plain_text_epoch(module: torch.nn.Module, dataset, tokenizer) -> None:
-    """:func:`plain_epoch` over a text dataset: shuffled batches of rows read as strings,
+    """:func:`plain_steps` over a text dataset: shuffled batches of rows read as strings,
     tokenized (both columns in one call) and embedded by the fitted network's copy, the
     text bag's table stepped by ``SparseAdam`` (its gradients are sparse), the rest by
     Adam."""
@@ -293,20 +292,15 @@ def plain_text_epoch(module: torch.nn.Module, dataset, tokenizer) -> None:
                   ((torch.optim.SparseAdam, sparse), (torch.optim.Adam, dense)) if group]
     data = dataset.with_format("arrow")
     order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))
-    for rows in order.split(BATCH):
-        batch = data[np.sort(rows.numpy()).tolist()]
-        texts = batch.column("anchor").to_pylist() + batch.column("positive").to_pylist()
-        ids = torch.as_tensor(tokenizer(texts))
-        z = module((ids[:len(rows)], ids[len(rows):]))
-        u, v = F.normalize(z[:, 0], dim=-1), F.normalize(z[:, 1], dim=-1)
-        logits = u @ v.T / TEMPERATURE
-        labels = torch.arange(len(z))
-        loss = F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)
-        for optimizer in optimizers:
-            optimizer.zero_grad()
-        loss.backward()
-        for optimizer in optimizers:
-            optimizer.step()
+
+    def batches():
+        for rows in order.split(BATCH):
+            batch = data[np.sort(rows.numpy()).tolist()]
+            texts = batch.column("anchor").to_pylist() + batch.column("positive").to_pylist()
+            ids = torch.as_tensor(tokenizer(texts))
+            yield ids[:len(rows)], ids[len(rows):]
+
+    plain_steps(module, batches(), optimizers)
 
 
 def text_case(folder: Path, n: int) -> list[list[str]]:
