@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> str:
     try:
         for kind, n in cases:
             if kind != "text":
-                pairs_file(folder, n)  # (and, for Arrow, its folder: in the case)
+                pairs_file(folder, n)
             done = subprocess.run(
                 [sys.executable, __file__, "--case", kind, str(n), "--dir", str(folder),
                  "--threads", str(args.threads)], capture_output=True, text=True,

@@ -187,13 +187,8 @@ def _arrow_texts(estimator: Any, tokenizer: Any, X: Any, spec: InputSpec | None,
 
 def _arrow_text_view(X: Any, view: View, name: str, tokenizer: Any) -> ViewData:
     """One text view of a ``datasets.Dataset`` of one text column, by batch."""
-    names = list(X.column_names)
-    if len(names) != 1:
-        raise ValueError(f"{name} for {view.describe()} must be a table of one column; got "
-                         f"columns {names}")
-    if isinstance(view.name, str):
-        order_columns(dict.fromkeys(names), [view.name], name)
-    data = ArrowColumns(X, ((names[0],),), tokenize=token_reader(
+    column = _view_column(X, view, name)
+    data = ArrowColumns(X, ((column,),), tokenize=token_reader(
         tokenizer, InputSpec("text", (view,))))
     check_length(len(data), name, minimum=1)
     data.check()
@@ -263,20 +258,27 @@ def _single_column(estimator: Any, columns: dict, spec: InputSpec | None
         "array", (dataclasses.replace(read.views[0], name=column),))
 
 
-def _arrow_view(X: Any, view: View, name: str) -> ViewData:
-    """A one-column ``datasets.Dataset`` of arrays as the items of ``view``, read by
-    batch (:class:`~.._columns.ArrowColumns`), as ``transform_view`` takes it."""
+def _view_column(X: Any, view: View, name: str) -> str:
+    """The one column of a ``datasets.Dataset`` given as ``name``, the items of
+    ``view`` (named as the view, when the fit named it)."""
     names = list(X.column_names)
     if len(names) != 1:
         raise ValueError(f"{name} for {view.describe()} must be a table of one column; "
                          f"got columns {names}")
     if isinstance(view.name, str):
         order_columns(dict.fromkeys(names), [view.name], name)
-    data = columns_of(X, names[:1])
+    return names[0]
+
+
+def _arrow_view(X: Any, view: View, name: str) -> ViewData:
+    """A one-column ``datasets.Dataset`` of arrays as the items of ``view``, read by
+    batch (:class:`~.._columns.ArrowColumns`), as ``transform_view`` takes it."""
+    column = _view_column(X, view, name)
+    data = columns_of(X, [column])
     check_length(len(data), name, minimum=1)
     (first,) = data.read(np.arange(1))
     assert first is not None
-    array_view(first, names[0], view, f"column {names[0]!r} of {name}")
+    array_view(first, column, view, f"column {column!r} of {name}")
     data.check()
     return data
 
