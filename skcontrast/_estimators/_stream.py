@@ -21,6 +21,7 @@ over a step (a cross-batch memory's sample ids) tells rows of different windows 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import numbers
 import time
@@ -140,16 +141,7 @@ class Stream:
         if not _hf_stream(self.source):
             yield from _lists(self._rows(seed, read, shard), rows, least)
             return
-        parts = self._arrow_chunks(rows, seed, read, shard)
-        ahead = next(parts, None)
-        for chunk in parts:
-            if len(chunk) < least:
-                ahead = _joined(ahead, chunk)
-                continue
-            yield ahead
-            ahead = chunk
-        if ahead is not None:
-            yield ahead
+        yield from _tails_joined(self._arrow_chunks(rows, seed, read, shard), least)
 
     def _rows(self, seed: int, read: int, shard: tuple[int, int]) -> Iterator[Any]:
         source = self.source
@@ -197,6 +189,20 @@ def _lists(rows: Iterator[Any], size: int, least: int) -> Iterator[list]:
                 yield chunk
             return
         yield chunk
+
+
+def _tails_joined(chunks: Iterator[Any], least: int) -> Iterator[Any]:
+    """``chunks``, each of fewer than ``least`` rows after the first joined to the one
+    before (a last window shorter than a batch)."""
+    ahead = next(chunks, None)
+    for chunk in chunks:
+        if len(chunk) < least:
+            ahead = _joined(ahead, chunk)
+            continue
+        yield ahead
+        ahead = chunk
+    if ahead is not None:
+        yield ahead
 
 
 def _joined(a: Any, b: Any) -> Any:
@@ -355,23 +361,13 @@ class StreamViews(ViewData):
             yield from self.stream.chunks(self.rows, seed, read, self.batch_size)
             return
         own = self.stream.chunks(-(-self.rows // processes), seed, read, 1, (processes, rank))
-        ahead = None
-        while True:
-            parts = [p for p in self.replicas.gather_objects(next(own, None))
-                     if p is not None]
-            if not parts:
-                break
-            chunk = parts[0]
-            for part in parts[1:]:
-                chunk = _joined(chunk, part)
-            if ahead is not None and len(chunk) < self.batch_size:
-                ahead = _joined(ahead, chunk)
-                continue
-            if ahead is not None:
-                yield ahead
-            ahead = chunk
-        if ahead is not None:
-            yield ahead
+
+        def gathered() -> Iterator[Any]:
+            while parts := [p for p in self.replicas.gather_objects(next(own, None))
+                            if p is not None]:
+                yield functools.reduce(_joined, parts)
+
+        yield from _tails_joined(gathered(), self.batch_size)
 
     def select(self, view: int) -> StreamViews:
         return StreamViews(self.stream, self.spec, self.read, self.rows, self.first, view,
